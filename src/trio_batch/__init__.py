@@ -1,0 +1,70 @@
+"""trio-batch: fair, durable batch jobs on Trio.
+
+A caller submits a job (a list of targets); a few worker tasks drain the live jobs in rotation,
+one target of a job at a time, and every outcome lands in a store. See SPEC §2 for the API.
+"""
+
+from __future__ import annotations
+
+from ._config import Config as Config, Hooks as Hooks
+from ._engine import (
+    BatchEngine as BatchEngine,
+    EngineStatistics as EngineStatistics,
+    FetchFunc as FetchFunc,
+    open_engine as open_engine,
+)
+from ._errors import (
+    Busy as Busy,
+    CallerBusy as CallerBusy,
+    NoTargets as NoTargets,
+    RetryLater as RetryLater,
+    StoreError as StoreError,
+    SubmitError as SubmitError,
+    TargetError as TargetError,
+    TooManyTargets as TooManyTargets,
+)
+from ._model import (
+    Caller as Caller,
+    Job as Job,
+    JobStatus as JobStatus,
+    Options as Options,
+    Result as Result,
+    Snapshot as Snapshot,
+    Submitted as Submitted,
+    Target as Target,
+    TargetState as TargetState,
+    TargetStatus as TargetStatus,
+)
+from ._util import fixup_module_metadata as _fixup_module_metadata
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BatchEngine",
+    "Busy",
+    "Caller",
+    "CallerBusy",
+    "Config",
+    "EngineStatistics",
+    "FetchFunc",
+    "Hooks",
+    "Job",
+    "JobStatus",
+    "NoTargets",
+    "Options",
+    "Result",
+    "RetryLater",
+    "Snapshot",
+    "StoreError",
+    "SubmitError",
+    "Submitted",
+    "Target",
+    "TargetError",
+    "TargetState",
+    "TargetStatus",
+    "TooManyTargets",
+    "open_engine",
+]
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

@@ -1,0 +1,72 @@
+"""Engine settings and metrics hooks."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import final
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """Observers for metrics; any ``None`` costs nothing.
+
+    A hook runs synchronously in the engine's task, so it must be quick. A hook that raises is
+    logged once (its exception type, never its payload) and switched off; the engine carries on.
+
+    ``retry`` and ``evicted`` extend SPEC §2: ``retry(wait_seconds)`` once per busy retry, and
+    ``evicted(jobs)`` after finished jobs were evicted for ``Config.max_bytes``.
+    """
+
+    job: Callable[[str], None] | None = None
+    target: Callable[[BaseException | None, float, int], None] | None = None
+    job_seconds: Callable[[float], None] | None = None
+    depth: Callable[[int], None] | None = None
+    inflight: Callable[[int], None] | None = None
+    retry: Callable[[float], None] | None = None
+    evicted: Callable[[int], None] | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Config:
+    """How much the engine admits and keeps. See SPEC §2 for each field.
+
+    Raises:
+        ValueError: a field is not positive; the message names the field and the value.
+    """
+
+    ttl: float = 24 * 3600
+    targets_per_job: int = 32
+    jobs_per_caller: int = 1
+    jobs_total: int = 8
+    workers: int = 1
+    max_workers: int = 2
+    max_bytes: int = 64 * 2**20
+    retry_wait: float = 2.0
+    retry_for: float = 600.0
+    hooks: Hooks = Hooks()
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name == "hooks":
+                if not isinstance(self.hooks, Hooks):
+                    raise TypeError(
+                        f"Config.hooks must be a Hooks (got {type(self.hooks).__name__})"
+                    )
+                continue
+            value = getattr(self, f.name)
+            kind = int if f.type == "int" else float
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"Config.{f.name} must be a number (got {value!r})")
+            if kind is int and not isinstance(value, int):
+                raise TypeError(f"Config.{f.name} must be a whole number (got {value!r})")
+            if not value > 0:
+                raise ValueError(f"Config.{f.name} must be > 0 (got {value!r})")
+
+    @property
+    def effective_workers(self) -> int:
+        """``workers``, clamped to ``max_workers``."""
+        return min(self.workers, self.max_workers)

@@ -1,0 +1,459 @@
+"""The engine: a rotation of live jobs, drained fairly by a few worker tasks.
+
+A live job sits in the rotation channel only while it has a pending target and none in flight.
+A worker takes the next job, fetches one target, hands the outcome to a short finishing task
+and goes straight back to the channel; the finishing task stores the outcome and, once the store
+has acknowledged it, puts the job back at the end of the rotation. So a job is serial (target
+i+1 never starts before i is stored), jobs alternate (a1 b1 a2 b2 ...), workers never wait on the
+disk, and taking the next job is O(1) in the number of live jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Literal, final
+
+import trio
+
+from ._config import Config
+from ._errors import NoTargets, TargetError, find_retry_later
+from ._hooks import SafeHooks
+from ._model import (
+    Caller,
+    JobStatus,
+    Result,
+    Snapshot,
+    Submitted,
+    Target,
+    TargetState,
+    idempotency_key,
+)
+from ._util import NoPublicConstructor
+from .stores._protocol import Limits, NewJob, Outcome, Store, Stored
+
+FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
+"""The per-target work: given the job's caller and one target, return its ``Result``."""
+
+CallerClass = Literal["fleet", "restricted"]
+CALLER_CLASSES = ("fleet", "restricted")
+
+# Bookkeeping that must land even while the engine is being cancelled, but never forever.
+_CLEANUP_SECONDS = 5.0
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class EngineStatistics:
+    """A snapshot of the engine's counters, for debugging and metrics."""
+
+    live_jobs: int
+    """Jobs of this engine that are queued or running."""
+    inflight_targets: int
+    """Targets whose fetch is running now."""
+    workers: int
+    """Worker tasks (``Config.workers`` clamped to ``Config.max_workers``)."""
+    queued_jobs: int
+    """Jobs waiting in the rotation for a worker."""
+    retrying_jobs: int
+    """Jobs waiting out ``Config.retry_wait`` after a busy target."""
+
+
+class _LiveJob:
+    __slots__ = ("busy_since", "caller", "cancelled", "id", "next_idx", "started", "targets")
+
+    def __init__(self, job_id: str, caller: Caller, targets: list[Target], started: float) -> None:
+        self.id = job_id
+        self.caller = caller
+        self.targets = targets
+        self.next_idx = 0
+        self.started = started
+        self.busy_since: float | None = None
+        self.cancelled = False
+
+
+@final
+class BatchEngine(metaclass=NoPublicConstructor):
+    """Runs batch jobs fairly over a store. Obtain one from :func:`open_engine`."""
+
+    def __init__(
+        self,
+        store: Store,
+        fetch: FetchFunc,
+        config: Config,
+        log: logging.Logger,
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._fetch = fetch
+        self._config = config
+        self._log = log
+        self._wall = wall_clock
+        self._hooks = SafeHooks(config.hooks, log)
+        self._limits = Limits(
+            ttl=config.ttl,
+            targets_per_job=config.targets_per_job,
+            jobs_per_caller=config.jobs_per_caller,
+            jobs_total=config.jobs_total,
+        )
+        self._workers = config.effective_workers
+        self._live: dict[str, _LiveJob] = {}
+        # Unbounded is safe: a job is in the channel at most once, so it holds at most
+        # jobs_total items, and submit must never block on it.
+        self._send, self._recv = trio.open_memory_channel[_LiveJob](math.inf)
+        self._inflight = 0
+        self._retrying = 0
+        self._tasks: trio.Nursery | None = None
+        self._runner_done = trio.Event()
+        self._closing = False
+        self._closed = trio.Event()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    async def submit(
+        self, caller: Caller, caller_class: CallerClass | str, targets: Sequence[Target]
+    ) -> Submitted:
+        """Admit a job, or reuse the caller's identical one (SPEC §3.1).
+
+        The job and its targets are stored before this returns.
+
+        Raises:
+            NoTargets, TooManyTargets, CallerBusy, Busy: refused; nothing was stored.
+            TypeError, ValueError: ``caller``, ``caller_class`` or ``targets`` are malformed.
+            trio.ClosedResourceError: the engine is closed.
+        """
+        self._check_open()
+        if not isinstance(caller, Caller):
+            raise TypeError(f"caller must be a trio_batch.Caller (got {type(caller).__name__})")
+        if caller_class not in CALLER_CLASSES:
+            raise ValueError(f"caller_class must be 'fleet' or 'restricted' (got {caller_class!r})")
+        if isinstance(targets, (str, bytes)):
+            raise TypeError("targets must be a sequence of trio_batch.Target, not a string")
+        targets = list(targets)
+        for i, target in enumerate(targets):
+            if not isinstance(target, Target):
+                raise TypeError(
+                    f"targets[{i}] must be a trio_batch.Target (got {type(target).__name__})"
+                )
+        if not targets:
+            raise NoTargets("the job has no targets: send at least one")
+        job = NewJob(
+            id=secrets.token_hex(16),
+            caller=caller.name,
+            caller_class=caller_class,
+            key=idempotency_key(caller, targets),
+            targets=targets,
+            now=self._wall(),
+        )
+        submitted = await self._store.admit(job, self._limits)
+        if submitted.reused:
+            self._call_job_hook("reused")
+            return submitted
+        if self._closing:
+            with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                await self._store.interrupt([job.id], self._wall())
+            self._check_open()
+        live = _LiveJob(job.id, caller, targets, trio.current_time())
+        self._live[job.id] = live
+        self._call_job_hook("created")
+        self._report_depth()
+        self._send.send_nowait(live)
+        return submitted
+
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel a live job (SPEC §3.5).
+
+        The target in flight, if any, finishes and is stored; no further target starts.
+
+        Returns:
+            False for an unknown id or a job that is already terminal.
+        """
+        self._check_open()
+        before = await self._store.cancel(job_id, self._wall())
+        if before is None:
+            return False
+        live = self._live.pop(job_id, None)
+        if live is not None:
+            live.cancelled = True
+            seconds = trio.current_time() - live.started
+        else:  # admitted by another engine on a shared store
+            seconds = max(0.0, self._wall() - before.created_at)
+        self._call_job_hook("cancelled")
+        if (hook := self._hooks.job_seconds) is not None:
+            hook(seconds)
+        self._report_depth()
+        return True
+
+    async def status(self, job_id: str) -> Snapshot | None:
+        """The job and its targets, or None for an unknown id. Writes nothing."""
+        self._check_open()
+        return await self._store.snapshot(job_id)
+
+    async def touch(self, job_id: str) -> bool:
+        """Move the job's lease to now, so a finished job is kept ``ttl`` longer.
+
+        Returns:
+            False for an unknown id.
+        """
+        self._check_open()
+        return await self._store.touch(job_id, self._wall())
+
+    def statistics(self) -> EngineStatistics:
+        """Counters for debugging and metrics; never blocks."""
+        return EngineStatistics(
+            live_jobs=len(self._live),
+            inflight_targets=self._inflight,
+            workers=self._workers,
+            queued_jobs=self._recv.statistics().current_buffer_used,
+            retrying_jobs=self._retrying,
+        )
+
+    async def aclose(self) -> None:
+        """Stop: cancel every fetch in flight, stop the workers, fail the live jobs.
+
+        Live jobs end ``failed`` with the error ``interrupted`` so no cap stays taken; their
+        unstarted targets stay ``pending``. Closing again waits for the first close and then
+        does nothing. Leaving the ``open_engine`` block calls this.
+        """
+        if self._closing:
+            with trio.CancelScope(shield=True):
+                await self._closed.wait()
+            return
+        self._closing = True
+        try:
+            if self._tasks is not None:
+                self._tasks.cancel_scope.cancel("BatchEngine.aclose()")
+            with trio.CancelScope(shield=True):
+                await self._runner_done.wait()
+            failed: list[str] = []
+            with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                try:
+                    failed = await self._store.interrupt(list(self._live), self._wall())
+                except Exception as exc:
+                    self._store_error("interrupt", "", exc)
+                for job_id in failed:
+                    live = self._live.get(job_id)
+                    self._call_job_hook("failed")
+                    if live is not None and (hook := self._hooks.job_seconds) is not None:
+                        hook(trio.current_time() - live.started)
+            if failed:
+                self._log.info(
+                    "interrupted %d live jobs", len(failed), extra={"jobs": len(failed)}
+                )
+            self._live.clear()
+            self._report_depth()
+            self._send.close()
+        finally:
+            self._closed.set()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise trio.ClosedResourceError(
+                "this BatchEngine is closed; open a new one with open_engine()"
+            )
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as tasks:
+                self._tasks = tasks
+                for _ in range(self._workers):
+                    await tasks.start(self._worker)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._runner_done.set()
+
+    async def _worker(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async for live in self._recv:
+            if not live.cancelled:
+                await self._run_target(live)
+
+    async def _run_target(self, live: _LiveJob) -> None:
+        idx = live.next_idx
+        try:
+            started = await self._store.start_target(live.id, idx, self._wall())
+        except Exception as exc:
+            self._store_error("start_target", live.id, exc)
+            started = True
+        if not started:  # cancelled from elsewhere, or gone
+            if self._live.pop(live.id, None) is not None:
+                self._report_depth()
+            return
+        self._inflight += 1
+        self._report_inflight()
+        t0 = trio.current_time()
+        error: BaseException | None = None
+        try:
+            result = await self._fetch(live.caller, live.targets[idx])
+            if not isinstance(result, Result):
+                raise TypeError(f"fetch returned {type(result).__name__}, not Result")
+            outcome = Outcome(TargetState.DONE, result_json=result.to_json())
+        except TargetError as exc:
+            error = exc
+            outcome = Outcome(TargetState.FAILED, error=exc.msg, hint=exc.hint)
+        except Exception as exc:
+            error = exc
+            busy = find_retry_later(exc)
+            if busy is not None:
+                if live.busy_since is None:
+                    live.busy_since = t0
+                busy_for = trio.current_time() - live.busy_since
+                if busy_for <= self._config.retry_for:
+                    await self._retry(live, idx, max(self._config.retry_wait, busy.after or 0.0))
+                    return
+                outcome = Outcome(
+                    TargetState.FAILED,
+                    error=str(busy) or "busy",
+                    hint=f"the target stayed busy for {busy_for:.0f} s; try it again later",
+                )
+            else:
+                self._log.error(
+                    "fetch raised %s",
+                    type(exc).__name__,
+                    extra={"job_id": live.id, "idx": idx, "error_type": type(exc).__name__},
+                )
+                outcome = Outcome(TargetState.FAILED, error="internal error")
+        finally:
+            self._inflight -= 1
+            self._report_inflight()
+        seconds = trio.current_time() - t0
+        assert self._tasks is not None
+        self._tasks.start_soon(self._finish, live, idx, outcome, error, seconds)
+
+    async def _retry(self, live: _LiveJob, idx: int, wait: float) -> None:
+        try:
+            with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                await self._store.release_target(live.id, idx, self._wall())
+        except Exception as exc:
+            self._store_error("release_target", live.id, exc)
+        if (hook := self._hooks.retry) is not None:
+            hook(wait)
+        assert self._tasks is not None
+        self._tasks.start_soon(self._requeue_after, live, wait)
+
+    async def _requeue_after(self, live: _LiveJob, wait: float) -> None:
+        self._retrying += 1
+        try:
+            await trio.sleep(wait)
+        finally:
+            self._retrying -= 1
+        self._requeue(live)
+
+    def _requeue(self, live: _LiveJob) -> None:
+        if not live.cancelled and not self._closing:
+            self._send.send_nowait(live)
+
+    async def _finish(
+        self,
+        live: _LiveJob,
+        idx: int,
+        outcome: Outcome,
+        error: BaseException | None,
+        seconds: float,
+    ) -> None:
+        stored = Stored(None)
+        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                stored = await self._store.finish_target(
+                    live.id, idx, outcome, self._wall(), self._config.max_bytes
+                )
+            except Exception as exc:
+                self._store_error("finish_target", live.id, exc)
+        if (hook := self._hooks.target) is not None:
+            size = len(outcome.result_json.encode()) if outcome.result_json is not None else 0
+            hook(error, seconds, size)
+        if stored.evicted and (evicted := self._hooks.evicted) is not None:
+            evicted(stored.evicted)
+        live.busy_since = None
+        live.next_idx = idx + 1
+        if stored.terminal is not None:
+            self._settle(live, stored.terminal)
+        elif live.next_idx < len(live.targets):
+            self._requeue(live)
+        elif not live.cancelled and self._live.pop(live.id, None) is not None:
+            # The last outcome did not finish the job (a store error): free its cap.
+            self._report_depth()
+            with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                try:
+                    await self._store.interrupt([live.id], self._wall())
+                except Exception as exc:
+                    self._store_error("interrupt", live.id, exc)
+
+    def _settle(self, live: _LiveJob, status: JobStatus) -> None:
+        self._live.pop(live.id, None)
+        self._call_job_hook(status.value)
+        if (hook := self._hooks.job_seconds) is not None:
+            hook(trio.current_time() - live.started)
+        self._report_depth()
+        self._log.debug(
+            "job finished", extra={"job_id": live.id, "status": status.value}
+        )
+
+    def _call_job_hook(self, event: str) -> None:
+        if (hook := self._hooks.job) is not None:
+            hook(event)
+
+    def _report_depth(self) -> None:
+        if (hook := self._hooks.depth) is not None:
+            hook(len(self._live))
+
+    def _report_inflight(self) -> None:
+        if (hook := self._hooks.inflight) is not None:
+            hook(self._inflight)
+
+    def _store_error(self, op: str, job_id: str, exc: Exception) -> None:
+        self._log.warning(
+            "store %s failed with %s",
+            op,
+            type(exc).__name__,
+            extra={"job_id": job_id, "op": op, "error_type": type(exc).__name__},
+        )
+
+
+@asynccontextmanager
+async def open_engine(
+    store: Store,
+    fetch: FetchFunc,
+    config: Config = Config(),  # noqa: B008 - Config is frozen
+    *,
+    logger: logging.Logger | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> AsyncIterator[BatchEngine]:
+    """Open a :class:`BatchEngine` whose workers live until the block exits.
+
+    On entry, live jobs left in the store by a process that is gone are failed
+    (``interrupted``). On exit the engine is closed (see :meth:`BatchEngine.aclose`). An
+    exception from the block comes out as itself, not wrapped in an exception group.
+    """
+    if not callable(fetch):
+        raise TypeError("fetch must be an async function (caller, target) -> Result")
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a trio_batch.Config (got {type(config).__name__})")
+    log = logger if logger is not None else logging.getLogger("trio_batch")
+    engine = BatchEngine._create(store, fetch, config, log, wall_clock)
+    recovered = await store.recover(wall_clock())
+    if recovered:
+        log.warning(
+            "failed %d live jobs left by a process that is gone",
+            len(recovered),
+            extra={"jobs": len(recovered)},
+        )
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine._run)
+            try:
+                yield engine
+            finally:
+                await engine.aclose()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise

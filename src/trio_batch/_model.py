@@ -1,0 +1,211 @@
+"""The engine's data: what callers submit, and what they read back.
+
+Everything here is immutable and cheap to build. ``Options`` and ``Target`` are checked when they
+are built, so a bad value fails at the caller's line, not later inside a worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, final
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who submitted a job. Only ``name`` takes part in caps and idempotency."""
+
+    name: str
+    workspace: str = ""
+    key_sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "\x00" in self.name:
+            raise ValueError(
+                f"Caller.name must be a non-empty string without NUL (got {self.name!r})"
+            )
+        for name in ("workspace", "key_sha256"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Caller.{name} must be a string")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Per-target options for the fetch function; the engine only stores and forwards them.
+
+    ``context=None`` means the fetcher's default (on when there is a question).
+    """
+
+    mode: str = ""
+    question: str = ""
+    pages: str = ""
+    grep: str = ""
+    jq: str = ""
+    context: bool | None = None
+    recover: bool = False
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "context":
+                ok = value is None or isinstance(value, bool)
+                want = "a bool or None"
+            elif f.name == "recover":
+                ok, want = isinstance(value, bool), "a bool"
+            else:
+                ok, want = isinstance(value, str), "a string"
+            if not ok:
+                raise TypeError(f"Options.{f.name} must be {want} (got {type(value).__name__})")
+
+    def to_json(self) -> dict[str, Any]:
+        """The options without their empty (default) fields, as stored and hashed."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Options:
+        """Rebuild options from :meth:`to_json` output.
+
+        Raises:
+            ValueError: a key that is not an option (the message names it).
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown option {unknown[0]!r}; known options: {sorted(known)}")
+        return cls(**data)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One unit of work: a URL and its options."""
+
+    url: str
+    options: Options = Options()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            raise ValueError("Target.url must be a non-empty string")
+        if not isinstance(self.options, Options):
+            raise TypeError(
+                f"Target.options must be an Options (got {type(self.options).__name__})"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "options": self.options.to_json()}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A finished target's content; every other field of the fetcher's envelope is in ``meta``."""
+
+    content: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Compact JSON of the result, as the store keeps it."""
+        return json.dumps(
+            {"content": self.content, "meta": self.meta},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Result:
+        data = json.loads(text)
+        return cls(content=data["content"], meta=data.get("meta") or {})
+
+
+class JobStatus(enum.StrEnum):
+    """A job's status. ``queued`` and ``running`` are *live*; the rest are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def live(self) -> bool:
+        return self in (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+class TargetState(enum.StrEnum):
+    """A target's state. Targets a job never reached stay ``pending``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+REUSABLE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.DONE, JobStatus.PARTIAL)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as the store holds it.
+
+    ``created_at``, ``updated_at`` and ``lease`` are unix seconds from the engine's wall clock.
+    ``lease`` is the last touch (submit, an owner's read, or reaching a terminal status); a
+    finished job is kept until ``lease + Config.ttl``.
+    """
+
+    id: str
+    caller: str
+    status: JobStatus
+    error: str
+    targets_total: int
+    targets_done: int
+    created_at: float
+    updated_at: float = 0.0
+    lease: float = 0.0
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TargetStatus:
+    """One target of a job, in input order (``idx`` from 0)."""
+
+    idx: int
+    url: str
+    status: TargetState
+    result: Result | None
+    error: str
+    hint: str
+    options: Options = Options()
+
+
+class Submitted(NamedTuple):
+    """What :meth:`BatchEngine.submit` returns: the job id, and whether it was reused."""
+
+    id: str
+    reused: bool
+
+
+class Snapshot(NamedTuple):
+    """A job and all its targets, read in one consistent view."""
+
+    job: Job
+    targets: list[TargetStatus]
+
+
+def idempotency_key(caller: Caller, targets: list[Target]) -> str:
+    """Hex SHA-256 of the caller's name and the canonical JSON of the targets (SPEC §3.1)."""
+    canonical = json.dumps(
+        [t.to_json() for t in targets], separators=(",", ":"), sort_keys=True, ensure_ascii=False
+    )
+    return hashlib.sha256(f"{caller.name}\x00{canonical}".encode()).hexdigest()

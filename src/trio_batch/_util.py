@@ -1,0 +1,45 @@
+"""Small helpers shared by the public classes."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn, TypeVar
+
+T = TypeVar("T")
+
+
+class NoPublicConstructor(type):
+    """A metaclass whose classes can only be built through their ``_create`` classmethod."""
+
+    def __call__(cls, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} has no public constructor; use open_engine()"
+        )
+
+    def _create(cls: type[T], *args: Any, **kwargs: Any) -> T:
+        return super().__call__(*args, **kwargs)  # type: ignore[misc, no-any-return]
+
+
+def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> None:
+    """Make the public names report ``module_name`` as their module, as Trio does."""
+    seen: set[int] = set()
+
+    def fix_one(qualname: str, name: str, obj: object) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        mod = getattr(obj, "__module__", None)
+        if mod is not None and mod.startswith("trio_batch."):
+            try:
+                obj.__module__ = module_name
+                if isinstance(obj, type):
+                    obj.__name__ = name
+                    obj.__qualname__ = qualname
+                    for attr_name, attr_value in obj.__dict__.items():
+                        fix_one(f"{qualname}.{attr_name}", attr_name, attr_value)
+            except (AttributeError, TypeError):
+                pass
+
+    for name in namespace.get("__all__", ()):  # type: ignore[attr-defined]
+        obj = namespace[name]
+        if not name.startswith("_"):
+            fix_one(name, name, obj)

@@ -1,0 +1,316 @@
+"""The in-memory store: pure Trio, the reference every other backend is tested against."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import final
+
+import trio
+
+from .._errors import Busy, CallerBusy, TooManyTargets
+from .._model import (
+    REUSABLE_STATUSES,
+    Job,
+    JobStatus,
+    Options,
+    Result,
+    Snapshot,
+    Submitted,
+    TargetState,
+    TargetStatus,
+)
+from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+
+
+@dataclass(slots=True)
+class _TargetRow:
+    url: str
+    options: Options
+    status: TargetState = TargetState.PENDING
+    result_json: str | None = None
+    error: str = ""
+    hint: str = ""
+
+
+@dataclass(slots=True)
+class _JobRow:
+    id: str
+    caller: str
+    caller_class: str
+    key: str
+    status: JobStatus
+    created_at: float
+    updated_at: float
+    lease: float
+    targets: list[_TargetRow] = field(default_factory=list)
+    error: str = ""
+    done: int = 0
+    bytes: int = 0
+    seq: int = 0
+
+    def view(self) -> Job:
+        return Job(
+            id=self.id,
+            caller=self.caller,
+            status=self.status,
+            error=self.error,
+            targets_total=len(self.targets),
+            targets_done=self.done,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            lease=self.lease,
+        )
+
+
+@final
+class MemoryStore:
+    """Jobs in a few dicts; gone with the process. One engine at a time.
+
+    Every operation checkpoints once and then runs without awaiting, which is what makes it
+    atomic. Sweeping and eviction pop a heap of finished jobs ordered by lease, so their cost
+    does not grow with the number of live jobs.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _JobRow] = {}
+        self._by_key: dict[tuple[str, str], str] = {}
+        self._live_by_caller: Counter[str] = Counter()
+        self._live = 0
+        self._finished: list[tuple[float, int, str]] = []  # (lease, seq, id); stale ones skipped
+        self._seq = itertools.count()
+        self._bytes = 0
+        self._cache: dict[str, CacheEntry] = {}  # insertion order = stored order
+        self._cache_bytes = 0
+
+    async def __aenter__(self) -> MemoryStore:
+        await trio.lowlevel.checkpoint()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of stored result JSON (what ``Config.max_bytes`` bounds)."""
+        return self._bytes
+
+    async def admit(self, job: NewJob, limits: Limits) -> Submitted:
+        await trio.lowlevel.checkpoint()
+        previous = self._jobs.get(self._by_key.get((job.caller, job.key), ""))
+        if (
+            previous is not None
+            and previous.status in REUSABLE_STATUSES
+            and previous.lease >= job.now - limits.ttl
+        ):
+            return Submitted(previous.id, True)
+        check_caps(
+            len(job.targets), self._live_by_caller[job.caller], self._live, limits
+        )
+        self._jobs[job.id] = _JobRow(
+            id=job.id,
+            caller=job.caller,
+            caller_class=job.caller_class,
+            key=job.key,
+            status=JobStatus.QUEUED,
+            created_at=job.now,
+            updated_at=job.now,
+            lease=job.now,
+            targets=[_TargetRow(t.url, t.options) for t in job.targets],
+            seq=next(self._seq),
+        )
+        self._by_key[(job.caller, job.key)] = job.id
+        self._live_by_caller[job.caller] += 1
+        self._live += 1
+        self._sweep(job.now - limits.ttl)
+        return Submitted(job.id, False)
+
+    async def recover(self, now: float) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return self._interrupt([j.id for j in self._jobs.values() if j.status.live], now)
+
+    async def start_target(self, job_id: str, idx: int, now: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        row = self._jobs.get(job_id)
+        if row is None or not row.status.live:
+            return False
+        row.targets[idx].status = TargetState.RUNNING
+        row.status = JobStatus.RUNNING
+        row.updated_at = now
+        return True
+
+    async def release_target(self, job_id: str, idx: int, now: float) -> None:
+        await trio.lowlevel.checkpoint()
+        row = self._jobs.get(job_id)
+        if row is not None and row.targets[idx].status is TargetState.RUNNING:
+            row.targets[idx].status = TargetState.PENDING
+            row.updated_at = now
+
+    async def finish_target(
+        self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
+    ) -> Stored:
+        await trio.lowlevel.checkpoint()
+        row = self._jobs.get(job_id)
+        if row is None:
+            return Stored(None)
+        target = row.targets[idx]
+        if target.status in (TargetState.DONE, TargetState.FAILED):
+            return Stored(None)
+        size = len(outcome.result_json.encode()) if outcome.result_json is not None else 0
+        target.status = outcome.state
+        target.result_json = outcome.result_json
+        target.error = outcome.error
+        target.hint = outcome.hint
+        row.done += 1
+        row.bytes += size
+        row.updated_at = now
+        self._bytes += size
+        terminal = None
+        if row.status.live and row.done == len(row.targets):
+            terminal = terminal_status(row.targets)
+            self._end(row, terminal, now)
+        return Stored(terminal, self._evict(max_bytes))
+
+    async def cancel(self, job_id: str, now: float) -> Job | None:
+        await trio.lowlevel.checkpoint()
+        row = self._jobs.get(job_id)
+        if row is None or not row.status.live:
+            return None
+        before = row.view()
+        self._end(row, JobStatus.CANCELLED, now)
+        return before
+
+    async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return self._interrupt(job_ids, now)
+
+    def _interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
+        failed = []
+        for job_id in job_ids:
+            row = self._jobs.get(job_id)
+            if row is None or not row.status.live:
+                continue
+            for target in row.targets:
+                if target.status is TargetState.RUNNING:
+                    target.status = TargetState.PENDING
+            row.error = "interrupted"
+            self._end(row, JobStatus.FAILED, now)
+            failed.append(job_id)
+        return failed
+
+    async def snapshot(self, job_id: str) -> Snapshot | None:
+        await trio.lowlevel.checkpoint()
+        row = self._jobs.get(job_id)
+        if row is None:
+            return None
+        targets = [
+            TargetStatus(
+                idx=i,
+                url=t.url,
+                status=t.status,
+                result=None if t.result_json is None else Result.from_json(t.result_json),
+                error=t.error,
+                hint=t.hint,
+                options=t.options,
+            )
+            for i, t in enumerate(row.targets)
+        ]
+        return Snapshot(row.view(), targets)
+
+    async def touch(self, job_id: str, now: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        row = self._jobs.get(job_id)
+        if row is None:
+            return False
+        row.lease = now
+        if not row.status.live:
+            heapq.heappush(self._finished, (now, row.seq, job_id))
+        return True
+
+    async def cache_get(self, key: str) -> CacheEntry | None:
+        await trio.lowlevel.checkpoint()
+        return self._cache.get(key)
+
+    async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
+        await trio.lowlevel.checkpoint()
+        old = self._cache.pop(key, None)
+        if old is not None:
+            self._cache_bytes -= len(old.body)
+        self._cache[key] = entry
+        self._cache_bytes += len(entry.body)
+        while self._cache_bytes > max_bytes and self._cache:
+            oldest = next(iter(self._cache))
+            self._cache_bytes -= len(self._cache.pop(oldest).body)
+
+    def _end(self, row: _JobRow, status: JobStatus, now: float) -> None:
+        row.status = status
+        row.updated_at = row.lease = now
+        self._live_by_caller[row.caller] -= 1
+        if not self._live_by_caller[row.caller]:
+            del self._live_by_caller[row.caller]
+        self._live -= 1
+        heapq.heappush(self._finished, (now, row.seq, row.id))
+
+    def _current(self, lease: float, job_id: str) -> _JobRow | None:
+        row = self._jobs.get(job_id)
+        if row is None or row.status.live or row.lease != lease:
+            return None
+        return row
+
+    def _delete(self, row: _JobRow) -> None:
+        del self._jobs[row.id]
+        if self._by_key.get((row.caller, row.key)) == row.id:
+            del self._by_key[(row.caller, row.key)]
+        self._bytes -= row.bytes
+
+    def _sweep(self, cutoff: float) -> None:
+        while self._finished and self._finished[0][0] < cutoff:
+            lease, _, job_id = heapq.heappop(self._finished)
+            row = self._current(lease, job_id)
+            if row is not None:
+                self._delete(row)
+
+    def _evict(self, max_bytes: int) -> int:
+        evicted = 0
+        while self._bytes > max_bytes and self._finished:
+            lease, _, job_id = heapq.heappop(self._finished)
+            row = self._current(lease, job_id)
+            if row is not None:
+                self._delete(row)
+                evicted += 1
+        return evicted
+
+
+def check_caps(n_targets: int, caller_live: int, total_live: int, limits: Limits) -> None:
+    """Raise the first cap a new job would break (SPEC §3.1 order)."""
+    if n_targets > limits.targets_per_job:
+        raise TooManyTargets(
+            f"the job has {n_targets} targets; the limit is {limits.targets_per_job} a job: "
+            "split it into smaller jobs"
+        )
+    if caller_live >= limits.jobs_per_caller:
+        raise CallerBusy(
+            f"this caller already has {caller_live} live jobs (the limit is "
+            f"{limits.jobs_per_caller}): wait for one to finish, or cancel one"
+        )
+    if total_live >= limits.jobs_total:
+        raise Busy(
+            f"the engine already runs {total_live} live jobs (the limit is "
+            f"{limits.jobs_total}): try again shortly"
+        )
+
+
+def terminal_status(targets: Sequence[_TargetRow] | Sequence[TargetState]) -> JobStatus:
+    """``done`` if every target is done, ``failed`` if every one failed, else ``partial``."""
+    states = {t if isinstance(t, TargetState) else t.status for t in targets}
+    if states == {TargetState.DONE}:
+        return JobStatus.DONE
+    if states == {TargetState.FAILED}:
+        return JobStatus.FAILED
+    return JobStatus.PARTIAL

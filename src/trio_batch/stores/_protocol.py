@@ -1,0 +1,150 @@
+"""The store protocol: the few operations the engine needs, each atomic.
+
+Every backend (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) runs the same contract suite
+(``tests/test_store_contract.py``). Times are unix seconds from the engine's wall clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, final
+
+from .._model import Job, JobStatus, Snapshot, Submitted, Target, TargetState
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to admit: its id, who asked, the idempotency key and the targets."""
+
+    id: str
+    caller: str
+    caller_class: str
+    key: str
+    targets: Sequence[Target]
+    now: float
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What admission checks, from ``Config``."""
+
+    ttl: float
+    targets_per_job: int
+    jobs_per_caller: int
+    jobs_total: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one target ended: ``done`` with the result's JSON, or ``failed`` with error/hint."""
+
+    state: TargetState
+    result_json: str | None = None
+    error: str = ""
+    hint: str = ""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What storing a target did to its job."""
+
+    terminal: JobStatus | None
+    """The job's new terminal status if this write finished it, else None."""
+    evicted: int = 0
+    """Finished jobs evicted for the byte cap."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """A cached response of the web fetcher: body, its metadata as JSON, and when it expires."""
+
+    body: bytes
+    meta_json: str
+    stored_at: float
+    expires_at: float
+
+
+class Store(Protocol):
+    """What an engine needs from a store. Each method is atomic.
+
+    A store may be shared by several engines only where its docs say so (PostgreSQL).
+    """
+
+    async def admit(self, job: NewJob, limits: Limits) -> Submitted:
+        """Reuse, check caps and insert, atomically (SPEC §3.1).
+
+        Returns ``Submitted(id, True)`` for a reusable job of the same caller and key (no caps
+        checked), else inserts ``job`` queued with its targets pending and returns
+        ``Submitted(job.id, False)``. Then sweeps finished jobs whose lease is older than
+        ``limits.ttl``. A repeat with the same key returns the first job.
+
+        Raises:
+            TooManyTargets, CallerBusy, Busy: nothing was written.
+        """
+        ...
+
+    async def recover(self, now: float) -> list[str]:
+        """Fail (``interrupted``) the live jobs whose engine is gone; return their ids.
+
+        A single-process store treats every live job as orphaned: it is called when an
+        engine opens. A repeat finds nothing more to do.
+        """
+        ...
+
+    async def start_target(self, job_id: str, idx: int, now: float) -> bool:
+        """Mark target ``idx`` running and a queued job running.
+
+        Returns False, writing nothing, when the job is no longer live (cancelled, interrupted
+        or gone): the engine then starts nothing more for it.
+        """
+        ...
+
+    async def release_target(self, job_id: str, idx: int, now: float) -> None:
+        """Put a running target back to pending (it was only busy). A repeat does nothing."""
+        ...
+
+    async def finish_target(
+        self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
+    ) -> Stored:
+        """Store a target's outcome; finish the job when it was the last; evict for bytes.
+
+        A cancelled job keeps its status. When the job becomes terminal its lease moves to
+        ``now``. Then the finished jobs with the oldest lease are evicted while the stored
+        result bytes exceed ``max_bytes``; live jobs never are. Storing the same target twice
+        does not count it twice.
+        """
+        ...
+
+    async def cancel(self, job_id: str, now: float) -> Job | None:
+        """Cancel a live job; return it as it was before, or None (unknown or terminal)."""
+        ...
+
+    async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
+        """Fail the live ones of ``job_ids`` with error ``interrupted``; return those ids.
+
+        Their running targets go back to pending.
+        """
+        ...
+
+    async def snapshot(self, job_id: str) -> Snapshot | None:
+        """The job and its targets in input order, or None. Writes nothing."""
+        ...
+
+    async def touch(self, job_id: str, now: float) -> bool:
+        """Move the job's lease to ``now``; False for an unknown job."""
+        ...
+
+    async def cache_get(self, key: str) -> CacheEntry | None:
+        """The cached entry under ``key``, expired or not (``recover`` serves stale copies)."""
+        ...
+
+    async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
+        """Store ``entry`` under ``key`` (replacing any), then drop the entries stored longest
+        ago while the cache's bytes exceed ``max_bytes``. A repeat replaces the entry."""
+        ...
