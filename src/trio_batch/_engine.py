@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal, final
+from typing import Literal, cast, final
 
 import trio
 
@@ -132,7 +132,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             raise TypeError(f"caller must be a trio_batch.Caller (got {type(caller).__name__})")
         if caller_class not in CALLER_CLASSES:
             raise ValueError(f"caller_class must be 'fleet' or 'restricted' (got {caller_class!r})")
-        if isinstance(targets, (str, bytes)):
+        if isinstance(cast("object", targets), (str, bytes)):
             raise TypeError("targets must be a sequence of trio_batch.Target, not a string")
         targets = list(targets)
         for i, target in enumerate(targets):
@@ -242,9 +242,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
                     if live is not None and (hook := self._hooks.job_seconds) is not None:
                         hook(trio.current_time() - live.started)
             if failed:
-                self._log.info(
-                    "interrupted %d live jobs", len(failed), extra={"jobs": len(failed)}
-                )
+                self._log.info("interrupted %d live jobs", len(failed), extra={"jobs": len(failed)})
             self._live.clear()
             self._report_depth()
             self._send.close()
@@ -270,7 +268,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
         finally:
             self._runner_done.set()
 
-    async def _worker(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _worker(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         task_status.started()
         async for live in self._recv:
             if not live.cancelled:
@@ -393,9 +393,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if (hook := self._hooks.job_seconds) is not None:
             hook(trio.current_time() - live.started)
         self._report_depth()
-        self._log.debug(
-            "job finished", extra={"job_id": live.id, "status": status.value}
-        )
+        self._log.debug("job finished", extra={"job_id": live.id, "status": status.value})
 
     def _call_job_hook(self, event: str) -> None:
         if (hook := self._hooks.job) is not None:

@@ -86,12 +86,20 @@ class StoreError(Exception):
 
 
 def find_retry_later(exc: BaseException) -> RetryLater | None:
-    """The ``RetryLater`` in ``exc`` or its cause/context chain, if any."""
+    """The ``RetryLater`` in ``exc`` or its cause/context chain, if any.
+
+    The chain is the one Python prints: ``raise ... from None`` hides the context.
+    """
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if isinstance(current, RetryLater):
             return current
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif current.__suppress_context__:
+            current = None
+        else:
+            current = current.__context__
     return None

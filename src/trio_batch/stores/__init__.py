@@ -24,7 +24,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CacheEntry",
-    "Limits", "MemoryStore", "NewJob", "Outcome", "PostgresStore", "SQLiteStore", "Store", "Stored"]
+    "Limits",
+    "MemoryStore",
+    "NewJob",
+    "Outcome",
+    "PostgresStore",
+    "SQLiteStore",
+    "Store",
+    "Stored",
+]
 
 
 def __getattr__(name: str) -> object:

@@ -110,9 +110,7 @@ class MemoryStore:
             and previous.lease >= job.now - limits.ttl
         ):
             return Submitted(previous.id, True)
-        check_caps(
-            len(job.targets), self._live_by_caller[job.caller], self._live, limits
-        )
+        check_caps(len(job.targets), self._live_by_caller[job.caller], self._live, limits)
         self._jobs[job.id] = _JobRow(
             id=job.id,
             caller=job.caller,

@@ -19,7 +19,6 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Generic, TypeVar, final
 
 import outcome
@@ -291,7 +290,7 @@ class SQLiteStore:
                 "SQLiteStore needs a file path; for an in-memory store use MemoryStore()"
             )
         if readonly:
-            if not Path(path).exists():
+            if not await trio.Path(path).exists():
                 raise StoreError(f"{path} does not exist; nothing to read")
             store = cls(path, None, readers)
             try:
@@ -341,8 +340,8 @@ class SQLiteStore:
             raise trio.ClosedResourceError("this SQLiteStore is closed")
         async with self._read_limiter:
             conn = self._readers.pop() if self._readers else None
-            conn, result = await trio.to_thread.run_sync(_read_in_thread, self._path, conn, fn)
-            self._readers.append(conn)
+            used, result = await trio.to_thread.run_sync(_read_in_thread, self._path, conn, fn)
+            self._readers.append(used)
             return result.unwrap()
 
     # -- the Store protocol -------------------------------------------------------------------
@@ -444,13 +443,24 @@ def _admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted:
         and previous[2] >= job.now - limits.ttl
     ):
         return Submitted(previous[0], True)
-    caller_row = conn.execute("SELECT live FROM counters WHERE caller = ?", (job.caller,)).fetchone()
+    caller_row = conn.execute(
+        "SELECT live FROM counters WHERE caller = ?", (job.caller,)
+    ).fetchone()
     total_row = conn.execute("SELECT live FROM counters WHERE caller = ''").fetchone()
     check_caps(len(job.targets), caller_row[0] if caller_row else 0, total_row[0], limits)
     conn.execute(
         "INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at, "
         "updated_at, lease) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
-        (job.id, job.caller, job.caller_class, job.key, len(job.targets), job.now, job.now, job.now),
+        (
+            job.id,
+            job.caller,
+            job.caller_class,
+            job.key,
+            len(job.targets),
+            job.now,
+            job.now,
+            job.now,
+        ),
     )
     conn.executemany(
         "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, 'pending')",
@@ -508,8 +518,7 @@ def _evict(conn: sqlite3.Connection, max_bytes: int) -> int:
         if stored <= max_bytes:
             return evicted
         row = conn.execute(
-            f"SELECT id, bytes FROM jobs WHERE status NOT IN {_LIVE} "
-            "ORDER BY lease, rowid LIMIT 1"
+            f"SELECT id, bytes FROM jobs WHERE status NOT IN {_LIVE} ORDER BY lease, rowid LIMIT 1"
         ).fetchone()
         if row is None:
             return evicted

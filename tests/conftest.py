@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from trio_batch.stores import MemoryStore, SQLiteStore, Store
+
+settings.register_profile("default", max_examples=25, deadline=None)
+settings.register_profile(
+    "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=10, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+PG_DSN = os.environ.get("TRIO_BATCH_TEST_PG", "")
+STORE_KINDS = ["memory", "sqlite", *(["postgres"] if PG_DSN else [])]
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def store(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> AsyncIterator[Store]:
+    """Every backend, one after the other: the store contract holds on each."""
+    kind = request.param
+    if kind == "memory":
+        yield MemoryStore()
+    elif kind == "sqlite":
+        async with SQLiteStore.open(os.path.join(tmp_path, "store.sqlite")) as sqlite:
+            yield sqlite
+    else:
+        from tests.pg_support import open_test_store
+
+        async with open_test_store(PG_DSN) as pg:
+            yield pg

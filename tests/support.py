@@ -1,0 +1,77 @@
+"""Helpers shared by the engine tests: a movable wall clock and an event recorder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import trio
+
+from trio_batch import Hooks, Target
+
+T = TypeVar("T")
+
+
+class WallClock:
+    """A wall clock the test moves by hand (for leases and TTL)."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Recorder:
+    """Hooks that record every call, and a way to wait for a condition on them."""
+
+    def __init__(self) -> None:
+        self.jobs: list[str] = []
+        self.targets: list[tuple[BaseException | None, float, int]] = []
+        self.job_seconds: list[float] = []
+        self.depths: list[int] = []
+        self.inflights: list[int] = []
+        self.retries: list[float] = []
+        self.evictions: list[int] = []
+        self._changed = trio.Event()
+
+    def hooks(self) -> Hooks:
+        return Hooks(
+            job=self._add(self.jobs),
+            target=lambda err, secs, size: self._record(self.targets, (err, secs, size)),
+            job_seconds=self._add(self.job_seconds),
+            depth=self._add(self.depths),
+            inflight=self._add(self.inflights),
+            retry=self._add(self.retries),
+            evicted=self._add(self.evictions),
+        )
+
+    def _add(self, into: list[T]) -> Callable[[T], None]:
+        return lambda value: self._record(into, value)
+
+    def _record(self, into: list[T], value: T) -> None:
+        into.append(value)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def terminal(self) -> int:
+        return sum(e in ("done", "partial", "failed", "cancelled") for e in self.jobs)
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Wait (on hook events, not on time) until ``condition()`` holds."""
+        while not condition():
+            await self._changed.wait()
+
+    async def wait_terminal(self, count: int) -> None:
+        await self.wait_until(lambda: self.terminal() >= count)
+
+
+def targets(prefix: str, n: int) -> list[Target]:
+    return [Target(f"https://{prefix}.example.test/page/{i}") for i in range(n)]
+
+
+def url(prefix: str, i: int) -> str:
+    return f"https://{prefix}.example.test/page/{i}"

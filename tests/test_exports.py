@@ -1,0 +1,64 @@
+"""The public surface: exactly the SPEC's names, from the package itself, final classes."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import trio_batch
+import trio_batch.stores
+
+SPEC_NAMES = {
+    "open_engine", "BatchEngine", "Config", "Hooks",
+    "Caller", "Options", "Target", "Result", "TargetError", "RetryLater",
+    "Job", "TargetStatus", "JobStatus", "TargetState", "Submitted", "Snapshot",
+    "SubmitError", "NoTargets", "TooManyTargets", "CallerBusy", "Busy",
+}  # fmt: skip
+EXTRA_NAMES = {"EngineStatistics", "FetchFunc", "StoreError"}
+
+
+def test_all_is_the_spec_names_plus_documented_extras() -> None:
+    """__all__ lists the SPEC §2 names and the documented extras, sorted."""
+    assert SPEC_NAMES | EXTRA_NAMES == set(trio_batch.__all__)
+    assert sorted(trio_batch.__all__) == trio_batch.__all__
+
+
+def test_spec_import_block_matches() -> None:
+    """The import block of the SPEC copy in docs names exactly SPEC_NAMES."""
+    spec = (Path(__file__).parent.parent / "docs" / "spec.md").read_text()
+    block = re.search(r"from trio_batch import \((.*?)\)", spec, re.S)
+    assert block is not None
+    assert SPEC_NAMES == {n.strip() for n in block.group(1).split(",") if n.strip()}
+
+
+def test_stores_export() -> None:
+    """MemoryStore and SQLiteStore import from trio_batch.stores."""
+    from trio_batch.stores import MemoryStore, SQLiteStore
+
+    assert MemoryStore.__module__.startswith("trio_batch.stores")
+    assert SQLiteStore.__module__.startswith("trio_batch.stores")
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_NAMES | EXTRA_NAMES))
+def test_public_names_report_the_package(name: str) -> None:
+    """Every public class says it lives in trio_batch, not a private module."""
+    obj = getattr(trio_batch, name)
+    if inspect.isclass(obj):
+        assert "trio_batch" == obj.__module__
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        n
+        for n in SPEC_NAMES | EXTRA_NAMES
+        if inspect.isclass(getattr(trio_batch, n))
+        and n not in {"SubmitError", "Submitted", "Snapshot", "JobStatus", "TargetState"}
+    ),
+)
+def test_public_classes_are_final(name: str) -> None:
+    """Concrete public classes cannot be subclassed by accident (typing.final)."""
+    assert getattr(getattr(trio_batch, name), "__final__", False)
