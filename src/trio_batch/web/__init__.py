@@ -1,0 +1,37 @@
+"""The web fetcher: a ``FetchFunc`` for real pages, made for agents (SPEC §6).
+
+Needs the ``web`` extra (``pip install trio-batch[web]``)::
+
+    from trio_batch.web import WebFetcher, precheck, validate_options
+
+    async with WebFetcher(store=store) as fetch:
+        async with open_engine(store, fetch) as engine:
+            ...
+
+:func:`precheck` and :func:`validate_options` are the submit-time checks the HTTP API runs;
+:class:`WebFetcher` repeats them and adds the fetch-time guard (every resolved address must be
+public; the connection goes to the checked address), busy handling, limits, options and cache.
+"""
+
+from __future__ import annotations
+
+from .._util import fixup_module_metadata as _fixup_module_metadata
+from ._fetcher import (
+    DEFAULT_USER_AGENT as DEFAULT_USER_AGENT,
+    WebFetcher as WebFetcher,
+    WebFetcherStatistics as WebFetcherStatistics,
+)
+from ._guard import Resolver as Resolver, precheck as precheck
+from ._shape import validate_options as validate_options
+
+__all__ = [
+    "DEFAULT_USER_AGENT",
+    "Resolver",
+    "WebFetcher",
+    "WebFetcherStatistics",
+    "precheck",
+    "validate_options",
+]
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

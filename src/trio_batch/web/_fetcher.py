@@ -1,0 +1,690 @@
+"""The web fetcher: a ``FetchFunc`` for real pages, safe, bounded and shaped for agents."""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import hashlib
+import http
+import json
+import logging
+import ssl
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from types import TracebackType
+from typing import Any, Final, final
+
+import httpcore
+import httpx
+import trio
+
+from .._errors import RetryLater, TargetError
+from .._model import Caller, Result, Target
+from ..stores._protocol import CacheEntry, Store
+from ._guard import (
+    Checked,
+    Network,
+    Resolver,
+    check_addresses,
+    check_url,
+    redact_url,
+    system_resolver,
+)
+from ._net import PINS, PinnedBackend, PinnedTransport
+from ._shape import Body, shape, validate_options
+
+logger = logging.getLogger("trio_batch.web")
+
+DEFAULT_USER_AGENT: Final = "trio-batch/0.1 (batch web fetcher for agents)"
+_ACCEPT: Final = (
+    "text/html,application/xhtml+xml,application/json;q=0.9,application/pdf;q=0.9,"
+    "text/*;q=0.8,*/*;q=0.5"
+)
+_REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
+_BUSY: Final = frozenset({429, 503})
+
+
+class _Refused(Exception):
+    """The guard refused a hop; carries the TargetError (never served from the cache)."""
+
+    def __init__(self, error: TargetError) -> None:
+        super().__init__(error.msg)
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class _Download:
+    body: Body
+    status: int
+    redirects: int
+    cache_control: str
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class WebFetcherStatistics:
+    """A snapshot of a :class:`WebFetcher`'s pool, for debugging and metrics."""
+
+    in_flight: int
+    """Fetches holding a pool slot now."""
+    waiting: int
+    """Fetches waiting for a pool slot."""
+    pool_size: int
+    callers: int
+    """Callers with a fetch in flight or waiting."""
+
+
+def _size(n: int) -> str:
+    if n >= 2**20:
+        return f"{n / 2**20:.1f}".removesuffix(".0") + " MB"
+    if n >= 1024:
+        return f"{n / 1024:.1f}".removesuffix(".0") + " KB"
+    return f"{n} bytes"
+
+
+def _phrase(status: int) -> str:
+    try:
+        return f"{status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return str(status)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, its causes and contexts, and the members of exception groups among them."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                todo.append(linked)
+
+
+def _transport_error(exc: httpx.HTTPError, port: int, timeout: float) -> TargetError:
+    """The agent-facing error for a failed connection or exchange."""
+    chain = list(_chain(exc))
+    if isinstance(exc, httpx.TimeoutException):
+        return _timeout_error(timeout)
+    if any(isinstance(e, ssl.SSLCertVerificationError) for e in chain):
+        return TargetError(
+            "the site's TLS certificate could not be verified",
+            hint="the certificate is invalid, expired or for another name, and trio-batch "
+            "never skips verification: use another source for this content",
+            status=502,
+        )
+    if any(isinstance(e, ssl.SSLError) for e in chain):
+        return TargetError(
+            "the TLS handshake with the site failed",
+            hint="the site's HTTPS setup is broken or outdated; try again later or use "
+            "another source",
+            status=502,
+        )
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return TargetError(
+            f"the site refused the connection on port {port}",
+            hint="nothing listens there: check the URL's host and port, or try again later",
+            status=502,
+        )
+    if isinstance(exc, httpx.ConnectError):
+        return TargetError(
+            "could not connect to the site",
+            hint="the site is down or unreachable; try again later",
+            status=502,
+        )
+    if isinstance(exc, httpx.DecodingError):
+        return TargetError(
+            "the site sent a body that cannot be decompressed",
+            hint="the site's response is broken; try again later or use another source",
+            status=502,
+        )
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return TargetError(
+            "the site sent a malformed or truncated response",
+            hint="try again later; if it persists, use another source",
+            status=502,
+        )
+    return TargetError(
+        "the connection to the site failed",
+        hint="try again later",
+        status=502,
+    )
+
+
+def _timeout_error(timeout: float) -> TargetError:
+    return TargetError(
+        f"the site did not answer within {timeout:g} s",
+        hint="the site is slow or hanging; try again later, or ask for a smaller page "
+        "(recover=true serves the last cached copy)",
+        status=504,
+    )
+
+
+def _status_hint(status: int) -> str:
+    if status in (401, 403, 407):
+        return (
+            "the site requires a login or refuses automated access; trio-batch sends no "
+            "credentials: use a public source"
+        )
+    if status in (404, 410):
+        return "the page does not exist (any more): check the URL, or search for its new address"
+    if status == 400:
+        return "the site rejected the request: check the URL's path and query parameters"
+    if status == 451:
+        return "the site withholds this page for legal reasons: use another source"
+    return "the site refused the request: check the URL"
+
+
+def _content_type(value: str) -> tuple[str, str | None]:
+    mime, *params = value.split(";")
+    charset = None
+    for param in params:
+        key, _, val = param.partition("=")
+        if key.strip().lower() == "charset":
+            charset = val.strip().strip("\"'") or None
+    return mime.strip().lower(), charset
+
+
+@final
+class WebFetcher:
+    """A fetch function for real web pages (SPEC §6), used as ``fetch=`` of the engine.
+
+    ::
+
+        async with WebFetcher(store=store) as fetch:
+            async with open_engine(store, fetch) as engine:
+                ...
+
+    Every call checks the URL (:func:`precheck`), serves a fresh cached copy if there is one,
+    takes a slot of the per-caller pool and of the global pool, resolves the host once and
+    refuses it unless every address is allowed, connects to those checked addresses only,
+    follows at most ``max_redirects`` redirects (each checked the same way), reads at most
+    ``max_bytes`` of body, all within ``timeout`` seconds of Trio's clock; then it shapes the
+    body as the target's options ask, in a worker thread.
+
+    Args:
+        store: where the response cache lives (``cache_get``/``cache_put``); None, no cache.
+        timeout: seconds for one fetch: DNS, connect, redirects and body (``trio.fail_after``).
+        max_bytes: most body bytes read (after decompression), counted while streaming.
+        max_redirects: most redirects followed.
+        user_agent: the ``User-Agent`` header.
+        pool_size: most fetches in flight at once, over all callers.
+        per_caller: most fetches in flight at once for one caller (by name).
+        slot_wait: seconds to wait for a pool slot before raising ``RetryLater``.
+        resolver: ``async (host, port) -> [ip, ...]``; the system's resolver by default.
+        allow: networks the guard lets through although they are not public (e.g. loopback
+            for a local demo).
+        transport: an httpx transport to use instead of the network (tests); the guard still
+            resolves and checks every hop, but the transport decides where requests go.
+        network_backend: the httpcore backend the checked connections go through (tests that
+            record connection attempts); Trio's by default.
+        ssl_context: the TLS settings, e.g. to trust a private CA; httpx's defaults (certifi
+            roots, host name checks) when None. The fetcher itself never turns checks off.
+        cache_ttl: seconds a cached response is served fresh (less if ``Cache-Control``
+            ``max-age`` says so).
+        cache_max_bytes: bytes the response cache may hold; the oldest entries go first.
+        restricted: whether a caller is ``restricted``: its cache entries are its own. Fleet
+            callers share one cache.
+        max_retry_after: the most seconds of an upstream ``Retry-After`` that is honoured.
+        wall_clock: unix time for cache timestamps and HTTP-date ``Retry-After`` values.
+
+    Raises:
+        ValueError: a non-positive number, naming the setting.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store | None = None,
+        timeout: float = 30.0,
+        max_bytes: int = 10 * 2**20,
+        max_redirects: int = 5,
+        user_agent: str = DEFAULT_USER_AGENT,
+        pool_size: int = 8,
+        per_caller: int = 2,
+        slot_wait: float = 1.0,
+        resolver: Resolver | None = None,
+        allow: Sequence[Network] = (),
+        transport: httpx.AsyncBaseTransport | None = None,
+        network_backend: httpcore.AsyncNetworkBackend | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        cache_ttl: float = 300.0,
+        cache_max_bytes: int = 32 * 2**20,
+        restricted: Callable[[Caller], bool] = lambda caller: False,
+        max_retry_after: float = 120.0,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        for name, value in (
+            ("timeout", timeout),
+            ("max_bytes", max_bytes),
+            ("pool_size", pool_size),
+            ("per_caller", per_caller),
+            ("slot_wait", slot_wait),
+            ("cache_ttl", cache_ttl),
+            ("cache_max_bytes", cache_max_bytes),
+            ("max_retry_after", max_retry_after),
+        ):
+            if not value > 0:
+                raise ValueError(f"WebFetcher {name} must be > 0 (got {value!r})")
+        if max_redirects < 0:
+            raise ValueError(f"WebFetcher max_redirects must be >= 0 (got {max_redirects!r})")
+        self._store = store
+        self._timeout = timeout
+        self._max_bytes = max_bytes
+        self._max_redirects = max_redirects
+        self._user_agent = user_agent
+        self._pool_size = pool_size
+        self._per_caller = per_caller
+        self._slot_wait = slot_wait
+        self._resolver: Resolver = resolver or system_resolver
+        self._allow = tuple(allow)
+        self._transport = transport
+        self._network_backend = network_backend
+        self._ssl_context = ssl_context
+        self._cache_ttl = cache_ttl
+        self._cache_max_bytes = cache_max_bytes
+        self._restricted = restricted
+        self._max_retry_after = max_retry_after
+        self._wall_clock = wall_clock
+        self._pool = trio.CapacityLimiter(pool_size)
+        self._callers: dict[str, trio.CapacityLimiter] = {}
+        # Shaping is CPU work (PDF text, jq, regexes): two threads match the machine's cores.
+        self._cpu = trio.CapacityLimiter(2)
+        self._client: httpx.AsyncClient | None = None
+        self._closed = False
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> WebFetcher:
+        if self._client is not None or self._closed:
+            raise RuntimeError("a WebFetcher can be entered only once; make a new one")
+        transport = self._transport or PinnedTransport(
+            PinnedBackend(self._network_backend or httpcore.TrioBackend(), self._check_host),
+            max_connections=self._pool_size,
+            ssl_context=self._ssl_context,
+        )
+        client = httpx.AsyncClient(
+            transport=transport,
+            follow_redirects=False,
+            trust_env=False,  # no proxies from the environment: they would bypass the guard
+            timeout=httpx.Timeout(self._timeout),
+            headers={"User-Agent": self._user_agent, "Accept": _ACCEPT},
+        )
+        # One client serves every caller: never keep a site's cookies for the next one.
+        # (httpx copies a jar given to its constructor, so the policy goes on its own jar.)
+        client.cookies.jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        await client.__aenter__()
+        self._client = client
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool. Fetches after this raise ``RuntimeError``; idempotent."""
+        client, self._client = self._client, None
+        self._closed = True
+        if client is not None:
+            await client.aclose()
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def statistics(self) -> WebFetcherStatistics:
+        """The pool's state now."""
+        stats = self._pool.statistics()
+        waiting = stats.tasks_waiting + sum(
+            lim.statistics().tasks_waiting for lim in self._callers.values()
+        )
+        return WebFetcherStatistics(
+            in_flight=stats.borrowed_tokens,
+            waiting=waiting,
+            pool_size=self._pool_size,
+            callers=len(self._callers),
+        )
+
+    # -- the fetch function -------------------------------------------------------------------
+
+    async def fetch_one(self, caller: Caller, target: Target) -> Result:
+        """Fetch one target now, through the same pools and cache (``POST /v1/fetch``).
+
+        The same as calling the fetcher. A ``RetryLater`` (upstream 429/503 or a full pool)
+        reaches the caller, whose API answers it with 429/503 and ``Retry-After``.
+        """
+        return await self(caller, target)
+
+    async def __call__(self, caller: Caller, target: Target) -> Result:
+        """Fetch ``target`` for ``caller`` and shape it as its options ask.
+
+        Returns:
+            The content, with ``meta``: ``url`` (final, redacted), ``status``,
+            ``content_type``, ``bytes``, ``elapsed``, ``redirects``, ``mode``, ``cached``, and
+            what the options add (``title``, ``page_count``/``pages``, ``matches``,
+            ``passages``/``paragraphs``, ``jq_results``; ``stale``/``age``/``error`` when
+            ``recover`` served an old copy).
+
+        Raises:
+            RetryLater: the site answered 429 or 503 (``after`` = its ``Retry-After``, capped),
+                or no pool slot came free within ``slot_wait``.
+            TargetError: anything else; ``status`` is what a single fetch would answer and
+                ``hint`` says what the agent can do.
+            RuntimeError: the fetcher is not open (use ``async with``).
+        """
+        client = self._client
+        if client is None:
+            raise RuntimeError(
+                "the WebFetcher is not open; use `async with WebFetcher(...) as fetch:`"
+            )
+        await trio.lowlevel.checkpoint()
+        start = trio.current_time()
+        options = target.options
+        validate_options(options)
+        checked = check_url(target.url, self._allow)
+        key = self._cache_key(caller, target)
+        cached = await self._cache_get(key)
+        now = self._wall_clock()
+        if cached is not None and cached.expires_at > now:
+            return self._from_cache(cached, start, now, stale=None)
+        try:
+            download = await self._fetch_network(client, caller, checked)
+        except _Refused as refused:
+            logger.debug("web fetch refused by the guard")
+            raise refused.error from None
+        except TargetError as error:
+            logger.debug("web fetch failed: status=%d", error.status)
+            if options.recover and cached is not None:
+                return self._from_cache(cached, start, self._wall_clock(), stale=error)
+            raise
+        content, extra = await trio.to_thread.run_sync(
+            functools.partial(shape, download.body, options), limiter=self._cpu
+        )
+        meta: dict[str, Any] = {
+            "url": redact_url(download.body.url),
+            "status": download.status,
+            "content_type": download.body.content_type,
+            "bytes": len(download.body.data),
+            "elapsed": round(trio.current_time() - start, 3),
+            "redirects": download.redirects,
+            "cached": False,
+            **extra,
+        }
+        await self._cache_put(key, caller, content, meta, download.cache_control)
+        logger.debug(
+            "web fetch done: status=%d bytes=%d redirects=%d",
+            download.status,
+            len(download.body.data),
+            download.redirects,
+        )
+        return Result(content, meta)
+
+    # -- network ----------------------------------------------------------------------------------
+
+    async def _fetch_network(
+        self, client: httpx.AsyncClient, caller: Caller, checked: Checked
+    ) -> _Download:
+        """Take the pool slots, then download within the deadline."""
+        limiter = self._callers.get(caller.name)
+        if limiter is None:
+            limiter = self._callers[caller.name] = trio.CapacityLimiter(self._per_caller)
+        held: list[trio.CapacityLimiter] = []
+        try:
+            with trio.move_on_after(self._slot_wait):
+                await limiter.acquire()
+                held.append(limiter)
+                await self._pool.acquire()
+                held.append(self._pool)
+            if len(held) < 2:
+                which = "this caller's fetch slots are" if not held else "the fetch pool is"
+                raise RetryLater(f"{which} all in use")
+            try:
+                with trio.fail_after(self._timeout):
+                    return await self._download(client, checked)
+            except trio.TooSlowError:
+                raise _timeout_error(self._timeout) from None
+        finally:
+            for lim in reversed(held):
+                lim.release()
+            stats = limiter.statistics()
+            if not stats.borrowed_tokens and not stats.tasks_waiting:
+                self._callers.pop(caller.name, None)
+
+    async def _download(self, client: httpx.AsyncClient, first: Checked) -> _Download:
+        pins: dict[tuple[str, int], tuple[str, ...]] = {}
+        token = PINS.set(pins)
+        try:
+            current = first
+            for hop in range(self._max_redirects + 1):
+                pins[(current.host, current.port)] = await self._addresses(current, hop)
+                try:
+                    response = await client.send(
+                        client.build_request("GET", current.url), stream=True
+                    )
+                except httpx.HTTPError as exc:
+                    raise _transport_error(exc, current.port, self._timeout) from None
+                try:
+                    location = response.headers.get("location")
+                    if response.status_code in _REDIRECTS and location:
+                        current = self._next_hop(current, location, hop)
+                        continue
+                    return await self._read(response, current, hop)
+                except httpx.HTTPError as exc:
+                    raise _transport_error(exc, current.port, self._timeout) from None
+                finally:
+                    await response.aclose()
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            PINS.reset(token)
+
+    def _next_hop(self, current: Checked, location: str, hop: int) -> Checked:
+        if hop >= self._max_redirects:
+            raise TargetError(
+                f"the site redirected more than {self._max_redirects} times",
+                hint="the URL loops or bounces through many addresses: open the page's final "
+                "address directly",
+                status=502,
+            )
+        try:
+            target = current.url.join(location)
+        except (httpx.InvalidURL, ValueError):
+            raise TargetError(
+                "the site redirected to an invalid address",
+                hint="the site's redirect is broken; look for the page's current address",
+                status=502,
+            ) from None
+        try:
+            return check_url(str(target), self._allow)
+        except TargetError as refused:
+            raise _Refused(
+                TargetError(
+                    f"the page redirects to a URL that cannot be fetched: {refused.msg}",
+                    hint=refused.hint,
+                    status=403,
+                )
+            ) from None
+
+    async def _addresses(self, current: Checked, hop: int) -> tuple[str, ...]:
+        """The checked addresses to connect to for this hop's host."""
+        if current.literal is not None:
+            return (str(current.literal),)
+        addresses = await self._check_host(current.host, current.port, hop=hop)
+        return addresses
+
+    async def _check_host(self, host: str, port: int, *, hop: int = 0) -> tuple[str, ...]:
+        """Resolve ``host`` once and check every answer.
+
+        Raises:
+            _Refused: an answer is not allowed (status 403).
+            TargetError: the name does not resolve (status 502).
+        """
+        try:
+            answers = await self._resolver(host.removesuffix("."), port)
+        except OSError:
+            answers = []
+        if not answers:
+            raise TargetError(
+                "the host name does not resolve" + (" (after a redirect)" if hop else ""),
+                hint="check the spelling of the host; the site may be gone",
+                status=502,
+            )
+        checked = check_addresses(answers, self._allow)
+        if checked is None:
+            where = "the page redirects to a host that" if hop else "the host name"
+            raise _Refused(
+                TargetError(
+                    f"{where} resolves to a private or otherwise non-public address",
+                    hint="only public web addresses can be fetched; an operator can allow an "
+                    "internal network with WebFetcher(allow=...)",
+                    status=403,
+                )
+            )
+        return checked
+
+    async def _read(self, response: httpx.Response, current: Checked, hop: int) -> _Download:
+        status = response.status_code
+        if status in _BUSY:
+            after = self._retry_after(response.headers.get("retry-after"))
+            raise RetryLater(
+                f"the site is busy ({_phrase(status)})",
+                after=after,
+            )
+        if status >= 500:
+            raise TargetError(
+                f"the site failed with {_phrase(status)}",
+                hint="the site has a server error; try again later (recover=true serves the "
+                "last cached copy)",
+                status=502,
+            )
+        if status >= 400:
+            raise TargetError(
+                f"the site answered {_phrase(status)}", hint=_status_hint(status), status=status
+            )
+        if not 200 <= status < 300:
+            raise TargetError(
+                f"the site answered {_phrase(status)}, which has no content to read",
+                hint="open the page in a browser to see where it leads; use its final address",
+                status=502,
+            )
+        mime, charset = _content_type(response.headers.get("content-type", ""))
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._max_bytes:
+            raise self._too_large(int(declared), mime)
+        data = bytearray()
+        async for chunk in response.aiter_bytes():
+            data += chunk
+            if len(data) > self._max_bytes:
+                raise self._too_large(None, mime)
+        return _Download(
+            body=Body(bytes(data), mime, charset, str(current.url)),
+            status=status,
+            redirects=hop,
+            cache_control=response.headers.get("cache-control", "").lower(),
+        )
+
+    def _too_large(self, size: int | None, mime: str) -> TargetError:
+        limit = _size(self._max_bytes)
+        what = "PDF" if mime == "application/pdf" else "page"
+        msg = (
+            f"the {what} is {_size(size)}; the limit is {limit}"
+            if size is not None
+            else f"the {what} is larger than the limit of {limit}"
+        )
+        if what == "PDF":
+            hint = (
+                "a PDF must be read whole to find its pages, so pages= cannot shrink the "
+                "download: look for a smaller edition (a chapter, or an HTML version)"
+            )
+        else:
+            hint = "fetch a smaller page: a single section, an article's print view, or an API"
+        return TargetError(msg, hint=hint, status=413)
+
+    def _retry_after(self, value: str | None) -> float | None:
+        if value is None:
+            return None
+        value = value.strip()
+        if value.isdigit():
+            seconds = float(value)
+        else:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError):
+                return None
+            seconds = when.timestamp() - self._wall_clock()
+        return min(max(seconds, 0.0), self._max_retry_after)
+
+    # -- cache ------------------------------------------------------------------------------------
+
+    def _cache_key(self, caller: Caller, target: Target) -> str:
+        options = target.options.to_json()
+        options.pop("recover", None)
+        owner = caller.name if self._restricted(caller) else ""
+        raw = json.dumps(
+            {"url": target.url, "options": options, "owner": owner},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        return "web:" + hashlib.sha256(raw.encode()).hexdigest()
+
+    async def _cache_get(self, key: str) -> CacheEntry | None:
+        if self._store is None:
+            return None
+        try:
+            return await self._store.cache_get(key)
+        except Exception as exc:
+            logger.warning("web response cache read failed (%s)", type(exc).__name__)
+            return None
+
+    async def _cache_put(
+        self, key: str, caller: Caller, content: str, meta: dict[str, Any], cache_control: str
+    ) -> None:
+        if self._store is None:
+            return
+        directives = {d.strip().split("=", 1)[0]: d.strip() for d in cache_control.split(",")}
+        if "no-store" in directives:
+            return
+        if "private" in directives and not self._restricted(caller):
+            return
+        ttl = self._cache_ttl
+        if "no-cache" in directives:
+            ttl = 0.0
+        elif "max-age" in directives:
+            value = directives["max-age"].partition("=")[2].strip().strip('"')
+            if value.isdigit():
+                ttl = min(ttl, float(value))
+        body = content.encode()
+        if len(body) > self._cache_max_bytes:
+            return
+        now = self._wall_clock()
+        entry = CacheEntry(
+            body=body,
+            meta_json=json.dumps(meta, separators=(",", ":"), ensure_ascii=False),
+            stored_at=now,
+            expires_at=now + ttl,
+        )
+        try:
+            await self._store.cache_put(key, entry, self._cache_max_bytes)
+        except Exception as exc:
+            logger.warning("web response cache write failed (%s)", type(exc).__name__)
+
+    def _from_cache(
+        self, entry: CacheEntry, start: float, now: float, *, stale: TargetError | None
+    ) -> Result:
+        meta: dict[str, Any] = json.loads(entry.meta_json)
+        meta["cached"] = True
+        meta["age"] = round(max(now - entry.stored_at, 0.0), 3)
+        meta["elapsed"] = round(trio.current_time() - start, 3)
+        if stale is not None:
+            meta["stale"] = True
+            meta["error"] = stale.msg
+        return Result(entry.body.decode("utf-8", errors="replace"), meta)

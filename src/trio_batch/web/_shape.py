@@ -1,0 +1,506 @@
+"""Turning a response body into the content an agent asked for (SPEC §6 options).
+
+Pure functions over bytes: the fetcher runs :func:`shape` in a worker thread so a big PDF or
+a jq program never blocks the event loop. Every failure is a ``TargetError`` that says what was
+wrong and what to ask for instead.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import json
+import logging
+import math
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
+
+import jq  # type: ignore[import-not-found,unused-ignore]  # ships no type information
+import regex
+
+from .._errors import TargetError
+from .._model import Options
+from ._html import html_to_text
+
+Kind: TypeAlias = Literal["html", "json", "pdf", "text"]
+
+MODES: Final = ("text", "markdown", "html", "raw")
+GREP_CONTEXT_LINES: Final = 2
+QUESTION_PASSAGES: Final = 3
+GREP_SECONDS: Final = 2.0
+JQ_MAX_OUTPUTS: Final = 10_000
+_MAX_OPTION_CHARS: Final = 4096
+
+_JQ_DENIED = regex.compile(
+    r"\$ENV\b|\$__prog|(?<![\w$.])(env|import|include|input|inputs|debug|stderr|input_filename"
+    r"|halt|halt_error|get_search_list|modulemeta|get_prog_origin|get_jq_origin)(?!\w)"
+)
+_PAGES = re.compile(r"^\s*\d+\s*(-\s*\d*\s*)?(,\s*\d+\s*(-\s*\d*\s*)?)*$")
+_WORD = re.compile(r"\w+")
+_STOPWORD_TEXT: Final = (
+    "a an and are as at be but by did do does for from had has have how i if in into is it its "
+    "me my of on or our so than that the their them then there these they this to was we were "
+    "what when where which who whom why will with you your"
+)
+_STOPWORDS: Final = frozenset(_STOPWORD_TEXT.split())
+
+
+def _bad(msg: str, hint: str) -> TargetError:
+    return TargetError(msg, hint=hint, status=400)
+
+
+def _not_applicable(msg: str, hint: str) -> TargetError:
+    return TargetError(msg, hint=hint, status=422)
+
+
+def parse_pages(spec: str) -> list[tuple[int, int | None]]:
+    """Page ranges ``1-3,7,10-`` as ``[(1, 3), (7, 7), (10, None)]`` (1-based, inclusive).
+
+    Raises:
+        TargetError: not a page list, a page 0, or a range that runs backwards (status 400).
+    """
+    hint = "write page numbers and ranges from 1, such as pages=1-3,7 or pages=10- (to the end)"
+    if not _PAGES.match(spec):
+        raise _bad(f"pages must be page numbers and ranges such as 1-3,7 (got {spec!r})", hint)
+    ranges: list[tuple[int, int | None]] = []
+    for part in spec.replace(" ", "").split(","):
+        first, dash, last = part.partition("-")
+        start = int(first)
+        end: int | None = start if not dash else (int(last) if last else None)
+        if start < 1 or (end is not None and end < start):
+            raise _bad(f"pages has an invalid range {part!r} in {spec!r}", hint)
+        ranges.append((start, end))
+    return ranges
+
+
+def compile_jq(program: str) -> Any:
+    """The compiled jq program.
+
+    Raises:
+        TargetError: the program does not compile, or uses a builtin that reads the server's
+            environment or files (``env``, ``$ENV``, ``input``, ``import``...) (status 400).
+    """
+    denied = _JQ_DENIED.search(program)
+    if denied:
+        raise _bad(
+            f"the jq program uses {denied.group(0)!r}, which is not available here",
+            "jq runs on the response only: environment, input and module builtins are off",
+        )
+    try:
+        return jq.compile(program)
+    except ValueError as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
+        raise _bad(
+            f"the jq program does not compile: {detail}",
+            "check it against the jq manual; for example jq=.items[].name",
+        ) from None
+
+
+def compile_grep(pattern: str) -> regex.Pattern[str]:
+    """The compiled ``grep`` pattern (Python ``re`` syntax).
+
+    Raises:
+        TargetError: not a valid regular expression (status 400).
+    """
+    try:
+        return regex.compile(pattern, flags=regex.VERSION0)
+    except regex.error as exc:
+        raise _bad(
+            f"grep is not a valid regular expression: {exc}",
+            "grep takes a Python regular expression such as price|cost or (?i)total; "
+            "escape special characters such as ( [ . with a backslash",
+        ) from None
+
+
+def validate_options(options: Options) -> None:
+    """Check a target's options before it is accepted; the HTTP API calls it at submit.
+
+    Refuses an unknown ``mode``, an invalid ``grep`` regular expression, a ``jq`` program that
+    does not compile (or reads the environment), a malformed ``pages`` list, options that cannot
+    go together (``jq`` with ``pages``, ``grep`` with ``question``, ``context`` without either),
+    and option values over 4,096 characters. Whether an option fits the response's content type
+    is only known at fetch time.
+
+    Raises:
+        trio_batch.TargetError: ``status`` 400, the message names the option and the problem.
+    """
+    if options.mode and options.mode not in MODES:
+        raise _bad(
+            f"unknown mode {options.mode!r}",
+            "mode is one of text (the default), markdown, html, raw",
+        )
+    for name in ("question", "pages", "grep", "jq"):
+        value: str = getattr(options, name)
+        if len(value) > _MAX_OPTION_CHARS:
+            raise _bad(
+                f"{name} is {len(value):,} characters; the limit is {_MAX_OPTION_CHARS:,}",
+                f"shorten {name}",
+            )
+    if options.question and not options.question.strip():
+        raise _bad("question is blank", "ask a question in words, or leave question out")
+    if options.grep:
+        compile_grep(options.grep)
+    if options.jq:
+        compile_jq(options.jq)
+    if options.pages:
+        parse_pages(options.pages)
+    if options.jq and options.pages:
+        raise _bad(
+            "jq and pages cannot be used together: jq reads JSON and pages reads a PDF",
+            "use jq for a JSON URL, or pages for a PDF URL",
+        )
+    if options.grep and options.question:
+        raise _bad(
+            "grep and question cannot be used together",
+            "use grep for exact lines, or question for the most relevant passages",
+        )
+    if options.jq and options.mode in ("html", "markdown"):
+        raise _bad(
+            f"mode={options.mode} does not apply with jq, whose output is JSON",
+            "leave mode out when using jq",
+        )
+    if options.context and not (options.grep or options.question):
+        raise _bad(
+            "context applies with grep or question only",
+            "add grep= or question=, or leave context out",
+        )
+
+
+# -- content types ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A downloaded response body and what the server said it is."""
+
+    data: bytes
+    content_type: str
+    """The media type, lower case, without parameters ("" when the server sent none)."""
+    charset: str | None
+    url: str
+    """The final URL (for resolving relative links in Markdown)."""
+
+
+_TEXT_TYPES: Final = frozenset(
+    {
+        "application/xml",
+        "application/javascript",
+        "application/x-javascript",
+        "application/ecmascript",
+        "application/yaml",
+        "application/x-yaml",
+        "application/toml",
+        "application/x-sh",
+        "application/sql",
+        "application/rss+xml",
+        "application/atom+xml",
+    }
+)
+_SNIFF_TYPES: Final = frozenset(
+    {"", "application/octet-stream", "binary/octet-stream", "application/x-download"}
+)
+
+
+def kind_of(body: Body) -> Kind:
+    """What the body is, from its media type (sniffing the bytes only for untyped bodies).
+
+    Raises:
+        TargetError: a type that cannot become text (images, archives, media) (status 415).
+    """
+    ctype = body.content_type
+    if ctype in ("text/html", "application/xhtml+xml"):
+        return "html"
+    if ctype in ("application/json", "text/json") or ctype.endswith("+json"):
+        return "json"
+    if ctype in ("application/pdf", "application/x-pdf"):
+        return "pdf"
+    if ctype.startswith("text/") or ctype in _TEXT_TYPES or ctype.endswith("+xml"):
+        return "text"
+    if ctype in _SNIFF_TYPES:
+        head = body.data[:1024]
+        if head.startswith(b"%PDF-"):
+            return "pdf"
+        lowered = head.lstrip().lower()
+        if lowered.startswith((b"<!doctype html", b"<html")):
+            return "html"
+        if b"\x00" not in head:
+            try:
+                body.data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return "json" if lowered.startswith((b"{", b"[")) else "text"
+    raise TargetError(
+        f"the response is {ctype or 'binary data'}, which cannot be turned into text",
+        hint="trio-batch reads HTML, text, JSON and PDF; fetch a page that describes this file",
+        status=415,
+    )
+
+
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
+
+
+def decode(body: Body, kind: Kind) -> str:
+    """The body as text: BOM, then the declared charset, then ``<meta charset>``, then UTF-8."""
+    data = body.data
+    for bom, encoding in (
+        (codecs.BOM_UTF8, "utf-8"),
+        (codecs.BOM_UTF16_LE, "utf-16-le"),
+        (codecs.BOM_UTF16_BE, "utf-16-be"),
+    ):
+        if data.startswith(bom):
+            return data[len(bom) :].decode(encoding, errors="replace")
+    candidates = [body.charset or ""]
+    if kind == "html":
+        found = _META_CHARSET.search(data[:4096])
+        if found:
+            candidates.append(found.group(1).decode("ascii", errors="replace"))
+    for name in candidates:
+        if not name:
+            continue
+        try:
+            codecs.lookup(name)
+        except LookupError:
+            continue
+        return data.decode(name, errors="replace")
+    return data.decode("utf-8", errors="replace")
+
+
+# -- the options --------------------------------------------------------------------------------
+
+
+def _pdf_pages(body: Body, spec: str, markdown: bool) -> tuple[str, dict[str, Any]]:
+    import pypdf
+    from pypdf.errors import PyPdfError
+
+    hint = "the file may be damaged or not a PDF; fetch the page that links to it instead"
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(body.data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise TargetError(
+                "the PDF is encrypted with a password",
+                hint="look for an unprotected copy of the document",
+                status=422,
+            )
+        count = len(reader.pages)
+        wanted: list[int] = []
+        ranges = parse_pages(spec) if spec else [(1, None)]
+        for start, end in ranges:
+            last = count if end is None else min(end, count)
+            wanted.extend(n for n in range(start, last + 1) if n not in wanted)
+        if not wanted:
+            raise TargetError(
+                f"the PDF has {count} page{'s' if count != 1 else ''}; pages={spec} asks for "
+                "none of them",
+                hint=f"ask for pages between 1 and {count}, such as pages=1-{min(count, 5)}",
+                status=416,
+            )
+        sections = []
+        for number in wanted:
+            text = reader.pages[number - 1].extract_text() or ""
+            header = f"## Page {number}" if markdown else f"[page {number}]"
+            sections.append(f"{header}\n\n{text.strip()}".rstrip())
+    except TargetError:
+        raise
+    except (PyPdfError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise TargetError(
+            f"the PDF could not be read ({type(exc).__name__})", hint=hint, status=422
+        ) from None
+    return "\n\n".join(sections) + "\n", {"page_count": count, "pages": wanted}
+
+
+def _jq(text: str, program: str) -> tuple[str, dict[str, Any]]:
+    compiled = compile_jq(program)
+    lines: list[str] = []
+    try:
+        for value in compiled.input_text(text):
+            if len(lines) >= JQ_MAX_OUTPUTS:
+                raise TargetError(
+                    f"the jq program gave more than {JQ_MAX_OUTPUTS:,} results",
+                    hint="narrow it, for example with limit(100; ...) or first(...)",
+                    status=422,
+                )
+            lines.append(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    except ValueError as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "error"
+        if detail.startswith("parse error"):
+            raise TargetError(
+                f"the response is not valid JSON: {detail}",
+                hint="drop jq to read the response as text",
+                status=422,
+            ) from None
+        raise TargetError(
+            f"the jq program failed on this document: {detail}",
+            hint="check the paths against the document (fetch it without jq to see it); "
+            "use ? to skip missing keys, such as .items[]?.name",
+            status=422,
+        ) from None
+    return "\n".join(lines) + ("\n" if lines else ""), {"jq_results": len(lines)}
+
+
+def _grep(text: str, pattern: str, context: bool, seconds: float) -> tuple[str, dict[str, Any]]:
+    compiled = compile_grep(pattern)
+    lines = text.splitlines()
+    clock = time.monotonic
+    deadline = clock() + seconds
+    matched: list[int] = []
+    try:
+        for number, line in enumerate(lines):
+            if compiled.search(line, timeout=max(deadline - clock(), 0.001)):
+                matched.append(number)
+    except TimeoutError:
+        raise TargetError(
+            f"grep took longer than {seconds:g} s on this page",
+            hint="simplify the pattern: avoid nested repetition such as (a+)+ or (.*)*",
+            status=422,
+        ) from None
+    around = GREP_CONTEXT_LINES if context else 0
+    keep: list[int] = sorted(
+        {n for m in matched for n in range(max(m - around, 0), min(m + around + 1, len(lines)))}
+    )
+    out: list[str] = []
+    for i, number in enumerate(keep):
+        if around and i and number != keep[i - 1] + 1:
+            out.append("--")
+        out.append(lines[number])
+    return "\n".join(out) + ("\n" if out else ""), {"matches": len(matched)}
+
+
+def _paragraphs(text: str) -> list[str]:
+    paragraphs: list[str] = []
+    for block in re.split(r"\n\s*\n", text):
+        block = block.strip()
+        if not block:
+            continue
+        if len(block) <= 1200:
+            paragraphs.append(block)
+            continue
+        chunk = ""
+        for sentence in re.split(r"(?<=[.!?])\s+|\n", block):
+            if chunk and len(chunk) + len(sentence) > 600:
+                paragraphs.append(chunk)
+                chunk = ""
+            chunk = f"{chunk} {sentence}".strip()
+        if chunk:
+            paragraphs.append(chunk)
+    return paragraphs
+
+
+def _terms(text: str) -> list[str]:
+    terms = []
+    for word in _WORD.findall(text.lower()):
+        if word in _STOPWORDS:
+            continue
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        terms.append(word)
+    return terms
+
+
+def _question(text: str, question: str, context: bool) -> tuple[str, dict[str, Any]]:
+    """The passages most relevant to ``question``: BM25 over paragraphs, in document order."""
+    paragraphs = _paragraphs(text)
+    docs = [Counter(_terms(p)) for p in paragraphs]
+    query = set(_terms(question))
+    n = len(docs)
+    avg = sum(sum(d.values()) for d in docs) / n if n else 0.0
+    k1, b = 1.5, 0.75
+    scores: list[float] = []
+    for doc in docs:
+        length = sum(doc.values())
+        score = 0.0
+        for term in query:
+            tf = doc.get(term, 0)
+            if not tf:
+                continue
+            df = sum(1 for d in docs if term in d)
+            idf = math.log((n - df + 0.5) / (df + 0.5) + 1)
+            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / (avg or 1)))
+        scores.append(score)
+    top = max(scores, default=0.0)
+    # Passages far below the best one only add noise: keep those within half of its score.
+    best = sorted(
+        (i for i in range(n) if scores[i] > 0 and scores[i] >= top / 2),
+        key=lambda i: (-scores[i], i),
+    )[:QUESTION_PASSAGES]
+    around = 1 if context else 0
+    keep = sorted({j for i in best for j in range(max(i - around, 0), min(i + around + 1, n))})
+    out: list[str] = []
+    for k, index in enumerate(keep):
+        if k and index != keep[k - 1] + 1:
+            out.append("[...]")
+        out.append(paragraphs[index])
+    passages = [{"paragraph": i + 1, "score": round(scores[i], 3)} for i in sorted(best)]
+    return "\n\n".join(out) + ("\n" if out else ""), {
+        "passages": passages,
+        "paragraphs": n,
+    }
+
+
+def shape(
+    body: Body, options: Options, *, grep_seconds: float = GREP_SECONDS
+) -> tuple[str, dict[str, Any]]:
+    """The content the options ask for, and what they add to ``meta``.
+
+    Order: the mode (or the PDF's pages, or jq on JSON), then ``question`` or ``grep``.
+
+    Raises:
+        TargetError: the type cannot become text (415), an option does not apply to this type
+            (422), a page range outside the document (416), or jq/grep/PDF failures (422).
+    """
+    kind = kind_of(body)
+    mode = options.mode or "text"
+    what = {"html": "an HTML page", "json": "JSON", "pdf": "a PDF", "text": "plain text"}[kind]
+    described = f"{what} ({body.content_type})" if body.content_type else what
+    if options.jq and kind != "json":
+        raise _not_applicable(
+            f"jq applies to JSON responses; this response is {described}",
+            "drop jq, or fetch the site's JSON URL",
+        )
+    if options.pages and kind != "pdf":
+        raise _not_applicable(
+            f"pages applies to PDF documents; this response is {described}",
+            "drop pages; use question= or grep= to narrow other pages",
+        )
+    if mode == "html" and kind != "html":
+        raise _not_applicable(
+            f"mode=html applies to HTML pages; this response is {described}",
+            "use mode=text (the default)",
+        )
+    if mode == "markdown" and kind == "json":
+        raise _not_applicable(
+            f"mode=markdown does not apply to {described}",
+            "use mode=raw or jq= for JSON",
+        )
+    if mode == "raw" and kind == "pdf":
+        raise _not_applicable(
+            "mode=raw does not apply to a PDF, which is binary",
+            "use mode=text (the default), with pages= to pick pages",
+        )
+    meta: dict[str, Any] = {"mode": mode}
+    if kind == "pdf":
+        content, extra = _pdf_pages(body, options.pages, markdown=mode == "markdown")
+        meta.update(extra)
+    else:
+        text = decode(body, kind)
+        if kind == "html" and mode in ("text", "markdown"):
+            content, title = html_to_text(text, base_url=body.url, markdown=mode == "markdown")
+            if title:
+                meta["title"] = title
+        elif kind == "json" and options.jq:
+            content, extra = _jq(text, options.jq)
+            meta.update(extra)
+        else:
+            content = text
+    if options.question:
+        context = True if options.context is None else options.context
+        content, extra = _question(content, options.question, context)
+        meta.update(extra)
+    elif options.grep:
+        content, extra = _grep(content, options.grep, bool(options.context), grep_seconds)
+        meta.update(extra)
+    return content, meta

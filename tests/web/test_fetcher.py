@@ -1,0 +1,481 @@
+"""The fetcher's network behaviour: busy, limits, errors and hints, meta, cache, lifetime."""
+
+from __future__ import annotations
+
+import email.utils
+import ssl
+
+import httpx
+import pytest
+import trio
+
+from tests.support import WallClock
+from tests.web.conftest import (
+    ARTICLE_HTML,
+    LOOPBACK,
+    PUBLIC_IP,
+    FakeDNS,
+    Handler,
+    LocalServer,
+    Reply,
+    SlowBody,
+)
+from trio_batch import Caller, Options, Result, RetryLater, Target, TargetError
+from trio_batch.stores import MemoryStore, Store
+from trio_batch.web import WebFetcher
+
+CALLER = Caller("agent")
+HTML = [("content-type", "text/html; charset=utf-8")]
+TEXT = [("content-type", "text/plain")]
+SITE = "http://site.example"
+
+
+def mock_fetcher(handler: Handler, **settings: object) -> WebFetcher:
+    """A fetcher whose requests a handler answers in-process (fake DNS for the guard)."""
+    dns = FakeDNS({"site.example": [[PUBLIC_IP]], "other.example": [[PUBLIC_IP]]})
+    return WebFetcher(
+        resolver=dns,
+        transport=httpx.MockTransport(handler),
+        **settings,  # type: ignore[arg-type]
+    )
+
+
+def text_handler(text: str = "hello", status: int = 200, **headers: str) -> Handler:
+    """A handler answering ``text`` with ``status`` and extra headers (``_`` for ``-``)."""
+    extra = {name.replace("_", "-"): value for name, value in headers.items()}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await trio.lowlevel.checkpoint()
+        return httpx.Response(status, text=text, headers={"content-type": "text/plain", **extra})
+
+    return handler
+
+
+class TestBusy:
+    async def test_429_raises_retry_later_with_retry_after(self, server: LocalServer) -> None:
+        """A 429 is only busy: RetryLater carries the site's Retry-After."""
+        server.route("/", Reply(429, b"slow down", [("retry-after", "7"), *TEXT]))
+        async with WebFetcher(allow=LOOPBACK) as fetch:
+            with pytest.raises(RetryLater) as info:
+                await fetch(CALLER, Target(server.url("/")))
+
+        assert info.value.after == 7.0
+        assert "429 Too Many Requests" in str(info.value)
+
+    async def test_503_with_an_http_date(self) -> None:
+        """A Retry-After date is turned into seconds from the wall clock."""
+        clock = WallClock(1_800_000_000.0)
+        when = email.utils.formatdate(clock.now + 42, usegmt=True)
+        async with mock_fetcher(text_handler("", 503, retry_after=when), wall_clock=clock) as fetch:
+            with pytest.raises(RetryLater) as info:
+                await fetch(CALLER, Target(f"{SITE}/"))
+
+        assert info.value.after == 42.0
+
+    async def test_retry_after_is_capped(self) -> None:
+        """A huge Retry-After is honoured only up to max_retry_after."""
+        handler = text_handler("", 429, retry_after="86400")
+        async with mock_fetcher(handler, max_retry_after=60.0) as fetch:
+            with pytest.raises(RetryLater) as info:
+                await fetch(CALLER, Target(f"{SITE}/"))
+
+        assert info.value.after == 60.0
+
+    async def test_429_without_retry_after(self) -> None:
+        """Without Retry-After the engine's own retry wait applies."""
+        async with mock_fetcher(text_handler("", 429)) as fetch:
+            with pytest.raises(RetryLater) as info:
+                await fetch(CALLER, Target(f"{SITE}/"))
+
+        assert info.value.after is None
+
+    async def test_full_pool_raises_retry_later(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """With every pool slot busy for slot_wait, the next fetch is only busy."""
+        gate, started = trio.Event(), trio.Event()
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            started.set()
+            await gate.wait()
+            return httpx.Response(200, text="done", headers={"content-type": "text/plain"})
+
+        results: list[Result] = []
+        async with (
+            mock_fetcher(handler, pool_size=1, slot_wait=2.0) as fetch,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def first() -> None:
+                results.append(await fetch(Caller("a"), Target(f"{SITE}/a")))
+
+            nursery.start_soon(first)
+            await started.wait()
+            stats = fetch.statistics()
+            t0 = trio.current_time()
+            with pytest.raises(RetryLater, match=r"^the fetch pool is all in use"):
+                await fetch(Caller("b"), Target(f"{SITE}/b"))
+            waited = trio.current_time() - t0
+            gate.set()
+
+        assert pytest.approx(waited) == 2.0
+        assert (stats.in_flight, stats.pool_size) == (1, 1)
+        assert [r.content for r in results] == ["done"]
+
+    async def test_per_caller_limit(self, autojump_clock: trio.testing.MockClock) -> None:
+        """One caller cannot take more than per_caller slots; others still get theirs."""
+        gate = trio.Event()
+        started = 0
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            nonlocal started
+            started += 1
+            await gate.wait()
+            return httpx.Response(200, text="ok", headers={"content-type": "text/plain"})
+
+        async with (
+            mock_fetcher(handler, per_caller=1, pool_size=4) as fetch,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(fetch, Caller("a"), Target(f"{SITE}/1"))
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(RetryLater, match=r"^this caller's fetch slots"):
+                await fetch(Caller("a"), Target(f"{SITE}/2"))
+            nursery.start_soon(fetch, Caller("b"), Target(f"{SITE}/3"))
+            await trio.testing.wait_all_tasks_blocked()
+            in_flight = fetch.statistics().in_flight
+            gate.set()
+
+        assert 2 == in_flight == started
+
+
+class TestLimits:
+    async def test_declared_size_over_the_cap(self, server: LocalServer) -> None:
+        """A body whose Content-Length is over max_bytes fails before it is read."""
+        server.route("/big", Reply(body=b"x" * (2 * 2**20), headers=TEXT))
+        async with WebFetcher(allow=LOOPBACK, max_bytes=2**20) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(server.url("/big")))
+
+        assert info.value.status == 413
+        assert info.value.msg == "the page is 2 MB; the limit is 1 MB"
+        assert info.value.hint
+
+    async def test_streamed_size_is_counted(self, server: LocalServer) -> None:
+        """A chunked body is cut off as soon as it passes max_bytes."""
+        server.route("/stream", Reply(chunks=[b"y" * 65536] * 40, headers=TEXT))
+        async with WebFetcher(allow=LOOPBACK, max_bytes=2**20) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(server.url("/stream")))
+
+        assert info.value.status == 413
+        assert info.value.msg == "the page is larger than the limit of 1 MB"
+
+    async def test_large_pdf_hint(self) -> None:
+        """A PDF over the cap says why pages= cannot help."""
+        handler = text_handler("x" * 5000, content_type="application/pdf")
+        async with mock_fetcher(handler, max_bytes=1000) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(f"{SITE}/r.pdf", Options(pages="1")))
+
+        assert info.value.msg.startswith("the PDF is 4.9 KB; the limit is 1000 bytes")
+        assert "pages=" in info.value.hint
+
+    async def test_slow_body_times_out(self, autojump_clock: trio.testing.MockClock) -> None:
+        """The per-fetch deadline covers the body: a slow body is a 504 with a hint."""
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await trio.lowlevel.checkpoint()
+            return httpx.Response(
+                200, headers={"content-type": "text/plain"}, stream=SlowBody([b"a"] * 10, 3.0)
+            )
+
+        async with mock_fetcher(handler, timeout=10.0) as fetch:
+            t0 = trio.current_time()
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(f"{SITE}/slow"))
+
+        assert pytest.approx(trio.current_time() - t0) == 10.0
+        assert info.value.status == 504
+        assert info.value.msg == "the site did not answer within 10 s"
+        assert "try again later" in info.value.hint
+
+    async def test_stalled_server_times_out(self, server: LocalServer) -> None:
+        """Against a real socket, a server that stops sending is cut off at the deadline."""
+        server.route("/stall", Reply(chunks=[b"partial"], stall=True, headers=TEXT))
+        async with WebFetcher(allow=LOOPBACK, timeout=0.3) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(server.url("/stall")))
+
+        assert info.value.status == 504
+
+    async def test_redirects_are_followed_up_to_the_limit(self, server: LocalServer) -> None:
+        """Redirects are followed (and counted in meta) up to max_redirects."""
+        server.route("/old", Reply(301, headers=[("location", "/new?session=abc")]))
+        server.route("/new", Reply(body=b"moved here", headers=TEXT))
+        server.route("/loop", Reply(302, headers=[("location", "/loop")]))
+        async with WebFetcher(allow=LOOPBACK, max_redirects=2) as fetch:
+            result = await fetch(CALLER, Target(server.url("/old")))
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(server.url("/loop")))
+
+        assert result.content == "moved here"
+        assert result.meta["redirects"] == 1
+        assert server.url("/new?session=REDACTED") == result.meta["url"]
+        assert info.value.msg == "the site redirected more than 2 times"
+        assert server.hits["/loop"] == 3
+
+
+class TestErrors:
+    @pytest.mark.parametrize(
+        ("status", "expected_status", "msg", "hint"),
+        [
+            (404, 404, "the site answered 404 Not Found", "does not exist"),
+            (403, 403, "the site answered 403 Forbidden", "login"),
+            (410, 410, "the site answered 410 Gone", "does not exist"),
+            (500, 502, "the site failed with 500 Internal Server Error", "try again later"),
+            (502, 502, "the site failed with 502 Bad Gateway", "try again later"),
+        ],
+    )
+    async def test_http_errors_have_status_and_hint(
+        self, server: LocalServer, status: int, expected_status: int, msg: str, hint: str
+    ) -> None:
+        """4xx keep their status, 5xx become 502; each with a hint."""
+        server.route("/x", Reply(status, b"error page", TEXT))
+        async with WebFetcher(allow=LOOPBACK) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(server.url("/x")))
+
+        assert expected_status == info.value.status
+        assert msg == info.value.msg
+        assert hint in info.value.hint
+
+    async def test_connection_refused(self) -> None:
+        """Nothing listening on the port: a refused-connection error naming the port."""
+        sock = trio.socket.socket()
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        async with WebFetcher(allow=LOOPBACK) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(f"http://127.0.0.1:{port}/"))
+
+        assert f"the site refused the connection on port {port}" == info.value.msg
+        assert "check the URL's host and port" in info.value.hint
+
+    async def test_unknown_host(self) -> None:
+        """A name that does not resolve says so."""
+        async with WebFetcher(resolver=FakeDNS()) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target("https://no-such-host.example/"))
+
+        assert (info.value.status, info.value.msg) == (502, "the host name does not resolve")
+        assert "spelling" in info.value.hint
+
+    async def test_tls_verification_failure(self) -> None:
+        """A certificate that does not verify is a TLS error with a hint."""
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await trio.lowlevel.checkpoint()
+            cause = ssl.SSLCertVerificationError("certificate verify failed")
+            raise httpx.ConnectError("handshake failed") from cause
+
+        async with mock_fetcher(handler) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target("https://site.example/"))
+
+        assert info.value.msg == "the site's TLS certificate could not be verified"
+        assert "never skips verification" in info.value.hint
+
+    async def test_truncated_response(self) -> None:
+        """A broken exchange is a 502 with a hint, never the exception's text."""
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await trio.lowlevel.checkpoint()
+            raise httpx.RemoteProtocolError("peer closed connection at http://site.example/")
+
+        async with mock_fetcher(handler) as fetch:
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target(f"{SITE}/"))
+
+        assert info.value.msg == "the site sent a malformed or truncated response"
+        assert "site.example" not in info.value.msg
+
+
+class TestMeta:
+    async def test_meta_describes_the_fetch(self, server: LocalServer) -> None:
+        """meta has the final URL (redacted), status, type, bytes, elapsed and redirects."""
+        server.route("/page", Reply(body=ARTICLE_HTML, headers=HTML))
+        async with WebFetcher(allow=LOOPBACK, user_agent="test-agent/1") as fetch:
+            result = await fetch(CALLER, Target(server.url("/page?api_key=s3cr3t&q=1")))
+
+        meta = result.meta
+        assert server.url("/page?api_key=REDACTED&q=1") == meta["url"]
+        assert (200, "text/html", len(ARTICLE_HTML)) == (
+            meta["status"],
+            meta["content_type"],
+            meta["bytes"],
+        )
+        assert 0 <= meta["elapsed"] < 10
+        assert (meta["redirects"], meta["cached"]) == (0, False)
+        assert server.user_agents == ["test-agent/1"]
+
+    async def test_cookies_are_never_kept(self, server: LocalServer) -> None:
+        """A site's cookies are not sent back, so callers never share a session."""
+        server.route("/set", Reply(body=b"x", headers=[("set-cookie", "sid=1; Path=/"), *TEXT]))
+        server.route("/check", Reply(body=b"y", headers=TEXT))
+        async with WebFetcher(allow=LOOPBACK) as fetch:
+            await fetch(Caller("a"), Target(server.url("/set")))
+            await fetch(Caller("b"), Target(server.url("/check")))
+
+        assert server.cookies == ["", ""]
+
+
+class TestCache:
+    async def test_repeat_is_served_from_the_cache(self, server: LocalServer, store: Store) -> None:
+        """A second fetch of the same URL and options comes from the store's cache."""
+        server.route("/page", Reply(body=b"cached text", headers=TEXT))
+        async with WebFetcher(allow=LOOPBACK, store=store) as fetch:
+            first = await fetch(Caller("a"), Target(server.url("/page")))
+            second = await fetch(Caller("b"), Target(server.url("/page")))
+            other_options = await fetch(
+                Caller("a"), Target(server.url("/page"), Options(grep="zzz"))
+            )
+
+        assert first.content == second.content
+        assert (first.meta["cached"], second.meta["cached"]) == (False, True)
+        assert other_options.content == ""
+        assert server.hits["/page"] == 2
+
+    async def test_ttl_expires_entries(self) -> None:
+        """After cache_ttl the page is fetched again."""
+        clock, hits = WallClock(), []
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            hits.append(1)
+            await trio.lowlevel.checkpoint()
+            return httpx.Response(200, text=f"v{len(hits)}", headers={"content-type": "text/plain"})
+
+        async with mock_fetcher(
+            handler, store=MemoryStore(), cache_ttl=60.0, wall_clock=clock
+        ) as fetch:
+            a = await fetch(CALLER, Target(f"{SITE}/"))
+            clock.advance(30)
+            b = await fetch(CALLER, Target(f"{SITE}/"))
+            clock.advance(31)
+            c = await fetch(CALLER, Target(f"{SITE}/"))
+
+        assert [a.content, b.content, c.content] == ["v1", "v1", "v2"]
+        assert b.meta["age"] == 30.0
+
+    @pytest.mark.parametrize(
+        ("cache_control", "fetches"),
+        [("no-store", 2), ("max-age=0", 2), ("no-cache", 2), ("max-age=3600", 1), ("private", 2)],
+    )
+    async def test_cache_control(self, cache_control: str, fetches: int) -> None:
+        """no-store, no-cache, max-age and private (for shared entries) are honoured."""
+        hits = 0
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            nonlocal hits
+            hits += 1
+            await trio.lowlevel.checkpoint()
+            headers = {"content-type": "text/plain", "cache-control": cache_control}
+            return httpx.Response(200, text="body", headers=headers)
+
+        async with mock_fetcher(handler, store=MemoryStore()) as fetch:
+            await fetch(CALLER, Target(f"{SITE}/"))
+            await fetch(CALLER, Target(f"{SITE}/"))
+
+        assert fetches == hits
+
+    async def test_restricted_callers_have_a_private_cache(self) -> None:
+        """Fleet callers share entries; a restricted caller's entries are its own."""
+        hits = 0
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            nonlocal hits
+            hits += 1
+            await trio.lowlevel.checkpoint()
+            return httpx.Response(200, text="t", headers={"content-type": "text/plain"})
+
+        restricted = {"guest1", "guest2"}
+        async with mock_fetcher(
+            handler, store=MemoryStore(), restricted=lambda c: c.name in restricted
+        ) as fetch:
+            for name in ("fleet1", "fleet2", "guest1", "guest2", "guest1"):
+                await fetch(Caller(name), Target(f"{SITE}/"))
+
+        assert hits == 3
+
+    async def test_recover_serves_the_last_copy_marked_stale(self) -> None:
+        """recover=true turns a failure into the last cached copy, with stale in meta."""
+        clock = WallClock()
+        replies = [httpx.Response(200, text="good", headers={"content-type": "text/plain"})]
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await trio.lowlevel.checkpoint()
+            return replies.pop(0) if replies else httpx.Response(500, text="down")
+
+        async with mock_fetcher(
+            handler, store=MemoryStore(), cache_ttl=60.0, wall_clock=clock
+        ) as fetch:
+            await fetch(CALLER, Target(f"{SITE}/"))
+            clock.advance(120)
+            stale = await fetch(CALLER, Target(f"{SITE}/", Options(recover=True)))
+            with pytest.raises(TargetError, match="500"):
+                await fetch(CALLER, Target(f"{SITE}/"))
+            with pytest.raises(TargetError, match="500"):
+                await fetch(CALLER, Target(f"{SITE}/other", Options(recover=True)))
+
+        assert stale.content == "good"
+        assert (stale.meta["stale"], stale.meta["cached"], stale.meta["age"]) == (True, True, 120.0)
+        assert stale.meta["error"] == "the site failed with 500 Internal Server Error"
+
+    async def test_recover_never_covers_a_guard_refusal(self) -> None:
+        """A host that now resolves to a private address is refused even with a cached copy."""
+        dns = FakeDNS()
+        dns.set("moved.example", [PUBLIC_IP], ["10.0.0.3"])
+        clock = WallClock()
+
+        async with WebFetcher(
+            resolver=dns,
+            transport=httpx.MockTransport(text_handler("public copy")),
+            store=MemoryStore(),
+            cache_ttl=60.0,
+            wall_clock=clock,
+        ) as fetch:
+            await fetch(CALLER, Target("http://moved.example/", Options(recover=True)))
+            clock.advance(120)
+            with pytest.raises(TargetError) as info:
+                await fetch(CALLER, Target("http://moved.example/", Options(recover=True)))
+
+        assert info.value.status == 403
+
+
+class TestLifetime:
+    async def test_fetch_needs_an_open_fetcher(self) -> None:
+        """Calling a fetcher outside its async with block says how to use it."""
+        fetcher = WebFetcher()
+        with pytest.raises(RuntimeError, match="use `async with WebFetcher"):
+            await fetcher(CALLER, Target("https://example.com/"))
+        async with fetcher:
+            pass
+        with pytest.raises(RuntimeError, match="not open"):
+            await fetcher(CALLER, Target("https://example.com/"))
+
+    @pytest.mark.parametrize(
+        "name", ["timeout", "max_bytes", "pool_size", "per_caller", "slot_wait"]
+    )
+    def test_settings_must_be_positive(self, name: str) -> None:
+        """A non-positive setting is a ValueError naming it."""
+        with pytest.raises(ValueError, match=f"^WebFetcher {name} must be > 0 \\(got 0\\)$"):
+            WebFetcher(**{name: 0})  # type: ignore[arg-type]
+
+    async def test_fetch_one_is_the_same_fetch(self, server: LocalServer) -> None:
+        """fetch_one fetches through the same pool, for a synchronous API call."""
+        server.route("/", Reply(body=b"one", headers=TEXT))
+        async with WebFetcher(allow=LOOPBACK) as fetch:
+            result = await fetch.fetch_one(CALLER, Target(server.url("/")))
+
+        assert result.content == "one"
