@@ -1,0 +1,116 @@
+"""The progress display: rich on a terminal, plain lines elsewhere (no screenshots needed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import trio
+from rich.console import Console
+
+from trio_batch import Caller, Config, Hooks, RetryLater, Target, open_engine
+from trio_batch._progress import ProgressTracker, render_plain, render_rich, show_progress
+from trio_batch.stores import MemoryStore
+from trio_batch.testing import ScriptedFetch
+
+
+def _recording_console() -> Console:
+    return Console(record=True, width=120, file=io.StringIO(), force_terminal=True)
+
+
+def _until_idle(tracker: ProgressTracker, idle: trio.Event) -> Hooks:
+    """The tracker's hooks, plus setting ``idle`` when the last live job finishes."""
+
+    def depth(n: int) -> None:
+        if n == 0:
+            idle.set()
+
+    return dataclasses.replace(tracker.hooks(), depth=depth)
+
+
+class TestRender:
+    def test_rich_display_shows_the_bar_counts_rotation_and_live_jobs(self) -> None:
+        """The live display has the overall bar, counts, rotation strip and a line per live job."""
+        tracker = ProgressTracker(total=10, clock=lambda: 0.0)
+        view = tracker.add_job("a" * 32, "alice", 6)
+        view.done, view.failed, view.status = 2, 1, "running"
+        view.current = "http://127.0.0.1:8000/articles/3"
+        tracker.add_job("b" * 32, "bob", 4).status = "done"
+        tracker.rotation.extend(["alice", "bob", "alice"])
+        tracker.callers.update({"alice", "bob"})
+        console = _recording_console()
+
+        console.print(render_rich(tracker))
+
+        text = console.export_text()
+        assert "overall" in text
+        assert "3/10" in text
+        assert "done 2  failed 1  busy-retrying 0" in text
+        assert "rotation aba" in text
+        assert "alice aaaaaaaa  running" in text
+        assert "/articles/3" in text
+        assert "bob bbbbbbbb" not in text  # finished jobs leave the live list
+
+    def test_plain_line_has_the_counts(self) -> None:
+        """The plain progress line counts targets, failures, retries and live jobs."""
+        tracker = ProgressTracker(total=5, clock=lambda: 0.0)
+        view = tracker.add_job("c" * 32, "cli", 5)
+        view.done, view.failed, view.status = 3, 1, "running"
+
+        line = render_plain(tracker)
+
+        assert line.startswith("trio-batch: 4/5 targets (3 done, 1 failed), 0 busy-retrying, ")
+        assert line.endswith("1 live jobs, 0:00 elapsed")
+
+
+class TestShowProgress:
+    async def test_rich_display_follows_a_real_engine_to_the_end(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Driven by hooks and status polls, the last frame shows every target finished."""
+        fetch = ScriptedFetch(duration=1.0)
+        fetch.script("https://b.example/2", RetryLater(after=3.0))
+        tracker = ProgressTracker()
+        console = _recording_console()
+        idle = trio.Event()
+        hooks = _until_idle(tracker, idle)
+        config = Config(workers=2, jobs_per_caller=1, retry_wait=1.0, hooks=hooks)
+
+        async with (
+            open_engine(MemoryStore(), tracker.wrap(fetch), config) as engine,
+            show_progress(tracker, engine, stream=io.StringIO(), mode="auto", console=console),
+        ):
+            for name in ("alice", "bob"):
+                targets = [Target(f"https://{name[0]}.example/{i}") for i in range(3)]
+                sub = await engine.submit(Caller(name), "fleet", targets)
+                tracker.add_job(sub.id, name, len(targets))
+            await idle.wait()
+
+        text = console.export_text()
+        assert "6/6" in text
+        assert "done 6  failed 0" in text
+        assert "retries so far 1" in text
+        assert "rotation " in text
+
+    async def test_plain_lines_every_few_seconds_when_not_a_terminal(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Off a terminal, a plain line every `every` seconds and a final one."""
+        fetch = ScriptedFetch(duration=2.0)
+        tracker = ProgressTracker()
+        stream = io.StringIO()
+        idle = trio.Event()
+        config = Config(hooks=_until_idle(tracker, idle))
+
+        async with (
+            open_engine(MemoryStore(), fetch, config) as engine,
+            show_progress(tracker, engine, stream=stream, every=3.0),
+        ):
+            targets = [Target(f"https://a.example/{i}") for i in range(3)]
+            sub = await engine.submit(Caller("cli"), "fleet", targets)
+            tracker.add_job(sub.id, "cli", 3)
+            await idle.wait()
+
+        lines = stream.getvalue().splitlines()
+        assert len(lines) == 3  # at 3 s and 6 s while it runs, then the final line
+        assert lines[-1].startswith("trio-batch: 3/3 targets (3 done, 0 failed)")

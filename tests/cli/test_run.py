@@ -1,0 +1,269 @@
+"""``trio-batch run`` end to end against the local demo site, and its input parsing."""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from trio_batch import Options, Target
+from trio_batch._cli import main
+from trio_batch._cli._run import UsageError, parse_targets, run_batch
+from trio_batch._demo_site import DemoSite
+from trio_batch.stores import SQLiteStore
+
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
+
+
+def _db_rows(db: Path) -> tuple[list[tuple[str, str, int]], list[tuple[str, int, str]]]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        jobs = conn.execute(
+            "SELECT status, error, targets_done FROM jobs ORDER BY created_at, rowid"
+        ).fetchall()
+        targets = conn.execute("SELECT job_id, idx, status FROM targets").fetchall()
+    finally:
+        conn.close()
+    return jobs, targets
+
+
+class TestParseTargets:
+    def test_urls_and_json_lines_mix_and_comments_are_skipped(self) -> None:
+        """A file may mix plain URLs and JSON objects; blank lines and # comments are skipped."""
+        lines = [
+            "# my batch\n",
+            "https://a.example/\n",
+            "\n",
+            '{"url": "https://b.example/doc.pdf", "options": {"pages": "1-2"}}\n',
+        ]
+
+        targets = parse_targets(lines, "in.txt")
+
+        assert [
+            Target("https://a.example/"),
+            Target("https://b.example/doc.pdf", Options(pages="1-2")),
+        ] == targets
+
+    @pytest.mark.parametrize(
+        ("line", "message"),
+        [
+            ("{not json", r"^in\.txt, line 2: not valid JSON"),
+            ('{"url": "https://a/", "depth": 2}', r"^in\.txt, line 2: unknown field 'depth'"),
+            ('{"url": "https://a/", "options": {"speed": 1}}', r"unknown option 'speed'"),
+            ('{"options": {}}', r'^in\.txt, line 2: "url" must be a non-empty string$'),
+            ("https://a.example/ https://b.example/", r"^in\.txt, line 2: a URL cannot contain"),
+        ],
+    )
+    def test_a_bad_line_is_a_usage_error_naming_it(self, line: str, message: str) -> None:
+        """A line that is neither a URL nor a target object is refused with its line number."""
+        with pytest.raises(UsageError, match=message):
+            parse_targets(["https://ok.example/\n", line + "\n"], "in.txt")
+
+
+class TestRunInProcess:
+    async def test_lines_come_in_input_order_with_their_statuses(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """Every target gets one line, in input order across jobs, with status, error and hint."""
+        paths = ["/articles/1", "/articles/99", "/articles/2", "/api/items", "/articles/3"]
+        paths += ["/articles/4", "/report.pdf"]
+        lines: list[str] = []
+        err = io.StringIO()
+
+        code = await run_batch(
+            [Target(site.url(p)) for p in paths],
+            db=str(tmp_path / "run.sqlite"),
+            out=lines.append,
+            err=err,
+            job_size=2,
+            jobs=2,
+            workers=2,
+            allow=[LOOPBACK],
+            progress="off",
+            handle_sigint=False,
+        )
+
+        parsed = [json.loads(line) for line in lines]
+        assert code == 1
+        assert list(range(len(paths))) == [p["idx"] for p in parsed]
+        assert [site.url(p) for p in paths] == [p["url"] for p in parsed]
+        assert [p["status"] for p in parsed] == [
+            "done",
+            "failed",
+            "done",
+            "done",
+            "done",
+            "done",
+            "done",
+        ]
+        assert {"idx", "url", "status", "error", "hint", "result"} == set(parsed[0])
+        assert parsed[1]["error"]
+        assert parsed[1]["hint"]
+        assert parsed[1]["result"] is None
+        assert "Structured concurrency" in parsed[0]["result"]["content"]
+        assert "6 done, 1 failed" in err.getvalue()
+
+    async def test_a_refused_url_gets_a_failed_line_and_is_not_fetched(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """A URL the pre-check refuses fails in place with a hint, without being submitted."""
+        lines: list[str] = []
+
+        code = await run_batch(
+            [Target("ftp://files.example/x"), Target(site.url("/articles/1"))],
+            db=str(tmp_path / "run.sqlite"),
+            out=lines.append,
+            err=io.StringIO(),
+            allow=[LOOPBACK],
+            progress="off",
+            handle_sigint=False,
+        )
+
+        parsed = [json.loads(line) for line in lines]
+        assert code == 1
+        assert [p["status"] for p in parsed] == ["failed", "done"]
+        assert parsed[0]["hint"]
+
+
+async def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [*CLI, *args], cwd=cwd, capture_stdout=True, capture_stderr=True, check=False
+    )
+
+
+class TestRunCommand:
+    async def test_exit_0_when_every_target_is_done(self, site: DemoSite, tmp_path: Path) -> None:
+        """`trio-batch run` exits 0 and writes ./trio-batch.sqlite when every target is done."""
+        (tmp_path / "urls.txt").write_text(
+            "".join(site.url(f"/articles/{n}") + "\n" for n in (1, 2, 3))
+            + json.dumps({"url": site.url("/api/items"), "options": {"jq": ".count"}})
+            + "\n"
+        )
+
+        done = await _cli(["run", "urls.txt", "--allow-net", "127.0.0.0/8"], tmp_path)
+
+        lines = [json.loads(line) for line in done.stdout.decode().splitlines()]
+        assert done.returncode == 0, done.stderr.decode()
+        assert [line["idx"] for line in lines] == [0, 1, 2, 3]
+        assert {"done"} == {line["status"] for line in lines}
+        assert (tmp_path / "trio-batch.sqlite").exists()
+
+    async def test_exit_1_when_some_target_failed_and_stdin_works(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """Reading `-` (stdin), a run with a failed target exits 1 and writes --out."""
+        urls = f"{site.url('/articles/1')}\n{site.url('/nope')}\n".encode()
+
+        done = await trio.run_process(
+            [
+                *CLI,
+                "run",
+                "-",
+                "--out",
+                "out.jsonl",
+                "--db",
+                "x.sqlite",
+                "--allow-net",
+                "127.0.0.1",
+            ],
+            cwd=tmp_path,
+            stdin=urls,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+        lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+        assert done.returncode == 1, done.stderr.decode()
+        assert done.stdout == b""
+        assert [line["status"] for line in lines] == ["done", "failed"]
+
+    @pytest.mark.parametrize(
+        ("args", "content", "message"),
+        [
+            (["missing.txt"], None, b"cannot read missing.txt"),
+            (["in.txt"], "{oops\n", b"in.txt, line 1: not valid JSON"),
+            (["in.txt"], "# nothing\n", b"in.txt has no URLs"),
+            (["in.txt", "--allow-net", "nonsense"], "https://a.example/\n", b"is not a network"),
+            (["in.txt", "--job-size", "0"], "https://a.example/\n", b"must be a whole number"),
+        ],
+    )
+    def test_exit_2_on_a_usage_error(
+        self,
+        args: list[str],
+        content: str | None,
+        message: bytes,
+        tmp_path: Path,
+        capfd: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Bad arguments or input exit 2 with a message that says what to fix."""
+        monkeypatch.chdir(tmp_path)
+        if content is not None:
+            (tmp_path / "in.txt").write_text(content)
+
+        try:
+            code = main(["run", *args])
+        except SystemExit as exc:  # argparse's own usage errors
+            code = int(exc.code or 0)
+
+        assert code == 2
+        assert message.decode() in capfd.readouterr().err
+        assert not (tmp_path / "trio-batch.sqlite").exists()
+
+    async def test_a_database_another_process_writes_is_a_usage_error(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """A second writer on the same SQLite file exits 2 and says what to do instead."""
+        (tmp_path / "urls.txt").write_text(site.url("/articles/1") + "\n")
+
+        async with SQLiteStore.open(tmp_path / "busy.sqlite"):
+            done = await _cli(["run", "urls.txt", "--db", "busy.sqlite"], tmp_path)
+
+        assert done.returncode == 2
+        assert b"already open for writing" in done.stderr
+        assert done.stdout == b""
+
+    async def test_ctrl_c_writes_what_finished_and_leaves_the_database_consistent(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """SIGINT mid-run exits 130, writes the finished lines, and leaves no job live."""
+        paths = ["/articles/1", "/articles/2", "/slow", "/articles/3"]
+        (tmp_path / "urls.txt").write_text("".join(site.url(p) + "\n" for p in paths))
+        cmd = [*CLI, "run", "urls.txt", "--out", "out.jsonl", "--job-size", "1", "--jobs", "1"]
+        cmd += ["--workers", "1", "--allow-net", "127.0.0.0/8", "--progress", "plain"]
+
+        with (tmp_path / "stderr.txt").open("wb") as stderr, trio.fail_after(30):
+            proc = await trio.lowlevel.open_process(cmd, cwd=tmp_path, stderr=stderr)
+            try:
+                await site.slow_started.wait()
+                proc.send_signal(signal.SIGINT)
+                code = await proc.wait()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+
+        lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+        jobs, targets = await trio.to_thread.run_sync(_db_rows, tmp_path / "trio-batch.sqlite")
+        assert code == 130, (tmp_path / "stderr.txt").read_text()
+        assert [(line["idx"], line["status"]) for line in lines] == [(0, "done"), (1, "done")]
+        assert jobs == [("done", "", 1), ("done", "", 1), ("failed", "interrupted", 0)]
+        assert "running" not in {status for _, _, status in targets}
+        assert "interrupted" in (tmp_path / "stderr.txt").read_text()
+
+
+def test_cli_module_runs_as_a_script() -> None:
+    """The console script's entry point exists (what `pip install` wires to `trio-batch`)."""
+    done = subprocess.run([*CLI, "run", "--help"], capture_output=True, check=False)
+
+    assert done.returncode == 0
+    assert b"--allow-net" in done.stdout
