@@ -164,3 +164,46 @@ class TestSQLiteStore:
             for sub in subs:
                 snap = await store.snapshot(sub.id)
                 assert snap is not None and "done" == snap.job.status
+
+    async def test_a_failing_write_does_not_undo_its_batch(self, tmp_path: Path) -> None:
+        """One write that fails inside a group commit gets its error; the others land."""
+        import threading
+
+        import trio.testing
+
+        started, gate = threading.Event(), threading.Event()
+
+        def hold(conn: sqlite3.Connection) -> None:
+            started.set()
+            gate.wait(30)
+
+        def broken(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO counters (caller) VALUES ('half-done')")
+            conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+        errors: list[BaseException] = []
+
+        async def write_broken() -> None:
+            try:
+                await store._write(broken)
+            except sqlite3.OperationalError as exc:
+                errors.append(exc)
+
+        async with SQLiteStore.open(tmp_path / "jobs.sqlite") as store:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store._write, hold)
+                await trio.to_thread.run_sync(started.wait)
+                nursery.start_soon(store.admit, job("before"), LIMITS)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(write_broken)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(store.admit, job("after"), LIMITS)
+                await trio.testing.wait_all_tasks_blocked()
+                gate.set()
+
+            assert 1 == len(errors)
+            assert await store.snapshot("before") is not None
+            assert await store.snapshot("after") is not None
+        conn = sqlite3.connect(tmp_path / "jobs.sqlite")
+        assert [] == conn.execute("SELECT * FROM counters WHERE caller = 'half-done'").fetchall()
+        conn.close()

@@ -101,7 +101,9 @@ class Store(Protocol):
         """Mark target ``idx`` running and a queued job running.
 
         Returns False, writing nothing, when the job is no longer live (cancelled, interrupted
-        or gone): the engine then starts nothing more for it.
+        or gone): the engine then starts nothing more for it. A store may return before the
+        mark is committed (SQLite does), but the mark is then committed no later than the next
+        write, and always before this target's outcome.
         """
         ...
 

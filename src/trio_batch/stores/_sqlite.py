@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import queue
 import sqlite3
@@ -24,7 +25,7 @@ from typing import Any, Generic, TypeVar, final
 import outcome
 import trio
 
-from .._errors import StoreError
+from .._errors import StoreError, SubmitError
 from .._model import (
     Job,
     JobStatus,
@@ -39,6 +40,8 @@ from ._memory import check_caps, terminal_status
 from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
 
 T = TypeVar("T")
+
+_log = logging.getLogger("trio_batch")
 
 SCHEMA_VERSION = 2
 
@@ -103,7 +106,7 @@ _MAX_BATCH = 512
 @dataclass(slots=True)
 class _Write(Generic[T]):
     fn: Callable[[sqlite3.Connection], T]
-    task: trio.lowlevel.Task
+    task: trio.lowlevel.Task | None  # None: posted, nobody waits for it
     token: trio.lowlevel.TrioToken
     result: outcome.Outcome[T] | None = None
 
@@ -134,6 +137,10 @@ class _Writer:
         result: T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
         return result
 
+    def post(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+        """Queue a write without waiting for it; it commits before any write queued later."""
+        self._queue.put(_Write(fn, None, trio.lowlevel.current_trio_token()))
+
     def _loop(self) -> None:
         stop = False
         while not stop:
@@ -155,17 +162,26 @@ class _Writer:
             token.run_sync_soon(_wake, batch)
 
     def _commit(self, batch: list[_Write[Any]]) -> None:
+        """Run the batch in one transaction; isolate a failing write only when one fails."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for item in batch:
-                conn.execute("SAVEPOINT w")
-                try:
+            try:
+                for item in batch:
                     item.result = outcome.Value(item.fn(conn))
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO w")
-                    item.result = outcome.Error(exc)
-                conn.execute("RELEASE w")
+            except Exception:
+                # Rare: undo everything, then run each write in a savepoint of its own so the
+                # failing one gets its error and the others still land.
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                for item in batch:
+                    conn.execute("SAVEPOINT w")
+                    try:
+                        item.result = outcome.Value(item.fn(conn))
+                    except Exception as exc:
+                        conn.execute("ROLLBACK TO w")
+                        item.result = outcome.Error(exc)
+                    conn.execute("RELEASE w")
             conn.execute("COMMIT")
             self.commits += 1
             self.writes += len(batch)
@@ -179,7 +195,11 @@ class _Writer:
 def _wake(batch: list[_Write[Any]]) -> None:
     for item in batch:
         assert item.result is not None
-        trio.lowlevel.reschedule(item.task, item.result)
+        if item.task is not None:
+            trio.lowlevel.reschedule(item.task, item.result)
+        elif isinstance(item.result, outcome.Error):
+            error = type(item.result.error).__name__
+            _log.warning("store write failed with %s", error, extra={"error_type": error})
 
 
 def _connect(path: str, *, readonly: bool) -> sqlite3.Connection:
@@ -245,6 +265,12 @@ class SQLiteStore:
     migrated on the first open. A second writer on the same file (another process, or another
     store in this one) is refused with a :class:`~trio_batch.StoreError`; ``readonly=True``
     opens for reading beside a writer (e.g. ``trio-batch status`` while a server runs).
+
+    ``start_target`` does not wait for its commit: being the file's only writer, the store knows
+    which jobs are live without asking the file, and the running mark is queued before the
+    target's outcome, so it always lands first. A reader may see a target ``pending`` for the
+    moment (one group commit) between its fetch starting and the mark landing. Every other write
+    returns only after its commit.
     """
 
     def __init__(self, path: str, writer: _Writer | None, readers: int) -> None:
@@ -253,6 +279,8 @@ class SQLiteStore:
         self._readers: list[sqlite3.Connection] = []
         self._read_limiter = trio.CapacityLimiter(readers)
         self._closed = False
+        # This store is the file's only writer, so it can mirror the set of live jobs exactly.
+        self._live: dict[str, bool] = {}  # live job id -> has started
 
     @property
     def path(self) -> str:
@@ -347,13 +375,33 @@ class SQLiteStore:
     # -- the Store protocol -------------------------------------------------------------------
 
     async def admit(self, job: NewJob, limits: Limits) -> Submitted:
-        return await self._write(lambda conn: _admit(conn, job, limits))
+        submitted = await self._write(lambda conn: _admit(conn, job, limits))
+        if isinstance(submitted, SubmitError):
+            raise submitted
+        if not submitted.reused:
+            self._live[submitted.id] = False
+        return submitted
 
     async def recover(self, now: float) -> list[str]:
-        return await self._write(lambda conn: _interrupt(conn, _live_ids(conn), now))
+        failed = await self._write(lambda conn: _interrupt(conn, _live_ids(conn), now))
+        for job_id in failed:
+            self._live.pop(job_id, None)
+        return failed
 
     async def start_target(self, job_id: str, idx: int, now: float) -> bool:
-        return await self._write(lambda conn: _start_target(conn, job_id, idx, now))
+        """Queue the running mark and return at once (see the class docstring)."""
+        if self._writer is None:
+            raise StoreError(f"{self._path} was opened read-only")
+        await trio.lowlevel.checkpoint()
+        started = self._live.get(job_id)
+        if started is None:
+            return False
+        if started:
+            self._writer.post(lambda conn: _mark_running(conn, job_id, idx))
+        else:
+            self._live[job_id] = True
+            self._writer.post(lambda conn: _start_target(conn, job_id, idx, now))
+        return True
 
     async def release_target(self, job_id: str, idx: int, now: float) -> None:
         await self._write(lambda conn: _release_target(conn, job_id, idx, now))
@@ -361,19 +409,28 @@ class SQLiteStore:
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
     ) -> Stored:
-        return await self._write(
+        stored = await self._write(
             lambda conn: _finish_target(conn, job_id, idx, outcome, now, max_bytes)
         )
+        if stored.terminal is not None:
+            self._live.pop(job_id, None)
+        return stored
 
     async def cancel(self, job_id: str, now: float) -> Job | None:
-        return await self._write(lambda conn: _cancel(conn, job_id, now))
+        before = await self._write(lambda conn: _cancel(conn, job_id, now))
+        if before is not None:
+            self._live.pop(job_id, None)
+        return before
 
     async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
         ids = list(job_ids)
         if not ids:
             await trio.lowlevel.checkpoint()
             return []
-        return await self._write(lambda conn: _interrupt(conn, ids, now))
+        failed = await self._write(lambda conn: _interrupt(conn, ids, now))
+        for job_id in failed:
+            self._live.pop(job_id, None)
+        return failed
 
     async def touch(self, job_id: str, now: float) -> bool:
         return await self._write(lambda conn: _touch(conn, job_id, now))
@@ -431,7 +488,7 @@ def _job(row: Sequence[Any]) -> Job:
     )
 
 
-def _admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted:
+def _admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | SubmitError:
     previous = conn.execute(
         "SELECT id, status, lease FROM jobs WHERE caller = ? AND key = ? "
         "ORDER BY created_at DESC, rowid DESC LIMIT 1",
@@ -447,7 +504,10 @@ def _admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted:
         "SELECT live FROM counters WHERE caller = ?", (job.caller,)
     ).fetchone()
     total_row = conn.execute("SELECT live FROM counters WHERE caller = ''").fetchone()
-    check_caps(len(job.targets), caller_row[0] if caller_row else 0, total_row[0], limits)
+    try:
+        check_caps(len(job.targets), caller_row[0] if caller_row else 0, total_row[0], limits)
+    except SubmitError as refused:  # returned, not raised: a refusal is no write error
+        return refused
     conn.execute(
         "INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at, "
         "updated_at, lease) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
@@ -511,19 +571,18 @@ def _sweep(conn: sqlite3.Connection, cutoff: float) -> None:
         _delete_jobs(conn, rows)
 
 
-def _evict(conn: sqlite3.Connection, max_bytes: int) -> int:
+def _evict(conn: sqlite3.Connection, max_bytes: int, stored: int) -> int:
     evicted = 0
-    while True:
-        stored = conn.execute("SELECT bytes FROM counters WHERE caller = ''").fetchone()[0]
-        if stored <= max_bytes:
-            return evicted
+    while stored > max_bytes:
         row = conn.execute(
             f"SELECT id, bytes FROM jobs WHERE status NOT IN {_LIVE} ORDER BY lease, rowid LIMIT 1"
         ).fetchone()
         if row is None:
-            return evicted
+            break
         _delete_jobs(conn, [row])
+        stored -= row[1]
         evicted += 1
+    return evicted
 
 
 def _start_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) -> bool:
@@ -539,6 +598,12 @@ def _start_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) -
     return True
 
 
+def _mark_running(conn: sqlite3.Connection, job_id: str, idx: int) -> None:
+    conn.execute(
+        "UPDATE targets SET status = 'running' WHERE job_id = ? AND idx = ?", (job_id, idx)
+    )
+
+
 def _release_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) -> None:
     cur = conn.execute(
         "UPDATE targets SET status = 'pending' WHERE job_id = ? AND idx = ? AND status = 'running'",
@@ -551,11 +616,6 @@ def _release_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float)
 def _finish_target(
     conn: sqlite3.Connection, job_id: str, idx: int, result: Outcome, now: float, max_bytes: int
 ) -> Stored:
-    job = conn.execute(
-        "SELECT caller, status, targets_total, targets_done FROM jobs WHERE id = ?", (job_id,)
-    ).fetchone()
-    if job is None:
-        return Stored(None)
     cur = conn.execute(
         "UPDATE targets SET status = ?, result = ?, error = ?, hint = ? "
         "WHERE job_id = ? AND idx = ? AND status NOT IN ('done', 'failed')",
@@ -564,21 +624,23 @@ def _finish_target(
     if cur.rowcount == 0:
         return Stored(None)
     size = len(result.result_json.encode()) if result.result_json is not None else 0
-    conn.execute(
+    caller, status, total, done = conn.execute(
         "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ? "
-        "WHERE id = ?",
+        "WHERE id = ? RETURNING caller, status, targets_total, targets_done",
         (size, now, job_id),
-    )
-    conn.execute("UPDATE counters SET bytes = bytes + ? WHERE caller = ''", (size,))
+    ).fetchone()
+    stored = conn.execute(
+        "UPDATE counters SET bytes = bytes + ? WHERE caller = '' RETURNING bytes", (size,)
+    ).fetchone()[0]
     terminal = None
-    if job[1] in ("queued", "running") and job[3] + 1 == job[2]:
+    if status in ("queued", "running") and done == total:
         states = [
             TargetState(r[0])
             for r in conn.execute("SELECT DISTINCT status FROM targets WHERE job_id = ?", (job_id,))
         ]
         terminal = terminal_status(states)
-        _end(conn, job_id, job[0], terminal.value, now)
-    return Stored(terminal, _evict(conn, max_bytes))
+        _end(conn, job_id, caller, terminal.value, now)
+    return Stored(terminal, _evict(conn, max_bytes, stored))
 
 
 def _cancel(conn: sqlite3.Connection, job_id: str, now: float) -> Job | None:
