@@ -203,6 +203,11 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._check_open()
         return await self._store.touch(job_id, self._wall())
 
+    @property
+    def config(self) -> Config:
+        """The engine's settings, as given to :func:`open_engine` (read-only)."""
+        return self._config
+
     def statistics(self) -> EngineStatistics:
         """Counters for debugging and metrics; never blocks."""
         return EngineStatistics(

@@ -37,6 +37,7 @@ _FIELDS = ("name", "workspace", "class", "sha256")
 KEY_PREFIX = "tb_"
 
 
+@final
 class KeysFileError(ValueError):
     """The keys file cannot be read or holds a bad entry; the message says which and how to fix."""
 

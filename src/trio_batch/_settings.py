@@ -24,6 +24,7 @@ _ENGINE = Config()
 CONFIG_ENV = "TRIO_BATCH_CONFIG"
 
 
+@final
 class SettingsError(ValueError):
     """A setting is invalid; the message names it, its source and what is allowed."""
 

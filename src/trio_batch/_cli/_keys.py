@@ -1,0 +1,98 @@
+"""``trio-batch keys``: manage the API keys file (add, list, remove)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .._keys import KEY_CLASSES, KeysFileError, add_key, load_keys, remove_key
+
+DEFAULT_KEYS = "./trio-batch-keys.toml"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "keys",
+        help="manage the API keys of `trio-batch serve`",
+        description="The keys file holds each caller's name, workspace, class and the SHA-256 "
+        "of its key; never the key itself. A running server reads it at start-up.",
+    )
+    sub = parser.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+
+    add = sub.add_parser(
+        "add",
+        help="add a caller with a new key; the key is printed once, on the last line",
+        description="Add a caller with a new random key. The key is printed once, on the last "
+        "line of the output; only its SHA-256 is stored, so keep the key now.",
+    )
+    add.add_argument("name", help="the caller's name (letters, digits, . _ @ -)")
+    add.add_argument("--workspace", default="", help="the caller's workspace (default: none)")
+    add.add_argument(
+        "--class",
+        dest="klass",
+        choices=KEY_CLASSES,
+        default="fleet",
+        help="fleet callers share the fetcher's response cache; restricted callers each get "
+        "their own (default fleet)",
+    )
+    _keys_flag(add)
+    add.set_defaults(func=_add)
+
+    ls = sub.add_parser("list", help="list the callers (names, workspaces, classes)")
+    _keys_flag(ls)
+    ls.set_defaults(func=_list)
+
+    rm = sub.add_parser("remove", help="remove a caller; its key stops working at restart")
+    rm.add_argument("name")
+    _keys_flag(rm)
+    rm.set_defaults(func=_remove)
+
+
+def _keys_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keys",
+        metavar="FILE",
+        default=DEFAULT_KEYS,
+        help=f"the keys file (default {DEFAULT_KEYS}; created if missing)",
+    )
+
+
+def _add(args: argparse.Namespace) -> int:
+    try:
+        record, key = add_key(args.keys, args.name, workspace=args.workspace, klass=args.klass)
+    except KeysFileError as exc:
+        print(f"trio-batch keys add: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"added caller {record.name!r} (workspace {record.workspace!r}, class {record.klass}) "
+        f"to {args.keys}"
+    )
+    print("the key is shown once; only its SHA-256 is kept. Send it as 'Authorization: Bearer KEY'")
+    print(key)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    try:
+        ring = load_keys(args.keys)
+    except KeysFileError as exc:
+        print(f"trio-batch keys list: {exc}", file=sys.stderr)
+        return 2
+    for record in ring:
+        print(f"{record.name}\tworkspace={record.workspace}\tclass={record.klass}")
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    try:
+        removed = remove_key(args.keys, args.name)
+    except KeysFileError as exc:
+        print(f"trio-batch keys remove: {exc}", file=sys.stderr)
+        return 2
+    if not removed:
+        print(
+            f"trio-batch keys remove: no caller named {args.name!r} in {args.keys}", file=sys.stderr
+        )
+        return 2
+    print(f"removed {args.name!r} from {args.keys}; restart the server to apply")
+    return 0

@@ -1,0 +1,99 @@
+"""``trio-batch serve``: the HTTP API (SPEC §5) over an engine, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .._settings import CONFIG_ENV, ENV_PREFIX, SettingsError, add_arguments, load_settings
+
+_EPILOG = f"""\
+Every setting can also come from a TOML config file (--config FILE or ${CONFIG_ENV}; names
+with underscores, e.g. max_bytes = 1000000) or an environment variable ({ENV_PREFIX}NAME, e.g.
+{ENV_PREFIX}PORT=9000). Flags win over the environment, which wins over the file. An invalid
+value stops start-up with a message naming the setting.
+
+SIGINT/SIGTERM: stop accepting, let requests in flight finish (--graceful-timeout), close the
+engine (live jobs become failed/interrupted), exit 0. A second signal stops at once.
+API reference: docs/http.md, or GET /openapi.json on the running server."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve the batch HTTP API (needs trio-batch[server])",
+        description="Serve the batch HTTP API: callers with a key from `trio-batch keys add` "
+        "submit batches, poll them, read results and cancel them.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args)
+    except SettingsError as exc:
+        print(f"trio-batch serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import trio
+
+        from .._errors import StoreError
+        from ..http import KeysFileError, run_service
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.startswith("trio_batch."):
+            raise
+        print(
+            f"trio-batch serve needs {exc.name}: pip install 'trio-batch[server]'", file=sys.stderr
+        )
+        return 2
+    _setup_logging(settings.log_level)
+    try:
+        trio.run(run_service, settings)
+    except BaseException as exc:
+        # Start-up failures come out of nurseries wrapped in exception groups.
+        cause = _start_up_error(exc, (KeysFileError, StoreError, OSError))
+        if cause is None:
+            raise
+        if isinstance(cause, OSError):
+            # Binding the port, or opening the database file.
+            what = cause.strerror or type(cause).__name__
+            print(
+                f"trio-batch serve: cannot start on {settings.host} port {settings.port} "
+                f"with db {_safe_db(settings.db)}: {what}",
+                file=sys.stderr,
+            )
+        else:
+            print(f"trio-batch serve: {cause}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _start_up_error(
+    exc: BaseException, types: tuple[type[BaseException], ...]
+) -> BaseException | None:
+    """The single error of one of ``types`` inside ``exc`` (unwrapping groups), or None."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, types) else None
+
+
+def _safe_db(db: str) -> str:
+    """The db setting without a password (a DSN may hold one)."""
+    if "://" not in db:
+        return db
+    scheme, _, rest = db.partition("://")
+    return f"{scheme}://{rest.rsplit('@', 1)[-1]}" if "@" in rest else db
+
+
+def _setup_logging(level: str) -> None:
+    root = logging.getLogger("trio_batch")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+    root.propagate = False

@@ -1,0 +1,63 @@
+"""The HTTP API of SPEC §5 (``pip install 'trio-batch[server]'``).
+
+::
+
+    async with open_engine(store, fetch, config) as engine:
+        app = create_app(engine, load_keys("keys.toml"), fetch=fetch)
+        await serve(app, port=8080, shutdown_trigger=stop.wait)
+
+``create_app`` builds a Starlette app; ``serve`` runs it on hypercorn's Trio worker inside the
+caller's nursery and reports the bound port through ``task_status``. ``run_service`` is the whole
+``trio-batch serve`` command: store, web fetcher, engine, API and signal handling.
+See ``docs/http.md``.
+"""
+
+from __future__ import annotations
+
+from .._keys import (
+    KeyRecord as KeyRecord,
+    KeyRing as KeyRing,
+    KeysFileError as KeysFileError,
+    add_key as add_key,
+    hash_key as hash_key,
+    load_keys as load_keys,
+)
+from .._settings import (
+    Settings as Settings,
+    SettingsError as SettingsError,
+    load_settings as load_settings,
+)
+from .._util import fixup_module_metadata as _fixup_module_metadata
+from ._app import (
+    MAX_BODY as MAX_BODY,
+    OptionsCheckFunc as OptionsCheckFunc,
+    PrecheckFunc as PrecheckFunc,
+    basic_precheck as basic_precheck,
+    create_app as create_app,
+)
+from ._openapi import openapi_document as openapi_document
+from ._serve import open_store as open_store, run_service as run_service, serve as serve
+
+__all__ = [
+    "MAX_BODY",
+    "KeyRecord",
+    "KeyRing",
+    "KeysFileError",
+    "OptionsCheckFunc",
+    "PrecheckFunc",
+    "Settings",
+    "SettingsError",
+    "add_key",
+    "basic_precheck",
+    "create_app",
+    "hash_key",
+    "load_keys",
+    "load_settings",
+    "open_store",
+    "openapi_document",
+    "run_service",
+    "serve",
+]
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

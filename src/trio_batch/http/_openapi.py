@@ -1,0 +1,442 @@
+"""The OpenAPI 3.1 document of the API, written by hand so it says exactly what the app does.
+
+Every status code an operation can answer is listed; ``tests/http`` checks the app against it
+(schemathesis) and checks that each route of the app is documented.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+_JOB_STATUSES = ["queued", "running", "done", "partial", "failed", "cancelled"]
+_TARGET_STATES = ["pending", "running", "done", "failed"]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": schema}},
+        **extra,
+    }
+
+
+def _error(description: str, *, retry_after: bool = False, auth: bool = False) -> dict[str, Any]:
+    response = _json(_ref("Error"), description)
+    if retry_after:
+        response["headers"] = {
+            "Retry-After": {
+                "description": "Seconds to wait before trying again.",
+                "required": True,
+                "schema": {"type": "string", "pattern": "^[0-9]+$"},
+            }
+        }
+    if auth:
+        response["headers"] = {
+            "WWW-Authenticate": {
+                "description": "The auth scheme: Bearer.",
+                "required": True,
+                "schema": {"type": "string"},
+            }
+        }
+    return response
+
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "description": "Every error answer. `field` names the input at fault when there is one.",
+        "required": ["error", "hint"],
+        "properties": {
+            "error": {"type": "string", "description": "What was wrong."},
+            "hint": {"type": "string", "description": "What to do about it."},
+            "field": {
+                "type": "string",
+                "description": "The input at fault, like `targets[2].url` or `body`.",
+            },
+            "status": {
+                "type": "string",
+                "enum": _JOB_STATUSES,
+                "description": "With 409: the job's status.",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "Options": {
+        "type": "object",
+        "description": "Per-target options for the web fetcher (SPEC §6). Empty means default.",
+        "properties": {
+            "mode": {"type": "string", "description": "text (default), markdown, html or raw."},
+            "question": {"type": "string", "description": "Return the passages that answer it."},
+            "pages": {"type": "string", "description": "PDF page ranges, like `1-3,7`."},
+            "grep": {"type": "string", "description": "A regular expression: matching lines only."},
+            "jq": {"type": "string", "description": "A jq program for a JSON response."},
+            "context": {
+                "type": ["boolean", "null"],
+                "description": "Lines around grep matches; null = on when there is a question.",
+            },
+            "recover": {
+                "type": "boolean",
+                "description": "On failure, serve the last cached copy, marked stale.",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "TargetIn": {
+        "type": "object",
+        "required": ["url"],
+        "properties": {
+            "url": {
+                "type": "string",
+                "minLength": 1,
+                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
+                "description": "An absolute http(s) URL of a public host, at most 2,048 "
+                "characters, without credentials.",
+            },
+            "options": _ref("Options"),
+        },
+        "additionalProperties": False,
+    },
+    "BatchIn": {
+        "type": "object",
+        "required": ["targets"],
+        "properties": {"targets": {"type": "array", "items": _ref("TargetIn")}},
+        "additionalProperties": False,
+    },
+    "Links": {
+        "type": "object",
+        "required": ["self", "results"],
+        "properties": {"self": {"type": "string"}, "results": {"type": "string"}},
+        "additionalProperties": False,
+    },
+    "Submitted": {
+        "type": "object",
+        "required": ["id", "reused", "status", "targets_total", "expires_at", "links"],
+        "properties": {
+            "id": {"type": "string"},
+            "reused": {"type": "boolean"},
+            "status": {"type": "string", "enum": _JOB_STATUSES},
+            "targets_total": {"type": "integer", "minimum": 1},
+            "expires_at": {
+                "type": "number",
+                "description": "Unix seconds after which a finished job may be gone (each read "
+                "by its owner moves it).",
+            },
+            "links": _ref("Links"),
+        },
+        "additionalProperties": False,
+    },
+    "Counts": {
+        "type": "object",
+        "description": "Targets by state; the four always sum to targets_total.",
+        "required": _TARGET_STATES,
+        "properties": {s: {"type": "integer", "minimum": 0} for s in _TARGET_STATES},
+        "additionalProperties": False,
+    },
+    "Result": {
+        "type": "object",
+        "required": ["content", "meta"],
+        "properties": {
+            "content": {"type": "string"},
+            "meta": {"type": "object", "description": "The rest of the fetcher's envelope."},
+        },
+        "additionalProperties": False,
+    },
+    "TargetOut": {
+        "type": "object",
+        "required": ["idx", "url", "status", "error", "hint", "options", "result"],
+        "properties": {
+            "idx": {"type": "integer", "minimum": 0},
+            "url": {"type": "string"},
+            "status": {"type": "string", "enum": _TARGET_STATES},
+            "error": {"type": "string"},
+            "hint": {"type": "string"},
+            "options": _ref("Options"),
+            "result": {"anyOf": [_ref("Result"), {"type": "null"}]},
+        },
+        "additionalProperties": False,
+    },
+    "Batch": {
+        "type": "object",
+        "description": "A job's summary; with `results=1` also its targets (a page of them).",
+        "required": [
+            "id",
+            "status",
+            "error",
+            "targets_total",
+            "counts",
+            "created_at",
+            "updated_at",
+            "expires_at",
+            "links",
+        ],
+        "properties": {
+            "id": {"type": "string"},
+            "status": {"type": "string", "enum": _JOB_STATUSES},
+            "error": {"type": "string"},
+            "targets_total": {"type": "integer", "minimum": 0},
+            "counts": _ref("Counts"),
+            "created_at": {"type": "number"},
+            "updated_at": {"type": "number"},
+            "expires_at": {"type": "number"},
+            "links": _ref("Links"),
+            "targets": {
+                "type": "array",
+                "items": _ref("TargetOut"),
+                "description": "Only with results=1: the page of matching targets, in order.",
+            },
+            "targets_matched": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Only with results=1: targets that match `state`.",
+            },
+            "next_offset": {
+                "type": ["integer", "null"],
+                "description": "Only with results=1: the offset of the next page, or null.",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "Fetched": {
+        "type": "object",
+        "required": ["url", "result"],
+        "properties": {"url": {"type": "string"}, "result": _ref("Result")},
+        "additionalProperties": False,
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status", "live_jobs", "inflight_targets"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ok"]},
+            "live_jobs": {"type": "integer", "minimum": 0},
+            "inflight_targets": {"type": "integer", "minimum": 0},
+        },
+        "additionalProperties": False,
+    },
+}
+
+_JOB_ID = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "description": "The job id from the submit answer.",
+    "schema": {"type": "string", "minLength": 1, "pattern": "^[^/]+$"},
+}
+
+_AUTH_401 = _error("Missing or unknown API key.", auth=True)
+_SHUTTING_DOWN = "The server is shutting down"
+_500 = _error("Internal error (a bug); the log has its type.")
+
+
+def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> dict[str, Any]:
+    """The OpenAPI document of an app made by ``create_app`` with these arguments."""
+    kib = max_body // 1024
+    paths: dict[str, Any] = {
+        "/v1/batch": {
+            "post": {
+                "operationId": "submitBatch",
+                "summary": "Submit a batch of targets",
+                "description": f"The body may be at most {kib} KiB. A repeat of a live or "
+                "finished (done/partial) batch of the same caller with the same targets returns "
+                "that job (200, reused) instead of a new one (202).",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("BatchIn")}},
+                },
+                "responses": {
+                    "200": _json(_ref("Submitted"), "The same batch exists already: reused."),
+                    "202": _json(
+                        _ref("Submitted"),
+                        "Accepted: a new job, queued.",
+                        links={
+                            "GetBatch": {
+                                "operationId": "getBatch",
+                                "parameters": {"id": "$response.body#/id"},
+                            },
+                            "CancelBatch": {
+                                "operationId": "cancelBatch",
+                                "parameters": {"id": "$response.body#/id"},
+                            },
+                            "GetTarget": {
+                                "operationId": "getTarget",
+                                "parameters": {"id": "$response.body#/id", "idx": 0},
+                            },
+                        },
+                    ),
+                    "400": _error(
+                        "Malformed JSON, an unknown field, a wrong type (`field` names it), a "
+                        "target URL failing the pre-check (`field` names its index), or no "
+                        "targets."
+                    ),
+                    "401": _AUTH_401,
+                    "413": _error(f"The body is over {kib} KiB, or there are too many targets."),
+                    "429": _error("You have your maximum of live batches.", retry_after=True),
+                    "500": _500,
+                    "503": _error(
+                        f"The server has its maximum of live batches. {_SHUTTING_DOWN}.",
+                        retry_after=True,
+                    ),
+                },
+            }
+        },
+        "/v1/batch/{id}": {
+            "parameters": [_JOB_ID],
+            "get": {
+                "operationId": "getBatch",
+                "summary": "A batch's summary, and with results=1 its targets",
+                "description": "Reading moves the job's expiry (`expires_at`).",
+                "parameters": [
+                    {
+                        "name": "results",
+                        "in": "query",
+                        "description": "1 to include the targets with their results.",
+                        "schema": {"type": "string", "enum": ["0", "1", "true", "false"]},
+                    },
+                    {
+                        "name": "state",
+                        "in": "query",
+                        "description": "With results=1: only targets in these states "
+                        "(comma-separated).",
+                        "schema": {
+                            "type": "string",
+                            "pattern": "^(pending|running|done|failed)"
+                            "(,(pending|running|done|failed))*$",
+                        },
+                    },
+                    {
+                        "name": "offset",
+                        "in": "query",
+                        "description": "With results=1: skip this many matching targets.",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "description": "With results=1: at most this many targets.",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                    },
+                ],
+                "responses": {
+                    "200": _json(_ref("Batch"), "The job."),
+                    "400": _error("A query parameter is invalid (`field` names it)."),
+                    "401": _AUTH_401,
+                    "404": _error("No such job, or it is another caller's."),
+                    "500": _500,
+                    "503": _error(f"{_SHUTTING_DOWN}.", retry_after=True),
+                },
+            },
+            "delete": {
+                "operationId": "cancelBatch",
+                "summary": "Cancel a queued or running batch",
+                "description": "The target in flight finishes; no other target starts.",
+                "responses": {
+                    "200": _json(_ref("Batch"), "Cancelled: the job's summary."),
+                    "401": _AUTH_401,
+                    "404": _error("No such job, or it is another caller's."),
+                    "409": _error("The job is finished already; `status` says how."),
+                    "500": _500,
+                    "503": _error(f"{_SHUTTING_DOWN}.", retry_after=True),
+                },
+            },
+        },
+        "/v1/batch/{id}/{idx}": {
+            "parameters": [
+                _JOB_ID,
+                {
+                    "name": "idx",
+                    "in": "path",
+                    "required": True,
+                    "description": "The target's index in the batch, from 0.",
+                    "schema": {"type": "integer", "minimum": 0},
+                },
+            ],
+            "get": {
+                "operationId": "getTarget",
+                "summary": "One target with its result",
+                "responses": {
+                    "200": _json(_ref("TargetOut"), "The target."),
+                    "401": _AUTH_401,
+                    "404": _error("No such job or target, or it is another caller's job."),
+                    "500": _500,
+                    "503": _error(f"{_SHUTTING_DOWN}.", retry_after=True),
+                },
+            },
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "health",
+                "summary": "Liveness",
+                "security": [],
+                "responses": {"200": _json(_ref("Health"), "The server is up."), "500": _500},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics (text format)",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "The metrics.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    "500": _500,
+                },
+            }
+        },
+    }
+    if with_fetch:
+        paths["/v1/fetch"] = {
+            "post": {
+                "operationId": "fetchOne",
+                "summary": "Fetch one target now",
+                "description": "Answered synchronously by the same fetcher and fetch pool that "
+                "batches use. A failed fetch answers with the status a single fetch gets "
+                "(for example 404 or 502) and an error with a hint.",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("TargetIn")}},
+                },
+                "responses": {
+                    "200": _json(_ref("Fetched"), "The target's result."),
+                    "400": _error(
+                        "Malformed JSON, unknown field, wrong type, or a URL failing the "
+                        "pre-check (`field` names it)."
+                    ),
+                    "401": _AUTH_401,
+                    "413": _error(f"The body is over {kib} KiB."),
+                    "4XX": _error("The fetch failed the way a client error would."),
+                    "500": _500,
+                    "503": _error(
+                        f"The fetch pool or the target is busy. {_SHUTTING_DOWN}.",
+                        retry_after=True,
+                    ),
+                    "5XX": _error("The fetch failed upstream (for example 502 or 504)."),
+                },
+            }
+        }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "trio-batch",
+            "version": "1",
+            "description": "Batch fetches for agents: submit targets, poll, read results, "
+            f"cancel. JSON everywhere. 429 and 503 carry Retry-After (default {retry_after} s).",
+        },
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "schemas": copy.deepcopy(_SCHEMAS),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A key from `trio-batch keys add NAME`.",
+                }
+            },
+        },
+    }

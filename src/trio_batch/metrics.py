@@ -1,0 +1,171 @@
+"""Prometheus metrics for a :class:`~trio_batch.BatchEngine` and the HTTP API.
+
+::
+
+    metrics = PrometheusMetrics()
+    async with open_engine(store, fetch, Config(hooks=metrics.hooks())) as engine:
+        ...
+    body, content_type = metrics.render()
+
+``prometheus_client`` is imported when a :class:`PrometheusMetrics` is built, not when this
+module is imported; it comes with ``pip install 'trio-batch[metrics]'`` (or ``[server]``).
+
+Metric names start with ``trio_batch_``. Labels are low-cardinality and never carry a URL, a key,
+a caller or a job id:
+
+==============================================  =========  ==================================
+name                                            type       labels
+==============================================  =========  ==================================
+``trio_batch_jobs_total``                       counter    ``event``: created reused done
+                                                           partial failed cancelled
+``trio_batch_targets_total``                    counter    ``result`` (done, failed),
+                                                           ``status`` (HTTP status a single
+                                                           fetch would get; 200 when done)
+``trio_batch_target_seconds``                   histogram
+``trio_batch_result_bytes_total``               counter
+``trio_batch_job_seconds``                      histogram  (submit to terminal)
+``trio_batch_live_jobs``                        gauge
+``trio_batch_targets_in_flight``                gauge
+``trio_batch_busy_retries_total``               counter
+``trio_batch_evicted_jobs_total``               counter
+``trio_batch_http_requests_total``              counter    ``method``, ``route``, ``status``
+``trio_batch_http_request_seconds``             histogram  ``method``, ``route``, ``status``
+==============================================  =========  ==================================
+
+``route`` is the route template (``/v1/batch/{id}``), never the path that was asked for.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+from ._config import Hooks
+from ._errors import TargetError, find_retry_later
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+__all__ = ["PrometheusMetrics", "target_status"]
+
+_JOB_EVENTS = ("created", "reused", "done", "partial", "failed", "cancelled")
+# Seconds: from a cached page (ms) to a slow batch (an hour).
+_JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
+_TARGET_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
+_REQUEST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30, float("inf"))
+
+
+def target_status(error: BaseException | None) -> int:
+    """The HTTP status a single fetch would have got for this target outcome.
+
+    200 when done; ``TargetError.status`` for a target error; 503 for a target that stayed busy
+    (a ``RetryLater`` in the chain); 500 for any other exception.
+    """
+    if error is None:
+        return 200
+    if isinstance(error, TargetError):
+        return error.status
+    if find_retry_later(error) is not None:
+        return 503
+    return 500
+
+
+@final
+class PrometheusMetrics:
+    """Prometheus collectors for the engine's hooks and the API's requests.
+
+    Each instance registers into its own ``registry`` (a fresh ``CollectorRegistry`` by
+    default), so several engines or apps in one process never collide.
+
+    Raises:
+        ImportError: ``prometheus_client`` is not installed (the message says what to install).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "trio_batch.metrics needs prometheus_client: pip install 'trio-batch[metrics]'"
+            ) from exc
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.jobs = Counter("trio_batch_jobs", "Job events", ["event"], registry=r)
+        for event in _JOB_EVENTS:
+            self.jobs.labels(event=event)
+        self.targets = Counter(
+            "trio_batch_targets",
+            "Stored targets by result and by the HTTP status a single fetch would get",
+            ["result", "status"],
+            registry=r,
+        )
+        self.target_seconds = Histogram(
+            "trio_batch_target_seconds", "Seconds one target's fetch took", registry=r,
+            buckets=_TARGET_BUCKETS,
+        )  # fmt: skip
+        self.result_bytes = Counter(
+            "trio_batch_result_bytes", "Bytes of stored result JSON", registry=r
+        )
+        self.job_seconds = Histogram(
+            "trio_batch_job_seconds", "Seconds from submit to a terminal status", registry=r,
+            buckets=_JOB_BUCKETS,
+        )  # fmt: skip
+        self.live_jobs = Gauge("trio_batch_live_jobs", "Queued or running jobs", registry=r)
+        self.inflight = Gauge(
+            "trio_batch_targets_in_flight", "Targets being fetched now", registry=r
+        )
+        self.retries = Counter(
+            "trio_batch_busy_retries", "Busy targets put back to be tried again", registry=r
+        )
+        self.evictions = Counter(
+            "trio_batch_evicted_jobs", "Finished jobs evicted for the byte cap", registry=r
+        )
+        self.requests = Counter(
+            "trio_batch_http_requests",
+            "HTTP requests by method, route template and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "trio_batch_http_request_seconds",
+            "Seconds to answer an HTTP request, by method, route template and status",
+            ["method", "route", "status"],
+            registry=r,
+            buckets=_REQUEST_BUCKETS,
+        )
+
+    def hooks(self) -> Hooks:
+        """Engine hooks that update these metrics; pass them as ``Config(hooks=...)``."""
+        return Hooks(
+            job=self._job,
+            target=self._target,
+            job_seconds=self.job_seconds.observe,
+            depth=self.live_jobs.set,
+            inflight=self.inflight.set,
+            retry=self._retry,
+            evicted=self.evictions.inc,
+        )
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one HTTP request. ``route`` must be a route template, never a raw path."""
+        labels = {"method": method, "route": route, "status": str(status)}
+        self.requests.labels(**labels).inc()
+        self.request_seconds.labels(**labels).observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        """The metrics in Prometheus text format, and its content type."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def _job(self, event: str) -> None:
+        self.jobs.labels(event=event if event in _JOB_EVENTS else "other").inc()
+
+    def _target(self, error: BaseException | None, seconds: float, size: int) -> None:
+        result = "done" if error is None else "failed"
+        self.targets.labels(result=result, status=str(target_status(error))).inc()
+        self.target_seconds.observe(seconds)
+        if size:
+            self.result_bytes.inc(size)
+
+    def _retry(self, wait: float) -> None:
+        self.retries.inc()

@@ -1,0 +1,98 @@
+"""Fixtures for the HTTP API tests: an engine on a MemoryStore, the app, and an httpx client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("hypercorn")
+pytest.importorskip("prometheus_client")
+
+import httpx
+
+from tests.support import WallClock
+from trio_batch import BatchEngine, Config, open_engine
+from trio_batch.http import KeyRecord, KeyRing, basic_precheck, create_app, hash_key
+from trio_batch.metrics import PrometheusMetrics
+from trio_batch.stores import MemoryStore
+from trio_batch.testing import ScriptedFetch
+
+ALICE = "tb_alice-test-key"
+BOB = "tb_bob-test-key"
+
+
+def auth(key: str = ALICE) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def make_keys() -> KeyRing:
+    return KeyRing(
+        [
+            KeyRecord("alice", "lab", "fleet", hash_key(ALICE)),
+            KeyRecord("bob", "", "restricted", hash_key(BOB)),
+        ]
+    )
+
+
+@dataclass
+class Api:
+    """An app over a live engine, and a client talking to it in-process."""
+
+    client: httpx.AsyncClient
+    engine: BatchEngine
+    fetch: ScriptedFetch
+    metrics: PrometheusMetrics
+    wall: WallClock
+
+    async def submit(self, *urls: str, key: str = ALICE, **extra: Any) -> httpx.Response:
+        targets = [{"url": u, **extra} for u in urls]
+        return await self.client.post("/v1/batch", json={"targets": targets}, headers=auth(key))
+
+    async def get(self, path: str, key: str = ALICE, **params: Any) -> httpx.Response:
+        return await self.client.get(path, params=params, headers=auth(key))
+
+
+@asynccontextmanager
+async def open_api(
+    config: Config | None = None,
+    *,
+    fetch: ScriptedFetch | None = None,
+    with_fetch: bool = True,
+    **app_kwargs: Any,
+) -> AsyncIterator[Api]:
+    fetch = fetch if fetch is not None else ScriptedFetch()
+    metrics = PrometheusMetrics()
+    wall = WallClock()
+    base = config or Config(ttl=3600)
+    config = Config(
+        ttl=base.ttl,
+        targets_per_job=base.targets_per_job,
+        jobs_per_caller=base.jobs_per_caller,
+        jobs_total=base.jobs_total,
+        workers=base.workers,
+        hooks=metrics.hooks(),
+    )
+    async with open_engine(MemoryStore(), fetch, config, wall_clock=wall) as engine:
+        app_kwargs.setdefault("precheck", basic_precheck)
+        app = create_app(
+            engine,
+            make_keys(),
+            fetch=fetch if with_fetch else None,
+            metrics=metrics,
+            wall_clock=wall,
+            **app_kwargs,
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+            yield Api(client, engine, fetch, metrics, wall)
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Api]:
+    async with open_api() as a:
+        yield a

@@ -1,0 +1,75 @@
+"""The Prometheus adapter: engine hooks and request metrics, with low-cardinality labels."""
+
+from __future__ import annotations
+
+from trio_batch import RetryLater, TargetError
+from trio_batch.metrics import PrometheusMetrics, target_status
+
+
+def _value(metrics: PrometheusMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+class TestPrometheusMetrics:
+    def test_hooks_update_every_engine_metric(self) -> None:
+        """Each engine hook lands in its metric: jobs, targets, seconds, gauges, retries."""
+        m = PrometheusMetrics()
+        hooks = m.hooks()
+        assert hooks.job is not None
+        assert hooks.target is not None
+        assert hooks.job_seconds is not None
+        assert hooks.depth is not None
+        assert hooks.inflight is not None
+        assert hooks.retry is not None
+        assert hooks.evicted is not None
+        hooks.job("created")
+        hooks.job("done")
+        hooks.target(None, 0.5, 120)
+        hooks.target(TargetError("gone", status=404), 0.1, 0)
+        hooks.job_seconds(3.0)
+        hooks.depth(4)
+        hooks.inflight(2)
+        hooks.retry(2.0)
+        hooks.evicted(3)
+
+        assert _value(m, "trio_batch_jobs_total", event="created") == 1
+        assert _value(m, "trio_batch_jobs_total", event="done") == 1
+        assert _value(m, "trio_batch_targets_total", result="done", status="200") == 1
+        assert _value(m, "trio_batch_targets_total", result="failed", status="404") == 1
+        assert _value(m, "trio_batch_result_bytes_total") == 120
+        assert _value(m, "trio_batch_job_seconds_count") == 1
+        assert _value(m, "trio_batch_live_jobs") == 4
+        assert _value(m, "trio_batch_targets_in_flight") == 2
+        assert _value(m, "trio_batch_busy_retries_total") == 1
+        assert _value(m, "trio_batch_evicted_jobs_total") == 3
+
+    def test_target_status_is_what_a_single_fetch_would_get(self) -> None:
+        """200 done, TargetError.status, 503 for a target that stayed busy, 500 otherwise."""
+        busy = ValueError("wrapped")
+        busy.__cause__ = RetryLater()
+
+        assert [target_status(e) for e in (None, TargetError("x", status=413), busy)] == [
+            200,
+            413,
+            503,
+        ]
+        assert target_status(KeyError("x")) == 500
+
+    def test_two_instances_do_not_collide(self) -> None:
+        """Each instance has its own registry, so several apps in a process are fine."""
+        a, b = PrometheusMetrics(), PrometheusMetrics()
+        a.observe_request("GET", "/healthz", 200, 0.01)
+
+        assert (
+            _value(
+                a, "trio_batch_http_requests_total", method="GET", route="/healthz", status="200"
+            )
+            == 1
+        )
+        assert (
+            _value(
+                b, "trio_batch_http_requests_total", method="GET", route="/healthz", status="200"
+            )
+            == 0
+        )
