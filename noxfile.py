@@ -19,7 +19,11 @@ EXTRAS = "all"
 def tests(session: nox.Session) -> None:
     """Run the test suite against the package with every extra (``-- -k name`` to filter)."""
     session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "test"))
-    session.run("pytest", *session.posargs, env={"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "default")})
+    session.run(
+        "pytest",
+        *session.posargs,
+        env={"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "default")},
+    )
 
 
 @nox.session
@@ -35,3 +39,71 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict over src and tests."""
     session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "typecheck"))
     session.run("mypy", *session.posargs)
+
+
+@nox.session
+def fuzz_api(session: nox.Session) -> None:
+    """schemathesis against the served OpenAPI document, all phases for two minutes.
+
+    No 5xx and every answer matching the schema; ``tests`` runs a short seeded version.
+    ``-- -s`` shows schemathesis' report; TRIO_BATCH_FUZZ_SECONDS changes the budget.
+    """
+    session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "test", "fuzz"))
+    session.run(
+        "pytest",
+        "tests/http/test_fuzz.py",
+        "-rP",
+        *session.posargs,
+        env={
+            "TRIO_BATCH_FUZZ_EXAMPLES": os.environ.get("TRIO_BATCH_FUZZ_EXAMPLES", "200"),
+            "TRIO_BATCH_FUZZ_SECONDS": os.environ.get("TRIO_BATCH_FUZZ_SECONDS", "120"),
+            "TRIO_BATCH_FUZZ_PHASES": "examples,coverage,fuzzing,stateful",
+        },
+    )
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks W1-W5 beside the bare baseline; ``-- --quick`` for a run under a minute.
+
+    Prints a table and writes bench/results/latest.{json,md,png}. ``-- --pg DSN`` (or
+    TRIO_BATCH_TEST_PG) adds the PostgresStore rows; ``-- --only W1,W2`` picks workloads.
+    """
+    session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "bench"))
+    session.run("python", "-m", "bench.run", *session.posargs)
+
+
+@nox.session(default=False)
+def bench_peers(session: nox.Session) -> None:
+    """W1 and W2 on SAQ (Redis) and procrastinate (PostgreSQL) beside trio-batch, as ratios.
+
+    Needs Redis on 127.0.0.1:6379 and PostgreSQL on 127.0.0.1:5432 (database ``test``); stops
+    with a message naming what is not listening. Writes bench/results/peers.json.
+    """
+    import socket
+
+    for name, port in (("Redis", 6379), ("PostgreSQL", 5432)):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            session.error(
+                f"{name} is not listening on 127.0.0.1:{port}; start it, then run "
+                "nox -s bench_peers again (nothing was measured)"
+            )
+    session.install(
+        "-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "bench", "peers")
+    )
+    session.run("python", "-m", "bench.peers", *session.posargs)
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with warnings as errors, then run its code samples.
+
+    ``mkdocs build --strict`` into ``site/`` (``-- --site-dir DIR`` to put it elsewhere; the
+    arguments go to mkdocs), then ``tests/cli/test_docs.py``: every Python sample of the pages
+    runs as written.
+    """
+    session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "docs", "test"))
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run("pytest", "tests/cli/test_docs.py", "-q", "-p", "no:cacheprovider")
