@@ -108,7 +108,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._send, self._recv = trio.open_memory_channel[_LiveJob](math.inf)
         self._inflight = 0
         self._retrying = 0
-        self._tasks: trio.Nursery | None = None
+        self._tasks: trio.Nursery | None = None  # workers and retry timers; closing cancels it
+        self._finishers: trio.Nursery | None = None  # storing outcomes; closing lets it drain
         self._runner_done = trio.Event()
         self._closing = False
         self._closed = trio.Event()
@@ -264,12 +265,16 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            async with trio.open_nursery() as tasks:
-                self._tasks = tasks
-                for _ in range(self._workers):
-                    await tasks.start(self._worker)
-                task_status.started()
-                await trio.sleep_forever()
+            # Outcomes already fetched are stored even while closing: the finishing tasks live
+            # in an outer nursery that aclose() does not cancel, so it waits for them instead.
+            async with trio.open_nursery() as finishers:
+                self._finishers = finishers
+                async with trio.open_nursery() as tasks:
+                    self._tasks = tasks
+                    for _ in range(self._workers):
+                        await tasks.start(self._worker)
+                    task_status.started()
+                    await trio.sleep_forever()
         finally:
             self._runner_done.set()
 
@@ -330,8 +335,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._inflight -= 1
             self._report_inflight()
         seconds = trio.current_time() - t0
-        assert self._tasks is not None
-        self._tasks.start_soon(self._finish, live, idx, outcome, error, seconds)
+        assert self._finishers is not None
+        self._finishers.start_soon(self._finish, live, idx, outcome, error, seconds)
 
     async def _retry(self, live: _LiveJob, idx: int, wait: float) -> None:
         try:
@@ -364,14 +369,13 @@ class BatchEngine(metaclass=NoPublicConstructor):
         error: BaseException | None,
         seconds: float,
     ) -> None:
-        stored = Stored(None)
-        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
-            try:
-                stored = await self._store.finish_target(
-                    live.id, idx, outcome, self._wall(), self._config.max_bytes
-                )
-            except Exception as exc:
-                self._store_error("finish_target", live.id, exc)
+        try:
+            stored = await self._store.finish_target(
+                live.id, idx, outcome, self._wall(), self._config.max_bytes
+            )
+        except Exception as exc:
+            self._store_error("finish_target", live.id, exc)
+            stored = Stored(None)
         if (hook := self._hooks.target) is not None:
             size = len(outcome.result_json.encode()) if outcome.result_json is not None else 0
             hook(error, seconds, size)

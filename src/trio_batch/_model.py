@@ -65,9 +65,9 @@ class Options:
     def to_json(self) -> dict[str, Any]:
         """The options without their empty (default) fields, as stored and hashed."""
         return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != f.default
+            name: value
+            for name, default in _OPTION_DEFAULTS
+            if (value := getattr(self, name)) != default
         }
 
     @classmethod
@@ -82,6 +82,9 @@ class Options:
         if unknown:
             raise ValueError(f"unknown option {unknown[0]!r}; known options: {sorted(known)}")
         return cls(**data)
+
+
+_OPTION_DEFAULTS = tuple((f.name, f.default) for f in dataclasses.fields(Options))
 
 
 @final
