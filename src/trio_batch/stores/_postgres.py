@@ -50,15 +50,11 @@ from .._errors import StoreError, SubmitError
 from .._model import (
     Job,
     JobStatus,
-    Options,
-    Result,
     Snapshot,
     Submitted,
-    TargetState,
-    TargetStatus,
 )
 from ._memory import check_caps
-from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored, target_from_row
 
 try:
     import psycopg
@@ -1155,19 +1151,7 @@ def _snapshot(conn: Conn, job_id: str) -> Snapshot | None:
     ).fetchall()
     if not rows:
         return None
-    targets = [
-        TargetStatus(
-            idx=r[9],
-            url=r[10],
-            status=TargetState(r[11]),
-            result=None if r[12] is None else Result.from_json(r[12]),
-            error=r[13],
-            hint=r[14],
-            options=Options.from_json(json.loads(r[15])),
-        )
-        for r in rows
-        if r[9] is not None
-    ]
+    targets = [target_from_row(r[9:16]) for r in rows if r[9] is not None]
     return Snapshot(_job(rows[0]), targets)
 
 

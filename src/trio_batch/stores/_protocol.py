@@ -6,11 +6,22 @@ Every backend (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) runs the sam
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, final
+from typing import Any, Protocol, final
 
-from .._model import Job, JobStatus, Snapshot, Submitted, Target, TargetState
+from .._model import (
+    Job,
+    JobStatus,
+    Options,
+    Result,
+    Snapshot,
+    Submitted,
+    Target,
+    TargetState,
+    TargetStatus,
+)
 
 
 @final
@@ -68,6 +79,20 @@ class CacheEntry:
     meta_json: str
     stored_at: float
     expires_at: float
+
+
+def target_from_row(row: Sequence[Any]) -> TargetStatus:
+    """Decode ``idx, url, status, result JSON, error, hint, options JSON`` (the SQL stores)."""
+    idx, url, status, result, error, hint, options = row
+    return TargetStatus(
+        idx=idx,
+        url=url,
+        status=TargetState(status),
+        result=None if result is None else Result.from_json(result),
+        error=error,
+        hint=hint,
+        options=Options.from_json(json.loads(options)),
+    )
 
 
 class Store(Protocol):

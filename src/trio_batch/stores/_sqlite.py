@@ -29,15 +29,12 @@ from .._errors import StoreError, SubmitError
 from .._model import (
     Job,
     JobStatus,
-    Options,
-    Result,
     Snapshot,
     Submitted,
     TargetState,
-    TargetStatus,
 )
 from ._memory import check_caps, terminal_status
-from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored, target_from_row
 
 T = TypeVar("T")
 
@@ -679,15 +676,7 @@ def _snapshot(conn: sqlite3.Connection, job_id: str) -> Snapshot | None:
     if row is None:
         return None
     targets = [
-        TargetStatus(
-            idx=r[0],
-            url=r[1],
-            status=TargetState(r[2]),
-            result=None if r[3] is None else Result.from_json(r[3]),
-            error=r[4],
-            hint=r[5],
-            options=Options.from_json(json.loads(r[6])),
-        )
+        target_from_row(r)
         for r in conn.execute(
             "SELECT idx, url, status, result, error, hint, options FROM targets "
             "WHERE job_id = ? ORDER BY idx",
