@@ -6,6 +6,7 @@ Every backend (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) runs the sam
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,8 +92,15 @@ def target_from_row(row: Sequence[Any]) -> TargetStatus:
         result=None if result is None else Result.from_json(result),
         error=error,
         hint=hint,
-        options=Options.from_json(json.loads(options)),
+        options=_options_from_json(options),
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _options_from_json(text: str) -> Options:
+    # Options are frozen and most targets share a few option sets (often none): decode each
+    # distinct JSON text once, not once per target per read. lru_cache is thread-safe.
+    return Options.from_json(json.loads(text))
 
 
 class Store(Protocol):
