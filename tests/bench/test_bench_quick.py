@@ -1,0 +1,96 @@
+"""The benchmark harness (bench/run.py) in a tiny configuration, so that it cannot rot.
+
+The figures of a tiny run mean nothing; these tests only check that every workload runs on
+every store and that the report has the shape the docs and the plot read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import run
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One tiny run of W1-W5 on MemoryStore and SQLiteStore, shared by the tests below."""
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["--tiny", "--stores", "memory,sqlite,postgres", "--pg", "", "--no-plot"]
+    assert run.main([*argv, "--out", str(out)]) == 0
+    report: dict[str, Any] = json.loads((out / "latest.json").read_text())
+    report["_md"] = (out / "latest.md").read_text()
+    report["_dir"] = str(out)
+    return report
+
+
+class TestBenchHarness:
+    def test_every_workload_runs_on_every_store(self, tiny_report: dict[str, Any]) -> None:
+        """Each workload has figures on MemoryStore and SQLiteStore, and W1/W2 a baseline."""
+        have = {(f["workload"], f["store"], f["system"]) for f in tiny_report["figures"]}
+
+        for store in ("memory", "sqlite"):
+            for workload in ("W1", "W2", "W3", "W4", "W5"):
+                assert (workload, store, "trio-batch") in have
+            assert ("W1", store, "baseline") in have
+            assert ("W2", store, "baseline") in have
+        assert ("W2", "none", "floor") in have
+
+    def test_figures_carry_min_median_max(self, tiny_report: dict[str, Any]) -> None:
+        """Every figure lists its repeats with min <= median <= max, all positive."""
+        for fig in tiny_report["figures"]:
+            assert fig["values"], fig["name"]
+            assert 0 < fig["min"] <= fig["median"] <= fig["max"], fig
+
+    def test_report_names_machine_versions_and_goals(self, tiny_report: dict[str, Any]) -> None:
+        """The report records where it ran, with what, and each goal's verdict."""
+        assert tiny_report["mode"] == "tiny"
+        assert tiny_report["versions"]["trio"]
+        assert tiny_report["machine"]["python"]
+        assert {g["goal"] for g in tiny_report["goals"]} >= {"W1 on SQLite >= 10,000 targets/s"}
+        assert "| W1 | sqlite | trio-batch | throughput |" in tiny_report["_md"]
+
+    def test_postgres_rows_are_skipped_with_a_note(self, tiny_report: dict[str, Any]) -> None:
+        """Without a DSN the PostgreSQL rows are left out and the notes say why."""
+        assert not any(f["store"] == "postgres" for f in tiny_report["figures"])
+        assert any(n.startswith("PostgresStore rows skipped") for n in tiny_report["notes"])
+
+    def test_plot_is_written(self, tiny_report: dict[str, Any], tmp_path: Path) -> None:
+        """The plot renders from the report's figures (needs matplotlib, the bench group)."""
+        pytest.importorskip("matplotlib")
+        figures = [
+            run.Figure(
+                f["workload"],
+                f["store"],
+                f["system"],
+                f["name"],
+                f["unit"],
+                f["values"],
+                f["higher_is_better"],
+                f.get("extra", {}),
+            )
+            for f in tiny_report["figures"]
+        ]
+
+        run.plot(figures, tmp_path / "plot.png", "tiny")
+
+        assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+    def test_render_rewrites_the_table_from_the_json(self, tiny_report: dict[str, Any]) -> None:
+        """``--render`` measures nothing and rewrites latest.md from latest.json."""
+        out = Path(tiny_report["_dir"])
+        (out / "latest.md").unlink()
+
+        assert run.main(["--render", "--no-plot", "--out", str(out)]) == 0
+
+        assert (out / "latest.md").read_text() == tiny_report["_md"]
+
+
+class TestPercentile:
+    def test_nearest_rank(self) -> None:
+        """p99 of 100 samples is the 99th smallest, and p50 of 1..4 is 2."""
+        assert run.percentile(list(range(1, 101)), 99) == 99
+        assert run.percentile([4, 1, 3, 2], 50) == 2
