@@ -117,6 +117,7 @@ class _Writer:
         self._thread = threading.Thread(target=self._loop, name="trio-batch-sqlite", daemon=True)
         self.commits = 0
         self.writes = 0
+        self.posted = 0  # posted writes not yet committed; only the Trio thread touches it
 
     def start(self) -> None:
         self._thread.start()
@@ -136,7 +137,13 @@ class _Writer:
 
     def post(self, fn: Callable[[sqlite3.Connection], object]) -> None:
         """Queue a write without waiting for it; it commits before any write queued later."""
+        self.posted += 1
         self._queue.put(_Write(fn, None, trio.lowlevel.current_trio_token()))
+
+    async def flush(self) -> None:
+        """Return once every write posted so far is committed (read-your-writes)."""
+        if self.posted:
+            await self.run(_nothing)
 
     def _loop(self) -> None:
         stop = False
@@ -156,7 +163,7 @@ class _Writer:
                 batch.append(item)
             self._commit(batch)
             token = batch[0].token
-            token.run_sync_soon(_wake, batch)
+            token.run_sync_soon(_wake, self, batch)
 
     def _commit(self, batch: list[_Write[Any]]) -> None:
         """Run the batch in one transaction; isolate a failing write only when one fails."""
@@ -189,12 +196,14 @@ class _Writer:
                 item.result = outcome.Error(exc)
 
 
-def _wake(batch: list[_Write[Any]]) -> None:
+def _wake(writer: _Writer, batch: list[_Write[Any]]) -> None:
     for item in batch:
         assert item.result is not None
         if item.task is not None:
             trio.lowlevel.reschedule(item.task, item.result)
-        elif isinstance(item.result, outcome.Error):
+            continue
+        writer.posted -= 1
+        if isinstance(item.result, outcome.Error):
             error = type(item.result.error).__name__
             _log.warning("store write failed with %s", error, extra={"error_type": error})
 
@@ -265,9 +274,10 @@ class SQLiteStore:
 
     ``start_target`` does not wait for its commit: being the file's only writer, the store knows
     which jobs are live without asking the file, and the running mark is queued before the
-    target's outcome, so it always lands first. A reader may see a target ``pending`` for the
-    moment (one group commit) between its fetch starting and the mark landing. Every other write
-    returns only after its commit.
+    target's outcome, so it always lands first, and a read through this store first waits for
+    the marks already posted (read-your-writes). A reader in another process may see a target
+    ``pending`` for the moment (one group commit) between its fetch starting and the mark
+    landing. Every other write returns only after its commit.
     """
 
     def __init__(self, path: str, writer: _Writer | None, readers: int) -> None:
@@ -277,7 +287,7 @@ class SQLiteStore:
         self._read_limiter = trio.CapacityLimiter(readers)
         self._closed = False
         # This store is the file's only writer, so it can mirror the set of live jobs exactly.
-        self._live: dict[str, bool] = {}  # live job id -> has started
+        self._live: set[str] = set()
 
     @property
     def path(self) -> str:
@@ -363,6 +373,8 @@ class SQLiteStore:
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
             raise trio.ClosedResourceError("this SQLiteStore is closed")
+        if self._writer is not None:
+            await self._writer.flush()  # a running mark posted before this read is visible
         async with self._read_limiter:
             conn = self._readers.pop() if self._readers else None
             used, result = await trio.to_thread.run_sync(_read_in_thread, self._path, conn, fn)
@@ -376,13 +388,13 @@ class SQLiteStore:
         if isinstance(submitted, SubmitError):
             raise submitted
         if not submitted.reused:
-            self._live[submitted.id] = False
+            self._live.add(submitted.id)
         return submitted
 
     async def recover(self, now: float) -> list[str]:
         failed = await self._write(lambda conn: _interrupt(conn, _live_ids(conn), now))
         for job_id in failed:
-            self._live.pop(job_id, None)
+            self._live.discard(job_id)
         return failed
 
     async def start_target(self, job_id: str, idx: int, now: float) -> bool:
@@ -390,14 +402,9 @@ class SQLiteStore:
         if self._writer is None:
             raise StoreError(f"{self._path} was opened read-only")
         await trio.lowlevel.checkpoint()
-        started = self._live.get(job_id)
-        if started is None:
+        if job_id not in self._live:
             return False
-        if started:
-            self._writer.post(lambda conn: _mark_running(conn, job_id, idx))
-        else:
-            self._live[job_id] = True
-            self._writer.post(lambda conn: _start_target(conn, job_id, idx, now))
+        self._writer.post(lambda conn: _start_target(conn, job_id, idx, now))
         return True
 
     async def release_target(self, job_id: str, idx: int, now: float) -> None:
@@ -410,13 +417,13 @@ class SQLiteStore:
             lambda conn: _finish_target(conn, job_id, idx, outcome, now, max_bytes)
         )
         if stored.terminal is not None:
-            self._live.pop(job_id, None)
+            self._live.discard(job_id)
         return stored
 
     async def cancel(self, job_id: str, now: float) -> Job | None:
         before = await self._write(lambda conn: _cancel(conn, job_id, now))
         if before is not None:
-            self._live.pop(job_id, None)
+            self._live.discard(job_id)
         return before
 
     async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
@@ -426,7 +433,7 @@ class SQLiteStore:
             return []
         failed = await self._write(lambda conn: _interrupt(conn, ids, now))
         for job_id in failed:
-            self._live.pop(job_id, None)
+            self._live.discard(job_id)
         return failed
 
     async def touch(self, job_id: str, now: float) -> bool:
@@ -440,6 +447,10 @@ class SQLiteStore:
 
     async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
         await self._write(lambda conn: _cache_put(conn, key, entry, max_bytes))
+
+
+def _nothing(conn: sqlite3.Connection) -> None:
+    pass
 
 
 def _read_in_thread(
@@ -593,12 +604,6 @@ def _start_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) -
         "UPDATE targets SET status = 'running' WHERE job_id = ? AND idx = ?", (job_id, idx)
     )
     return True
-
-
-def _mark_running(conn: sqlite3.Connection, job_id: str, idx: int) -> None:
-    conn.execute(
-        "UPDATE targets SET status = 'running' WHERE job_id = ? AND idx = ?", (job_id, idx)
-    )
 
 
 def _release_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) -> None:
