@@ -29,7 +29,7 @@ from trio_batch import (
     TooManyTargets,
     open_engine,
 )
-from trio_batch.stores import MemoryStore, Store
+from trio_batch.stores import MemoryStore, Outcome, Store, Stored
 from trio_batch.testing import ScriptedFetch
 
 from .support import Recorder, WallClock, targets, url
@@ -747,3 +747,35 @@ class TestLogging:
             text = record.getMessage() + repr(record.__dict__)
             assert host not in text
             assert "https://" not in text
+
+
+class TestStoreErrors:
+    async def test_a_failing_store_write_is_logged_and_the_job_ends(
+        self, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """If the last outcome cannot be stored, the job is failed so its cap is freed."""
+
+        store = MemoryStore()
+
+        async def finish_target(
+            job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
+        ) -> Stored:
+            await trio.lowlevel.checkpoint()
+            raise OSError("disk full")
+
+        store.finish_target = finish_target  # type: ignore[method-assign]  # a failing disk
+        rec = Recorder()
+        async with engine_on(store, ScriptedFetch(), rec, jobs_per_caller=1) as engine:
+            sub = await engine.submit(ALICE, "fleet", targets("a", 1))
+            with trio.fail_after(60):  # virtual seconds: fails at once if the job never ends
+                await rec.wait_terminal(1)
+            again = await engine.submit(ALICE, "fleet", targets("b", 1))
+
+            assert ["created", "failed", "created"] == rec.jobs[:3]
+            assert not again.reused
+            snap = await engine.status(sub.id)
+            assert snap is not None
+            assert "interrupted" == snap.job.error
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(getattr(r, "op", "") == "finish_target" for r in warnings)
+        assert all("disk full" not in r.getMessage() for r in caplog.records)

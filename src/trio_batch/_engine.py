@@ -387,14 +387,18 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._settle(live, stored.terminal)
         elif live.next_idx < len(live.targets):
             self._requeue(live)
-        elif not live.cancelled and self._live.pop(live.id, None) is not None:
+        elif not live.cancelled and live.id in self._live:
             # The last outcome did not finish the job (a store error): free its cap.
-            self._report_depth()
+            failed: list[str] = []
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
                 try:
-                    await self._store.interrupt([live.id], self._wall())
+                    failed = await self._store.interrupt([live.id], self._wall())
                 except Exception as exc:
                     self._store_error("interrupt", live.id, exc)
+            if failed:
+                self._settle(live, JobStatus.FAILED)
+            elif self._live.pop(live.id, None) is not None:
+                self._report_depth()
 
     def _settle(self, live: _LiveJob, status: JobStatus) -> None:
         self._live.pop(live.id, None)
