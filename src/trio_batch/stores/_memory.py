@@ -171,7 +171,7 @@ class MemoryStore:
         self._bytes += size
         terminal = None
         if row.status.live and row.done == len(row.targets):
-            terminal = terminal_status(row.targets)
+            terminal = terminal_status([t.status for t in row.targets])
             self._end(row, terminal, now)
         return Stored(terminal, self._evict(max_bytes))
 
@@ -304,11 +304,10 @@ def check_caps(n_targets: int, caller_live: int, total_live: int, limits: Limits
         )
 
 
-def terminal_status(targets: Sequence[_TargetRow] | Sequence[TargetState]) -> JobStatus:
+def terminal_status(states: Sequence[TargetState]) -> JobStatus:
     """``done`` if every target is done, ``failed`` if every one failed, else ``partial``."""
-    states = {t if isinstance(t, TargetState) else t.status for t in targets}
-    if states == {TargetState.DONE}:
+    if set(states) == {TargetState.DONE}:
         return JobStatus.DONE
-    if states == {TargetState.FAILED}:
+    if set(states) == {TargetState.FAILED}:
         return JobStatus.FAILED
     return JobStatus.PARTIAL

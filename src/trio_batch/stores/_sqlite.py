@@ -293,15 +293,6 @@ class SQLiteStore:
     def path(self) -> str:
         return self._path
 
-    @property
-    def stored_bytes_sync(self) -> int:
-        """Bytes of stored result JSON (a blocking read; for tests and tools)."""
-        conn = _connect(self._path, readonly=True)
-        try:
-            return int(conn.execute("SELECT bytes FROM counters WHERE caller = ''").fetchone()[0])
-        finally:
-            conn.close()
-
     def commit_statistics(self) -> tuple[int, int]:
         """``(commits, writes)`` so far: how well writes are grouped."""
         if self._writer is None:
