@@ -377,7 +377,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._store_error("finish_target", live.id, exc)
             stored = Stored(None)
         if (hook := self._hooks.target) is not None:
-            size = len(outcome.result_json.encode()) if outcome.result_json is not None else 0
+            size = outcome.size
             hook(error, seconds, size)
         if stored.evicted and (evicted := self._hooks.evicted) is not None:
             evicted(stored.evicted)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from trio_batch._demo_site import DemoSite, serve_demo_site
+from trio_batch._cli._demo_site import DemoSite, serve_demo_site
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import io
 import httpx
 import pypdf
 
-from trio_batch._demo_site import PRIVATE_REDIRECT, DemoSite
+from trio_batch._cli._demo_site import PRIVATE_REDIRECT, DemoSite
 
 
 class TestDemoSite:

@@ -9,7 +9,7 @@ import trio
 from rich.console import Console
 
 from trio_batch import Caller, Config, Hooks, RetryLater, Target, open_engine
-from trio_batch._progress import ProgressTracker, render_plain, render_rich, show_progress
+from trio_batch._cli._progress import ProgressTracker, render_plain, render_rich, show_progress
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 

@@ -16,8 +16,8 @@ import trio
 
 from trio_batch import Options, Target
 from trio_batch._cli import main
+from trio_batch._cli._demo_site import DemoSite
 from trio_batch._cli._run import UsageError, parse_targets, run_batch
-from trio_batch._demo_site import DemoSite
 from trio_batch.stores import SQLiteStore
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")

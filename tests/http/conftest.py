@@ -17,10 +17,11 @@ import httpx
 
 from tests.support import WallClock
 from trio_batch import BatchEngine, Config, open_engine
-from trio_batch.http import KeyRecord, KeyRing, basic_precheck, create_app, hash_key
+from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
 from trio_batch.metrics import PrometheusMetrics
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
+from trio_batch.web import precheck
 
 ALICE = "tb_alice-test-key"
 BOB = "tb_bob-test-key"
@@ -78,7 +79,7 @@ async def open_api(
         hooks=metrics.hooks(),
     )
     async with open_engine(MemoryStore(), fetch, config, wall_clock=wall) as engine:
-        app_kwargs.setdefault("precheck", basic_precheck)
+        app_kwargs.setdefault("precheck", precheck)
         app = create_app(
             engine,
             make_keys(),

@@ -20,9 +20,10 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from trio_batch import Config, open_engine
-from trio_batch.http import add_key, basic_precheck, create_app, serve
+from trio_batch.http import add_key, create_app, serve
 from trio_batch.stores import MemoryStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
+from trio_batch.web import precheck
 
 from .conftest import ALICE, auth, make_keys
 
@@ -34,7 +35,7 @@ class TestServe:
         """port=0 binds a free port, reported through task_status; requests are answered."""
         shutdown = trio.Event()
         async with open_engine(MemoryStore(), ScriptedFetch()) as engine:
-            app = create_app(engine, make_keys(), precheck=basic_precheck)
+            app = create_app(engine, make_keys(), precheck=precheck)
             async with trio.open_nursery() as nursery:
                 port: int = await nursery.start(
                     lambda task_status: serve(
@@ -62,7 +63,7 @@ class TestServe:
         shutdown = trio.Event()
         answers: list[int] = []
         async with open_engine(MemoryStore(), fetch) as engine:
-            app = create_app(engine, make_keys(), fetch=fetch, precheck=basic_precheck)
+            app = create_app(engine, make_keys(), fetch=fetch, precheck=precheck)
             async with trio.open_nursery() as nursery:
                 port: int = await nursery.start(
                     lambda task_status: serve(

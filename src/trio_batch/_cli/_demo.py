@@ -22,12 +22,12 @@ from typing import IO, TYPE_CHECKING, final
 import trio
 
 from .._config import Config
-from .._demo_site import DemoSite, serve_demo_site
 from .._engine import BatchEngine, open_engine
 from .._errors import StoreError
 from .._model import Caller, JobStatus, Options, Target, TargetState
-from .._progress import ProgressMode, ProgressTracker, show_progress
 from ..stores import SQLiteStore
+from ._demo_site import DemoSite, serve_demo_site
+from ._progress import ProgressMode, ProgressTracker, show_progress
 from ._run import UsageError, add_progress_argument, open_web_fetch
 
 if TYPE_CHECKING:

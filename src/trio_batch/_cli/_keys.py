@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._keys import KEY_CLASSES, KeysFileError, add_key, load_keys, remove_key
+from ..http._keys import KEY_CLASSES, KeysFileError, add_key, load_keys, remove_key
 
 DEFAULT_KEYS = "./trio-batch-keys.toml"
 

@@ -30,8 +30,9 @@ from .._config import Config
 from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import Busy, CallerBusy, StoreError, TargetError
 from .._model import Caller, Options, Snapshot, Target, TargetState, TargetStatus
-from .._progress import ProgressMode, ProgressTracker, show_progress
 from ..stores import SQLiteStore, Store
+from ._progress import ProgressMode, ProgressTracker, show_progress
+from ._signals import watch_signals
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -347,14 +348,6 @@ async def _run_jobs(
                 await event.wait()
 
 
-async def _watch_sigint(scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]) -> None:
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
-        task_status.started()
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
 async def run_batch(
     targets: list[Target],
     *,
@@ -435,10 +428,13 @@ async def run_batch(
     interrupted = False
     async with SQLiteStore.open(db) as store:
         async with fetch_factory(store, allow) as fetch:
-            with trio.CancelScope() as scope:
+            with trio.CancelScope() as scope, contextlib.ExitStack() as signal_stack:
                 async with trio.open_nursery() as nursery:
                     if handle_sigint:
-                        await nursery.start(_watch_sigint, scope)
+                        signals = signal_stack.enter_context(
+                            trio.open_signal_receiver(signal.SIGINT)
+                        )
+                        nursery.start_soon(watch_signals, signals, lambda _: scope.cancel(), scope)
                     async with (
                         open_engine(store, tracker.wrap(fetch), config) as engine,
                         show_progress(

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from .._settings import CONFIG_ENV, ENV_PREFIX, SettingsError, add_arguments, load_settings
+from ..http._settings import CONFIG_ENV, ENV_PREFIX, SettingsError, add_arguments, load_settings
 
 _EPILOG = f"""\
 Every setting can also come from a TOML config file (--config FILE or ${CONFIG_ENV}; names
@@ -42,7 +42,8 @@ def main(args: argparse.Namespace) -> int:
         import trio
 
         from .._errors import StoreError
-        from ..http import KeysFileError, run_service
+        from ..http import KeysFileError
+        from ._service import run_service
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.startswith("trio_batch."):
             raise

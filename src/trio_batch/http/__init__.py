@@ -7,14 +7,20 @@
         await serve(app, port=8080, shutdown_trigger=stop.wait)
 
 ``create_app`` builds a Starlette app; ``serve`` runs it on hypercorn's Trio worker inside the
-caller's nursery and reports the bound port through ``task_status``. ``run_service`` is the whole
-``trio-batch serve`` command: store, web fetcher, engine, API and signal handling.
-See ``docs/http.md``.
+caller's nursery and reports the bound port through ``task_status``. Signals, exit codes and the
+rest of the ``trio-batch serve`` command live in the CLI. See ``docs/http.md``.
 """
 
 from __future__ import annotations
 
-from .._keys import (
+from .._util import fixup_module_metadata as _fixup_module_metadata
+from ._app import (
+    MAX_BODY as MAX_BODY,
+    OptionsCheckFunc as OptionsCheckFunc,
+    PrecheckFunc as PrecheckFunc,
+    create_app as create_app,
+)
+from ._keys import (
     KeyRecord as KeyRecord,
     KeyRing as KeyRing,
     KeysFileError as KeysFileError,
@@ -22,21 +28,13 @@ from .._keys import (
     hash_key as hash_key,
     load_keys as load_keys,
 )
-from .._settings import (
+from ._openapi import openapi_document as openapi_document
+from ._serve import serve as serve
+from ._settings import (
     Settings as Settings,
     SettingsError as SettingsError,
     load_settings as load_settings,
 )
-from .._util import fixup_module_metadata as _fixup_module_metadata
-from ._app import (
-    MAX_BODY as MAX_BODY,
-    OptionsCheckFunc as OptionsCheckFunc,
-    PrecheckFunc as PrecheckFunc,
-    basic_precheck as basic_precheck,
-    create_app as create_app,
-)
-from ._openapi import openapi_document as openapi_document
-from ._serve import open_store as open_store, run_service as run_service, serve as serve
 
 __all__ = [
     "MAX_BODY",
@@ -48,14 +46,11 @@ __all__ = [
     "Settings",
     "SettingsError",
     "add_key",
-    "basic_precheck",
     "create_app",
     "hash_key",
     "load_keys",
     "load_settings",
-    "open_store",
     "openapi_document",
-    "run_service",
     "serve",
 ]
 

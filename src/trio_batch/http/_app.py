@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import ipaddress
 import json
 import logging
 import math
 import re
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, final
@@ -32,9 +30,9 @@ from .._errors import (
     TooManyTargets,
     find_retry_later,
 )
-from .._keys import KeyRecord, KeyRing
 from .._model import Job, Options, Snapshot, Target, TargetState, TargetStatus
 from ..metrics import PrometheusMetrics
+from ._keys import KeyRecord, KeyRing
 from ._openapi import openapi_document
 
 PrecheckFunc = Callable[[str], None]
@@ -80,57 +78,9 @@ class ApiError(Exception):
         return JSONResponse(self.body, status_code=self.status, headers=self.headers)
 
 
-def basic_precheck(url: str) -> None:
-    """The pre-check of SPEC §5, for when the web fetcher's own is not installed.
-
-    Refuses: over 2,048 characters, a scheme other than http/https, no host, credentials in the
-    URL, and a literal private, loopback, link-local, multicast, reserved or unspecified address.
-    """
-    if len(url) > MAX_URL:
-        raise TargetError(
-            f"the URL is {len(url)} characters; the limit is {MAX_URL}",
-            hint="shorten the URL",
-            status=400,
-        )
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname
-        _ = parts.port
-    except ValueError:
-        raise TargetError(
-            "the URL cannot be parsed", hint="send an absolute http(s) URL", status=400
-        ) from None
-    if parts.scheme not in ("http", "https"):
-        raise TargetError(
-            "the URL's scheme is not http or https", hint="use http:// or https://", status=400
-        )
-    if not host:
-        raise TargetError(
-            "the URL has no host", hint="send an absolute URL like https://example.org/", status=400
-        )
-    if parts.username is not None or parts.password is not None:
-        raise TargetError(
-            "the URL holds credentials", hint="remove user:password@ from the URL", status=400
-        )
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if not address.is_global or address.is_multicast:
-        raise TargetError(
-            "the URL's host is a private, loopback or link-local address",
-            hint="only public addresses can be fetched",
-            status=400,
-        )
-
-
 def _default_precheck() -> PrecheckFunc:
-    try:
-        from ..web import precheck
-    except ImportError:
-        return basic_precheck
+    from ..web import precheck
+
     return precheck
 
 

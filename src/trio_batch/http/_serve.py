@@ -1,29 +1,19 @@
-"""Serving the app with hypercorn's Trio worker, and the whole ``trio-batch serve`` service."""
+"""Serving the app with hypercorn's Trio worker."""
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import logging
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from typing import cast
 
 import trio
-
-from .._engine import BatchEngine, open_engine
-from .._keys import KeyRing, load_keys
-from .._model import Caller
-from .._settings import Settings
-from ..metrics import PrometheusMetrics
-from ..stores import SQLiteStore, Store
-from ._app import create_app
+from starlette.types import ASGIApp
 
 _log = logging.getLogger("trio_batch.http")
 
 
 async def serve(
-    app: Any,
+    app: ASGIApp,
     *,
     host: str = "127.0.0.1",
     port: int = 8080,
@@ -36,7 +26,7 @@ async def serve(
     Reports the bound port with ``task_status.started(port)``, so ``port=0`` picks a free one.
     When ``shutdown_trigger`` returns, the server stops accepting connections, gives requests
     in flight up to ``graceful_timeout`` seconds to finish, and returns. Cancelling it stops
-    at once. It handles no signals itself: see :func:`run_service`.
+    at once. It handles no signals itself: its caller decides when to stop.
     """
     from hypercorn.config import Config as HypercornConfig
     from hypercorn.trio import serve as hypercorn_serve
@@ -61,150 +51,3 @@ async def serve(
         binds: list[str] = await nursery.start(run)
         bound = int(binds[0].rsplit(":", 1)[1])
         task_status.started(bound)
-
-
-@contextlib.asynccontextmanager
-async def open_store(db: str) -> AsyncIterator[Store]:
-    """The store ``db`` names: a ``postgresql://`` DSN, or a SQLite file path."""
-    if db.startswith(("postgresql://", "postgres://")):
-        try:
-            from ..stores import PostgresStore
-        except ImportError as exc:
-            raise SystemExit(
-                "trio-batch serve: --db is a PostgreSQL DSN but the PostgreSQL store is not "
-                "installed: pip install 'trio-batch[postgres]'"
-            ) from exc
-        async with PostgresStore.open(db) as pg:
-            yield pg
-    else:
-        async with SQLiteStore.open(db) as sqlite:
-            yield sqlite
-
-
-@contextlib.asynccontextmanager
-async def _open_fetcher(settings: Settings, store: Store, keys: KeyRing) -> AsyncIterator[Any]:
-    from ..web import WebFetcher
-
-    def restricted(caller: Caller) -> bool:
-        record = keys.by_hash(caller.key_sha256)
-        return record is None or record.klass == "restricted"
-
-    # The engine runs at most `workers` fetches at once, so a pool bigger than that keeps
-    # slots free for POST /v1/fetch while every worker is busy.
-    fetcher = WebFetcher(
-        store=store,
-        allow=_networks(settings),
-        restricted=restricted,
-        pool_size=settings.effective_fetch_slots,
-    )
-    async with fetcher as fetch:
-        yield fetch
-
-
-async def run_service(
-    settings: Settings,
-    *,
-    fetch: Any = None,
-    precheck: Any = None,
-    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """The ``trio-batch serve`` service: store, fetcher, engine and API, until SIGINT/SIGTERM.
-
-    On the first SIGINT or SIGTERM the server stops accepting, lets requests in flight finish
-    (at most ``graceful_timeout`` seconds), then the engine closes (live jobs become
-    ``failed``/``interrupted``) and this returns. A second signal stops at once.
-
-    ``fetch`` and ``precheck`` replace the web fetcher and its pre-check (for tests).
-
-    Raises:
-        KeysFileError: the keys file is missing or malformed.
-    """
-    keys = load_keys(settings.keys)
-    if not len(keys):
-        _log.warning("the keys file has no keys: every request will get 401")
-    metrics = PrometheusMetrics()
-    config = settings.engine_config(hooks=metrics.hooks())
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_store(settings.db) as store, contextlib.AsyncExitStack() as stack:
-            if fetch is None:
-                fetch = await stack.enter_async_context(_open_fetcher(settings, store, keys))
-                if precheck is None:
-                    precheck = _web_precheck(settings)
-            async with open_engine(store, fetch, config) as engine:
-                await _serve_engine(
-                    settings, engine, keys, fetch, precheck, metrics, signals, task_status
-                )
-    _log.info("stopped")
-
-
-def _networks(settings: Settings) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    return [ipaddress.ip_network(net) for net in settings.allow_net]
-
-
-def _web_precheck(settings: Settings) -> Callable[[str], None]:
-    from ..web import precheck
-
-    allow = _networks(settings)
-
-    def check(url: str) -> None:
-        precheck(url, allow=allow)
-
-    return check
-
-
-async def _serve_engine(
-    settings: Settings,
-    engine: BatchEngine,
-    keys: KeyRing,
-    fetch: Any,
-    precheck: Any,
-    metrics: PrometheusMetrics,
-    signals: Any,
-    task_status: trio.TaskStatus[int],
-) -> None:
-    app = create_app(
-        engine,
-        keys,
-        fetch=fetch,
-        precheck=precheck,
-        metrics=metrics,
-        retry_after=settings.retry_after,
-        access_log_enabled=settings.access_log,
-    )
-    shutdown = trio.Event()
-    async with trio.open_nursery() as nursery:
-
-        async def watch_signals() -> None:
-            async for signum in signals:
-                if shutdown.is_set():
-                    _log.warning("second signal: stopping now")
-                    nursery.cancel_scope.cancel()
-                    return
-                _log.info(
-                    "got %s: finishing requests in flight, then stopping",
-                    signal.Signals(signum).name,
-                )
-                shutdown.set()
-
-        async def run_server(task_status: trio.TaskStatus[int]) -> None:
-            await serve(
-                app,
-                host=settings.host,
-                port=settings.port,
-                shutdown_trigger=shutdown.wait,
-                graceful_timeout=settings.graceful_timeout,
-                task_status=task_status,
-            )
-            nursery.cancel_scope.cancel()  # the server is done: stop watching for signals
-
-        nursery.start_soon(watch_signals)
-        port: int = await nursery.start(run_server)
-        _log.info(
-            "serving the trio-batch API on %s port %d (%d workers)",
-            settings.host,
-            port,
-            settings.workers,
-            extra={"port": port},
-        )
-        task_status.started(port)
-    _log.info("server stopped; closing the engine")

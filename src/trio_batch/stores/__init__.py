@@ -2,12 +2,17 @@
 
 ``MemoryStore`` (tests, one process), ``SQLiteStore`` (the default: one file, one process) and
 ``PostgresStore`` (several processes over one database; needs ``trio-batch[postgres]``).
+
+The SQL stores load on first use, so ``import trio_batch`` needs neither ``sqlite3`` nor the
+POSIX-only ``fcntl`` (SQLiteStore locks its file with it) nor psycopg.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
+from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import (
     CacheEntry as CacheEntry,
@@ -17,27 +22,37 @@ from ._protocol import (
     Store as Store,
     Stored as Stored,
 )
-from ._sqlite import SQLiteStore as SQLiteStore
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore as PostgresStore
+    from ._sqlite import SQLiteStore as SQLiteStore
 
+# PostgresStore is left out of __all__ so that `from trio_batch.stores import *` works without
+# psycopg; `from trio_batch.stores import PostgresStore` names the extra to install.
 __all__ = [
     "CacheEntry",
     "Limits",
     "MemoryStore",
     "NewJob",
     "Outcome",
-    "PostgresStore",
     "SQLiteStore",
     "Store",
     "Stored",
 ]
 
+_LAZY = {"SQLiteStore": "._sqlite", "PostgresStore": "._postgres"}
+
+_fixup_module_metadata(__name__, {**globals(), "__all__": [n for n in __all__ if n not in _LAZY]})
+
 
 def __getattr__(name: str) -> object:
-    if name == "PostgresStore":
-        from ._postgres import PostgresStore
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls: object = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    _fixup_module_metadata(__name__, {"__all__": [name], name: cls})
+    globals()[name] = cls
+    return cls
 
-        return PostgresStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -11,7 +11,6 @@ from typing import final
 
 import trio
 
-from .._errors import Busy, CallerBusy, TooManyTargets
 from .._model import (
     REUSABLE_STATUSES,
     Job,
@@ -24,6 +23,7 @@ from .._model import (
     TargetStatus,
 )
 from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from ._rules import check_caps, terminal_status
 
 
 @dataclass(slots=True)
@@ -160,7 +160,7 @@ class MemoryStore:
         target = row.targets[idx]
         if target.status in (TargetState.DONE, TargetState.FAILED):
             return Stored(None)
-        size = len(outcome.result_json.encode()) if outcome.result_json is not None else 0
+        size = outcome.size
         target.status = outcome.state
         target.result_json = outcome.result_json
         target.error = outcome.error
@@ -283,31 +283,3 @@ class MemoryStore:
                 self._delete(row)
                 evicted += 1
         return evicted
-
-
-def check_caps(n_targets: int, caller_live: int, total_live: int, limits: Limits) -> None:
-    """Raise the first cap a new job would break (SPEC §3.1 order)."""
-    if n_targets > limits.targets_per_job:
-        raise TooManyTargets(
-            f"the job has {n_targets} targets; the limit is {limits.targets_per_job} a job: "
-            "split it into smaller jobs"
-        )
-    if caller_live >= limits.jobs_per_caller:
-        raise CallerBusy(
-            f"this caller already has {caller_live} live jobs (the limit is "
-            f"{limits.jobs_per_caller}): wait for one to finish, or cancel one"
-        )
-    if total_live >= limits.jobs_total:
-        raise Busy(
-            f"the engine already runs {total_live} live jobs (the limit is "
-            f"{limits.jobs_total}): try again shortly"
-        )
-
-
-def terminal_status(states: Sequence[TargetState]) -> JobStatus:
-    """``done`` if every target is done, ``failed`` if every one failed, else ``partial``."""
-    if set(states) == {TargetState.DONE}:
-        return JobStatus.DONE
-    if set(states) == {TargetState.FAILED}:
-        return JobStatus.FAILED
-    return JobStatus.PARTIAL

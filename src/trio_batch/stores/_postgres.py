@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import math
 import os
@@ -48,13 +47,21 @@ import trio
 
 from .._errors import StoreError, SubmitError
 from .._model import (
+    LIVE_STATUSES,
     Job,
     JobStatus,
     Snapshot,
     Submitted,
 )
-from ._memory import check_caps
-from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored, target_from_row
+from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from ._rules import (
+    JOB_COLUMNS,
+    LIVE_SQL,
+    check_caps,
+    job_from_row,
+    options_json,
+    target_from_row,
+)
 
 try:
     import psycopg
@@ -74,8 +81,6 @@ Cursor = psycopg.Cursor[TupleRow]
 log = logging.getLogger("trio_batch.stores.postgres")
 
 SCHEMA_VERSION = 3
-
-_LIVE = "('queued', 'running')"
 
 # Second key of the transaction-scoped advisory locks; the first is derived from the schema.
 _LOCK_MIGRATE = 0
@@ -111,9 +116,9 @@ MIGRATIONS: list[str] = [
         instance text NOT NULL
     );
     CREATE INDEX jobs_by_key ON jobs (caller, key, created_at DESC, seq DESC);
-    CREATE INDEX jobs_live_by_caller ON jobs (caller) WHERE status IN {_LIVE};
-    CREATE INDEX jobs_live_by_instance ON jobs (instance) WHERE status IN {_LIVE};
-    CREATE INDEX jobs_finished ON jobs (lease, seq) WHERE status NOT IN {_LIVE};
+    CREATE INDEX jobs_live_by_caller ON jobs (caller) WHERE status IN {LIVE_SQL};
+    CREATE INDEX jobs_live_by_instance ON jobs (instance) WHERE status IN {LIVE_SQL};
+    CREATE INDEX jobs_finished ON jobs (lease, seq) WHERE status NOT IN {LIVE_SQL};
     CREATE TABLE targets (
         job_id text NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
         idx integer NOT NULL,
@@ -179,7 +184,7 @@ MIGRATIONS: list[str] = [
         END IF;
         SELECT count(*) FILTER (WHERE caller = p_caller), count(*)
         INTO caller_live, total_live
-        FROM jobs WHERE status IN {_LIVE};
+        FROM jobs WHERE status IN {LIVE_SQL};
         IF cardinality(p_urls) > p_targets_per_job OR caller_live >= p_jobs_per_caller
                 OR total_live >= p_jobs_total THEN
             RETURN;  -- refused: the caller raises the first cap broken (check_caps)
@@ -192,7 +197,7 @@ MIGRATIONS: list[str] = [
         SELECT p_id, t.i - 1, t.u, t.o, 'pending'
         FROM unnest(p_urls, p_opts) WITH ORDINALITY AS t (u, o, i);
         WITH g AS (
-            DELETE FROM jobs WHERE status NOT IN {_LIVE} AND lease < p_now - p_ttl
+            DELETE FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < p_now - p_ttl
             RETURNING bytes
         )
         SELECT count(*), coalesce(sum(bytes), 0) INTO gone, freed FROM g;
@@ -755,7 +760,7 @@ class PostgresStore:
             limits.ttl,
             self._instance,
             [t.url for t in job.targets],
-            [json.dumps(t.options.to_json(), separators=(",", ":")) for t in job.targets],
+            [options_json(t.options) for t in job.targets],
             limits.targets_per_job,
             limits.jobs_per_caller,
             limits.jobs_total,
@@ -779,7 +784,7 @@ class PostgresStore:
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
     ) -> Stored:
-        size = len(outcome.result_json.encode()) if outcome.result_json is not None else 0
+        size = outcome.size
         params = (
             job_id,
             idx,
@@ -797,7 +802,7 @@ class PostgresStore:
                 return Stored(None)
             before, status, stored_bytes = cast("tuple[str, str, int]", row)
             terminal = None
-            if before in ("queued", "running") and status not in ("queued", "running"):
+            if before in LIVE_STATUSES and status not in LIVE_STATUSES:
                 terminal = JobStatus(status)
             evicted = 0
             if stored_bytes > max_bytes:
@@ -815,7 +820,7 @@ class PostgresStore:
     async def cancel(self, job_id: str, now: float) -> Job | None:
         def handle(cur: Cursor) -> Job | None:
             row = cur.fetchone()
-            return None if row is None else _job(row)
+            return None if row is None else job_from_row(row)
 
         return await self._execute(_CANCEL, (job_id, now), handle)
 
@@ -864,7 +869,7 @@ class PostgresStore:
             ), ordered AS (
                 SELECT id, sum(bytes) OVER (ORDER BY lease, seq ROWS UNBOUNDED PRECEDING)
                     - bytes AS before
-                FROM jobs WHERE status NOT IN {_LIVE}
+                FROM jobs WHERE status NOT IN {LIVE_SQL}
             ), gone AS (
                 DELETE FROM jobs WHERE id IN (
                     SELECT o.id FROM ordered AS o, total WHERE total.b - o.before > %(max)s
@@ -955,24 +960,6 @@ def _migrate(conn: Conn, schema: str, locks: int) -> None:
 
 # -- SQL, run in a worker thread ---------------------------------------------------------------
 
-_JOB_COLUMNS = (
-    "id, caller, status, error, targets_total, targets_done, created_at, updated_at, lease"
-)
-
-
-def _job(row: TupleRow) -> Job:
-    return Job(
-        id=str(row[0]),
-        caller=str(row[1]),
-        status=JobStatus(row[2]),
-        error=str(row[3]),
-        targets_total=int(row[4]),
-        targets_done=int(row[5]),
-        created_at=float(row[6]),
-        updated_at=float(row[7]),
-        lease=float(row[8]),
-    )
-
 
 def _fold_shards(conn: Conn) -> None:
     """Move the byte counts of instances that are gone into shard ''."""
@@ -1002,7 +989,7 @@ def _reap(conn: Conn, me: str, own: str | None, now: float) -> list[str]:
         ), j AS (
             UPDATE jobs SET status = 'failed', error = 'interrupted', updated_at = %(now)s,
                 lease = %(now)s
-            WHERE status IN {_LIVE}
+            WHERE status IN {LIVE_SQL}
                 AND (instance = %(own)s OR instance NOT IN (SELECT id FROM alive))
             RETURNING id
         ), t AS (
@@ -1039,7 +1026,7 @@ _START = _Statement(
     f"""
     WITH j AS (
         UPDATE jobs SET status = 'running', updated_at = $3
-        WHERE id = $1 AND status IN {_LIVE} RETURNING id
+        WHERE id = $1 AND status IN {LIVE_SQL} RETURNING id
     ), t AS (
         UPDATE targets SET status = 'running' WHERE job_id IN (SELECT id FROM j) AND idx = $2
     )
@@ -1078,7 +1065,7 @@ _FINISH = _Statement(
             bytes = j.bytes + $7,
             updated_at = $8,
             status = CASE
-                WHEN o.status IN {_LIVE} AND j.targets_done + 1 = j.targets_total THEN (
+                WHEN o.status IN {LIVE_SQL} AND j.targets_done + 1 = j.targets_total THEN (
                     SELECT CASE
                         WHEN bool_and(x.s = 'done') THEN 'done'
                         WHEN bool_and(x.s = 'failed') THEN 'failed'
@@ -1090,7 +1077,7 @@ _FINISH = _Statement(
                 )
                 ELSE j.status END,
             lease = CASE
-                WHEN o.status IN {_LIVE} AND j.targets_done + 1 = j.targets_total THEN $8
+                WHEN o.status IN {LIVE_SQL} AND j.targets_done + 1 = j.targets_total THEN $8
                 ELSE j.lease END
         FROM o WHERE j.id = o.id
         RETURNING o.status AS before, j.status AS after
@@ -1109,9 +1096,9 @@ _CANCEL = _Statement(
     "(text, double precision)",
     f"""
     UPDATE jobs AS j SET status = 'cancelled', updated_at = $2, lease = $2
-    FROM (SELECT {_JOB_COLUMNS} FROM jobs WHERE id = $1 FOR UPDATE) AS old
-    WHERE j.id = old.id AND old.status IN {_LIVE}
-    RETURNING {", ".join("old." + c.strip() for c in _JOB_COLUMNS.split(","))}
+    FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 FOR UPDATE) AS old
+    WHERE j.id = old.id AND old.status IN {LIVE_SQL}
+    RETURNING {", ".join("old." + c.strip() for c in JOB_COLUMNS.split(","))}
     """,
 )
 
@@ -1121,7 +1108,7 @@ _INTERRUPT = _Statement(
     f"""
     WITH j AS (
         UPDATE jobs SET status = 'failed', error = 'interrupted', updated_at = $2, lease = $2
-        WHERE id = ANY($1) AND status IN {_LIVE}
+        WHERE id = ANY($1) AND status IN {LIVE_SQL}
         RETURNING id
     ), t AS (
         UPDATE targets SET status = 'pending'
@@ -1142,7 +1129,7 @@ def _snapshot(conn: Conn, job_id: str) -> Snapshot | None:
     # One statement: one consistent view of the job and its targets.
     rows = conn.execute(
         f"""
-        SELECT {", ".join("j." + c.strip() for c in _JOB_COLUMNS.split(","))},
+        SELECT {", ".join("j." + c.strip() for c in JOB_COLUMNS.split(","))},
             t.idx, t.url, t.status, t.result, t.error, t.hint, t.options
         FROM jobs AS j LEFT JOIN targets AS t ON t.job_id = j.id
         WHERE j.id = %s ORDER BY t.idx
@@ -1152,7 +1139,7 @@ def _snapshot(conn: Conn, job_id: str) -> Snapshot | None:
     if not rows:
         return None
     targets = [target_from_row(r[9:16]) for r in rows if r[9] is not None]
-    return Snapshot(_job(rows[0]), targets)
+    return Snapshot(job_from_row(rows[0]), targets)
 
 
 def _cache_get(conn: Conn, key: str) -> CacheEntry | None:

@@ -6,22 +6,17 @@ Every backend (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) runs the sam
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, final
+from typing import Protocol, final
 
 from .._model import (
     Job,
     JobStatus,
-    Options,
-    Result,
     Snapshot,
     Submitted,
     Target,
     TargetState,
-    TargetStatus,
 )
 
 
@@ -59,6 +54,11 @@ class Outcome:
     error: str = ""
     hint: str = ""
 
+    @property
+    def size(self) -> int:
+        """Stored result bytes: what ``Config.max_bytes`` and the ``target`` hook count."""
+        return 0 if self.result_json is None else len(self.result_json.encode())
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -80,27 +80,6 @@ class CacheEntry:
     meta_json: str
     stored_at: float
     expires_at: float
-
-
-def target_from_row(row: Sequence[Any]) -> TargetStatus:
-    """Decode ``idx, url, status, result JSON, error, hint, options JSON`` (the SQL stores)."""
-    idx, url, status, result, error, hint, options = row
-    return TargetStatus(
-        idx=idx,
-        url=url,
-        status=TargetState(status),
-        result=None if result is None else Result.from_json(result),
-        error=error,
-        hint=hint,
-        options=_options_from_json(options),
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _options_from_json(text: str) -> Options:
-    # Options are frozen and most targets share a few option sets (often none): decode each
-    # distinct JSON text once, not once per target per read. lru_cache is thread-safe.
-    return Options.from_json(json.loads(text))
 
 
 class Store(Protocol):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import queue
@@ -27,22 +26,29 @@ import trio
 
 from .._errors import StoreError, SubmitError
 from .._model import (
+    LIVE_STATUSES,
+    REUSABLE_STATUSES,
     Job,
-    JobStatus,
     Snapshot,
     Submitted,
     TargetState,
 )
-from ._memory import check_caps, terminal_status
-from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored, target_from_row
+from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from ._rules import (
+    JOB_COLUMNS,
+    LIVE_SQL,
+    check_caps,
+    job_from_row,
+    options_json,
+    target_from_row,
+    terminal_status,
+)
 
 T = TypeVar("T")
 
 _log = logging.getLogger("trio_batch")
 
 SCHEMA_VERSION = 2
-
-_LIVE = "('queued', 'running')"
 
 # Each migration takes the schema from version i to i + 1, inside one transaction.
 MIGRATIONS: list[str] = [
@@ -468,24 +474,6 @@ def _open_writer(path: str) -> sqlite3.Connection:
 
 # -- SQL, run in the writer thread (or a reader thread for _snapshot) ----------------------------
 
-_JOB_COLUMNS = (
-    "id, caller, status, error, targets_total, targets_done, created_at, updated_at, lease"
-)
-
-
-def _job(row: Sequence[Any]) -> Job:
-    return Job(
-        id=row[0],
-        caller=row[1],
-        status=JobStatus(row[2]),
-        error=row[3],
-        targets_total=row[4],
-        targets_done=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-        lease=row[8],
-    )
-
 
 def _admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | SubmitError:
     previous = conn.execute(
@@ -495,7 +483,7 @@ def _admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted |
     ).fetchone()
     if (
         previous is not None
-        and previous[1] in ("queued", "running", "done", "partial")
+        and previous[1] in REUSABLE_STATUSES
         and previous[2] >= job.now - limits.ttl
     ):
         return Submitted(previous[0], True)
@@ -523,10 +511,7 @@ def _admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted |
     )
     conn.executemany(
         "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, 'pending')",
-        [
-            (job.id, i, t.url, json.dumps(t.options.to_json(), separators=(",", ":")))
-            for i, t in enumerate(job.targets)
-        ],
+        [(job.id, i, t.url, options_json(t.options)) for i, t in enumerate(job.targets)],
     )
     _add_live(conn, job.caller, 1)
     _sweep(conn, job.now - limits.ttl)
@@ -564,7 +549,7 @@ def _delete_jobs(conn: sqlite3.Connection, rows: Sequence[tuple[str, int]]) -> N
 
 def _sweep(conn: sqlite3.Connection, cutoff: float) -> None:
     rows = conn.execute(
-        f"SELECT id, bytes FROM jobs WHERE status NOT IN {_LIVE} AND lease < ?", (cutoff,)
+        f"SELECT id, bytes FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < ?", (cutoff,)
     ).fetchall()
     if rows:
         _delete_jobs(conn, rows)
@@ -574,7 +559,8 @@ def _evict(conn: sqlite3.Connection, max_bytes: int, stored: int) -> int:
     evicted = 0
     while stored > max_bytes:
         row = conn.execute(
-            f"SELECT id, bytes FROM jobs WHERE status NOT IN {_LIVE} ORDER BY lease, rowid LIMIT 1"
+            f"SELECT id, bytes FROM jobs WHERE status NOT IN {LIVE_SQL} "
+            "ORDER BY lease, rowid LIMIT 1"
         ).fetchone()
         if row is None:
             break
@@ -586,7 +572,7 @@ def _evict(conn: sqlite3.Connection, max_bytes: int, stored: int) -> int:
 
 def _start_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) -> bool:
     cur = conn.execute(
-        f"UPDATE jobs SET status = 'running', updated_at = ? WHERE id = ? AND status IN {_LIVE}",
+        f"UPDATE jobs SET status = 'running', updated_at = ? WHERE id = ? AND status IN {LIVE_SQL}",
         (now, job_id),
     )
     if cur.rowcount == 0:
@@ -616,7 +602,7 @@ def _finish_target(
     )
     if cur.rowcount == 0:
         return Stored(None)
-    size = len(result.result_json.encode()) if result.result_json is not None else 0
+    size = result.size
     caller, status, total, done = conn.execute(
         "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ? "
         "WHERE id = ? RETURNING caller, status, targets_total, targets_done",
@@ -626,7 +612,7 @@ def _finish_target(
         "UPDATE counters SET bytes = bytes + ? WHERE caller = '' RETURNING bytes", (size,)
     ).fetchone()[0]
     terminal = None
-    if status in ("queued", "running") and done == total:
+    if status in LIVE_STATUSES and done == total:
         states = [
             TargetState(r[0])
             for r in conn.execute("SELECT DISTINCT status FROM targets WHERE job_id = ?", (job_id,))
@@ -637,22 +623,22 @@ def _finish_target(
 
 
 def _cancel(conn: sqlite3.Connection, job_id: str, now: float) -> Job | None:
-    row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    if row is None or row[2] not in ("queued", "running"):
+    row = conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None or row[2] not in LIVE_STATUSES:
         return None
     _end(conn, job_id, row[1], "cancelled", now)
-    return _job(row)
+    return job_from_row(row)
 
 
 def _live_ids(conn: sqlite3.Connection) -> list[str]:
-    return [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE status IN {_LIVE}")]
+    return [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE status IN {LIVE_SQL}")]
 
 
 def _interrupt(conn: sqlite3.Connection, job_ids: Sequence[str], now: float) -> list[str]:
     failed = []
     for job_id in job_ids:
         row = conn.execute("SELECT caller, status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None or row[1] not in ("queued", "running"):
+        if row is None or row[1] not in LIVE_STATUSES:
             continue
         conn.execute(
             "UPDATE targets SET status = 'pending' WHERE job_id = ? AND status = 'running'",
@@ -668,7 +654,7 @@ def _touch(conn: sqlite3.Connection, job_id: str, now: float) -> bool:
 
 
 def _snapshot(conn: sqlite3.Connection, job_id: str) -> Snapshot | None:
-    row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    row = conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
     if row is None:
         return None
     targets = [
@@ -679,7 +665,7 @@ def _snapshot(conn: sqlite3.Connection, job_id: str) -> Snapshot | None:
             (job_id,),
         )
     ]
-    return Snapshot(_job(row), targets)
+    return Snapshot(job_from_row(row), targets)
 
 
 _CACHE_COUNTER = "\x00web_cache"  # no caller name holds NUL, so this row is never a caller's

@@ -21,9 +21,9 @@ from typing import IO, TYPE_CHECKING, Literal, final
 
 import trio
 
-from ._config import Hooks
-from ._engine import BatchEngine, FetchFunc
-from ._model import Caller, JobStatus, Result, Target, TargetState
+from .._config import Hooks
+from .._engine import BatchEngine, FetchFunc
+from .._model import Caller, JobStatus, Result, Target, TargetState
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

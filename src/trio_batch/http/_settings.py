@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, final
 
-from ._config import Config
+from .._config import Config
 
 ENV_PREFIX = "TRIO_BATCH_"
 _ENGINE = Config()

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast, final
 
-from ._model import Caller
+from .._model import Caller
 
 KeyClass = Literal["fleet", "restricted"]
 KEY_CLASSES: tuple[KeyClass, ...] = ("fleet", "restricted")

@@ -1,0 +1,96 @@
+"""The rules every store applies, written once: caps, terminal status, and the row format.
+
+``MemoryStore`` applies them to Python objects; the SQL stores apply them in their
+transactions and decode rows with the helpers here, so the backends cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import Busy, CallerBusy, TooManyTargets
+from .._model import LIVE_STATUSES, Job, JobStatus, Options, Result, TargetState, TargetStatus
+from ._protocol import Limits
+
+LIVE_SQL = "(" + ", ".join(f"'{s.value}'" for s in LIVE_STATUSES) + ")"
+"""The live statuses as an SQL list, for ``status IN {LIVE_SQL}``."""
+
+Row = Sequence[Any]
+"""A row of a SQL driver: its cells have no static type."""
+
+JOB_COLUMNS = (
+    "id, caller, status, error, targets_total, targets_done, created_at, updated_at, lease"
+)
+"""The columns :func:`job_from_row` decodes, in its order."""
+
+
+def check_caps(n_targets: int, caller_live: int, total_live: int, limits: Limits) -> None:
+    """Raise the first cap a new job would break (SPEC §3.1 order)."""
+    if n_targets > limits.targets_per_job:
+        raise TooManyTargets(
+            f"the job has {n_targets} targets; the limit is {limits.targets_per_job} a job: "
+            "split it into smaller jobs"
+        )
+    if caller_live >= limits.jobs_per_caller:
+        raise CallerBusy(
+            f"this caller already has {caller_live} live jobs (the limit is "
+            f"{limits.jobs_per_caller}): wait for one to finish, or cancel one"
+        )
+    if total_live >= limits.jobs_total:
+        raise Busy(
+            f"the engine already runs {total_live} live jobs (the limit is "
+            f"{limits.jobs_total}): try again shortly"
+        )
+
+
+def terminal_status(states: Sequence[TargetState]) -> JobStatus:
+    """``done`` if every target is done, ``failed`` if every one failed, else ``partial``."""
+    if set(states) == {TargetState.DONE}:
+        return JobStatus.DONE
+    if set(states) == {TargetState.FAILED}:
+        return JobStatus.FAILED
+    return JobStatus.PARTIAL
+
+
+def options_json(options: Options) -> str:
+    """The stored form of a target's options: compact JSON, decoded by :func:`target_from_row`."""
+    return json.dumps(options.to_json(), separators=(",", ":"))
+
+
+def job_from_row(row: Row) -> Job:
+    """Decode the :data:`JOB_COLUMNS` of a SQL store."""
+    return Job(
+        id=str(row[0]),
+        caller=str(row[1]),
+        status=JobStatus(row[2]),
+        error=str(row[3]),
+        targets_total=int(row[4]),
+        targets_done=int(row[5]),
+        created_at=float(row[6]),
+        updated_at=float(row[7]),
+        lease=float(row[8]),
+    )
+
+
+def target_from_row(row: Row) -> TargetStatus:
+    """Decode ``idx, url, status, result JSON, error, hint, options JSON`` of a SQL store."""
+    idx, url, status, result, error, hint, options = row
+    return TargetStatus(
+        idx=int(idx),
+        url=str(url),
+        status=TargetState(status),
+        result=None if result is None else Result.from_json(str(result)),
+        error=str(error),
+        hint=str(hint),
+        options=_options_from_json(str(options)),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _options_from_json(text: str) -> Options:
+    # Options are frozen and most targets share a few option sets (often none): decode each
+    # distinct JSON text once, not once per target per read. lru_cache is thread-safe.
+    return Options.from_json(json.loads(text))
