@@ -120,7 +120,7 @@ class TestSubmit:
         """A bad caller class or a non-Target says so."""
         async with engine_on(MemoryStore(), ScriptedFetch()) as engine:
             with pytest.raises(ValueError, match=r"caller_class must be 'fleet' or 'restricted'"):
-                await engine.submit(ALICE, "admin", targets("a", 1))
+                await engine.submit(ALICE, "admin", targets("a", 1))  # type: ignore[arg-type]
             with pytest.raises(TypeError, match=r"^targets\[1\] must be a trio_batch.Target"):
                 await engine.submit(ALICE, "fleet", [Target("x"), "y"])  # type: ignore[list-item]
             with pytest.raises(TypeError, match=r"not a string"):

@@ -16,6 +16,7 @@ from ._engine import (
 from ._errors import (
     Busy as Busy,
     CallerBusy as CallerBusy,
+    Error as Error,
     NoTargets as NoTargets,
     RetryLater as RetryLater,
     StoreError as StoreError,
@@ -46,6 +47,7 @@ __all__ = [
     "CallerBusy",
     "Config",
     "EngineStatistics",
+    "Error",
     "FetchFunc",
     "Hooks",
     "Job",

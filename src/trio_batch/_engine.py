@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal, cast, final
+from typing import cast, final
 
 import trio
 
@@ -25,7 +25,9 @@ from ._config import Config
 from ._errors import NoTargets, TargetError, find_retry_later
 from ._hooks import SafeHooks
 from ._model import (
+    CALLER_CLASSES,
     Caller,
+    CallerClass,
     JobStatus,
     Result,
     Snapshot,
@@ -39,9 +41,6 @@ from .stores._protocol import Limits, NewJob, Outcome, Store, Stored
 
 FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
 """The per-target work: given the job's caller and one target, return its ``Result``."""
-
-CallerClass = Literal["fleet", "restricted"]
-CALLER_CLASSES = ("fleet", "restricted")
 
 # Bookkeeping that must land even while the engine is being cancelled, but never forever.
 _CLEANUP_SECONDS = 5.0
@@ -117,7 +116,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
     # -- public API ---------------------------------------------------------------------------
 
     async def submit(
-        self, caller: Caller, caller_class: CallerClass | str, targets: Sequence[Target]
+        self, caller: Caller, caller_class: CallerClass, targets: Sequence[Target]
     ) -> Submitted:
         """Admit a job, or reuse the caller's identical one (SPEC §3.1).
 

@@ -3,24 +3,37 @@
 ::
 
     Exception
-    ├── SubmitError            a submit was refused; nothing was stored
-    │   ├── NoTargets          the job has no targets
-    │   ├── TooManyTargets     more than Config.targets_per_job
-    │   ├── CallerBusy         this caller already has Config.jobs_per_caller live jobs
-    │   └── Busy               the engine already has Config.jobs_total live jobs
-    ├── TargetError            a fetch function's failure, with a hint for the agent
-    ├── RetryLater             a fetch function's "only busy, try again"
-    └── StoreError             the store could not be used as asked (e.g. a second writer)
+    └── Error                      anything trio-batch raises on purpose
+        ├── SubmitError            a submit was refused; nothing was stored
+        │   ├── NoTargets          the job has no targets
+        │   ├── TooManyTargets     more than Config.targets_per_job
+        │   ├── CallerBusy         this caller already has Config.jobs_per_caller live jobs
+        │   └── Busy               the engine already has Config.jobs_total live jobs
+        ├── TargetError            a fetch function's failure, with a hint for the agent
+        ├── RetryLater             a fetch function's "only busy, try again"
+        ├── StoreError             the store could not be used as asked (e.g. a second writer)
+        └── (in trio_batch.http)   KeysFileError, SettingsError: a bad keys or settings file
 
-Every message says what was wrong and how to fix it.
+Every message says what was wrong and how to fix it. ``TargetError.status`` is an HTTP status
+carried by a core exception: a deliberate choice of the SPEC, so an agent sees the same status
+from a batch target as from a single fetch; the engine itself never reads it.
+
+Misuse of an object (a closed engine, store or fetcher) raises Trio's own
+:class:`trio.ClosedResourceError`, and wrong argument types raise ``TypeError``/``ValueError``,
+as in Trio: those are bugs to fix, not conditions to handle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import final
 
 
-class SubmitError(Exception):
+class Error(Exception):
+    """The root of every exception trio-batch raises on purpose: ``except trio_batch.Error``."""
+
+
+class SubmitError(Error):
     """A submit was refused. Nothing was stored; the caller may change the request and retry."""
 
 
@@ -45,7 +58,7 @@ class Busy(SubmitError):
 
 
 @final
-class TargetError(Exception):
+class TargetError(Error):
     """A target failed in a way an agent can act on.
 
     ``status`` is the HTTP status the same failure would get from a single fetch; the engine
@@ -66,7 +79,7 @@ class TargetError(Exception):
 
 
 @final
-class RetryLater(Exception):
+class RetryLater(Error):
     """The target was only busy (rate limited); the engine tries it again later.
 
     A fetch function raises it, or raises any exception whose ``__cause__``/``__context__``
@@ -81,25 +94,55 @@ class RetryLater(Exception):
 
 
 @final
-class StoreError(Exception):
+class StoreError(Error):
     """The store cannot be used as asked; the message says why and what to do instead."""
 
 
-def find_retry_later(exc: BaseException) -> RetryLater | None:
-    """The ``RetryLater`` in ``exc`` or its cause/context chain, if any.
+def iter_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the chain Python prints under it, entering exception groups, each once.
 
-    The chain is the one Python prints: ``raise ... from None`` hides the context.
+    The chain is ``__cause__``, else ``__context__`` unless ``raise ... from None`` hid it; a
+    group's members come before the group's own chain.
     """
     seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, RetryLater):
-            return current
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
         seen.add(id(current))
+        yield current
         if current.__cause__ is not None:
-            current = current.__cause__
-        elif current.__suppress_context__:
-            current = None
-        else:
-            current = current.__context__
-    return None
+            stack.append(current.__cause__)
+        elif current.__context__ is not None and not current.__suppress_context__:
+            stack.append(current.__context__)
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(reversed(current.exceptions))
+
+
+def find_retry_later(exc: BaseException) -> RetryLater | None:
+    """The first ``RetryLater`` in ``exc``'s printed chain (see :func:`iter_chain`), if any."""
+    return next((e for e in iter_chain(exc) if isinstance(e, RetryLater)), None)
+
+
+def classify_failure(exc: BaseException) -> TargetError | RetryLater | None:
+    """What a fetch function's exception means for its target.
+
+    A ``TargetError`` fails the target with its message and hint; a ``RetryLater`` (raised, or
+    in the chain) means busy; anything else (None) is an internal error. An exception group,
+    as a fetch function that runs a nursery raises, is busy when every member is busy, fails
+    with its first ``TargetError`` when every member is a ``TargetError`` or busy, and is an
+    internal error when any member is anything else.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        kinds = [classify_failure(e) for e in exc.exceptions]
+        if any(k is None for k in kinds):
+            return None
+        target_errors = [k for k in kinds if isinstance(k, TargetError)]
+        if target_errors:
+            return target_errors[0]
+        busy = [k for k in kinds if isinstance(k, RetryLater)]
+        return max(busy, key=lambda b: b.after or 0.0)
+    if isinstance(exc, TargetError):
+        return exc
+    return find_retry_later(exc)

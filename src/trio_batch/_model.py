@@ -11,7 +11,7 @@ import enum
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, final
+from typing import Any, Literal, NamedTuple, final
 
 
 @final
@@ -152,6 +152,10 @@ class TargetState(enum.StrEnum):
     DONE = "done"
     FAILED = "failed"
 
+
+CallerClass = Literal["fleet", "restricted"]
+"""A caller's class: ``fleet`` callers share the web cache; ``restricted`` ones do not."""
+CALLER_CLASSES: tuple[CallerClass, ...] = ("fleet", "restricted")
 
 LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
 REUSABLE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.DONE, JobStatus.PARTIAL)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, TypeVar
 
+import trio
+
 T = TypeVar("T")
 
 
@@ -43,3 +45,29 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
         obj = namespace[name]
         if not name.startswith("_"):
             fix_one(name, name, obj)
+
+
+def raise_single_exception_from_group(group: BaseExceptionGroup[BaseException]) -> None:
+    """Raise the one error inside ``group`` as itself, keeping its cause and context.
+
+    A nursery wraps even a single error in a group; an ``async with`` that owns a nursery uses
+    this so its caller can write ``except CallerBusy`` (Trio's own helper of the same name is
+    the model). :class:`trio.Cancelled` siblings are dropped; a group of only ``Cancelled``
+    raises the first. Returns without raising when the group holds several real errors: the
+    caller then re-raises the group, since hiding one of them would be worse.
+    """
+    errors = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
+    if len(errors) > 1:
+        return
+    raise_saving_context(errors[0] if errors else group.exceptions[0])
+
+
+def raise_saving_context(exc: BaseException) -> NoReturn:
+    """Raise ``exc`` again without Python setting its ``__context__`` to the current error."""
+    __tracebackhide__ = True
+    context = exc.__context__
+    try:
+        raise exc
+    finally:
+        exc.__context__ = context
+        del exc, context

@@ -25,12 +25,16 @@ class TestKeysFile:
     def test_add_stores_the_hash_never_the_key(self, tmp_path: Path) -> None:
         """The file holds name, workspace, class and SHA-256; the key itself is nowhere in it."""
         path = tmp_path / "keys.toml"
-        record, key = add_key(path, "alice", workspace="lab", klass="restricted")
+        record, key = add_key(path, "alice", workspace="lab", caller_class="restricted")
         text = path.read_text()
 
         assert key not in text
         assert hash_key(key) in text
-        assert (record.name, record.workspace, record.klass) == ("alice", "lab", "restricted")
+        assert (record.name, record.workspace, record.caller_class) == (
+            "alice",
+            "lab",
+            "restricted",
+        )
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
     def test_lookup_finds_the_caller_by_key(self, tmp_path: Path) -> None:

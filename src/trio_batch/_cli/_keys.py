@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..http._keys import KEY_CLASSES, KeysFileError, add_key, load_keys, remove_key
+from .._model import CALLER_CLASSES
+from ..http._keys import KeysFileError, add_key, load_keys, remove_key
 
 DEFAULT_KEYS = "./trio-batch-keys.toml"
 
@@ -29,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add.add_argument("--workspace", default="", help="the caller's workspace (default: none)")
     add.add_argument(
         "--class",
-        dest="klass",
-        choices=KEY_CLASSES,
+        dest="caller_class",
+        choices=CALLER_CLASSES,
         default="fleet",
         help="fleet callers share the fetcher's response cache; restricted callers each get "
         "their own (default fleet)",
@@ -59,13 +60,15 @@ def _keys_flag(parser: argparse.ArgumentParser) -> None:
 
 def _add(args: argparse.Namespace) -> int:
     try:
-        record, key = add_key(args.keys, args.name, workspace=args.workspace, klass=args.klass)
+        record, key = add_key(
+            args.keys, args.name, workspace=args.workspace, caller_class=args.caller_class
+        )
     except KeysFileError as exc:
         print(f"trio-batch keys add: {exc}", file=sys.stderr)
         return 2
     print(
-        f"added caller {record.name!r} (workspace {record.workspace!r}, class {record.klass}) "
-        f"to {args.keys}"
+        f"added caller {record.name!r} (workspace {record.workspace!r}, "
+        f"class {record.caller_class}) to {args.keys}"
     )
     print("the key is shown once; only its SHA-256 is kept. Send it as 'Authorization: Bearer KEY'")
     print(key)
@@ -79,7 +82,7 @@ def _list(args: argparse.Namespace) -> int:
         print(f"trio-batch keys list: {exc}", file=sys.stderr)
         return 2
     for record in ring:
-        print(f"{record.name}\tworkspace={record.workspace}\tclass={record.klass}")
+        print(f"{record.name}\tworkspace={record.workspace}\tclass={record.caller_class}")
     return 0
 
 

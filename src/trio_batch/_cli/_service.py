@@ -51,7 +51,7 @@ async def _open_fetcher(
 
     def restricted(caller: Caller) -> bool:
         record = keys.by_hash(caller.key_sha256)
-        return record is None or record.klass == "restricted"
+        return record is None or record.caller_class == "restricted"
 
     # The engine runs at most `workers` fetches at once, so a pool bigger than that keeps
     # slots free for POST /v1/fetch while every worker is busy.

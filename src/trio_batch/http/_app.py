@@ -533,7 +533,7 @@ async def _submit(ctx: _Ctx, request: Request) -> Response:
     for i, target in enumerate(targets):
         _check_target(ctx, target, f"targets[{i}]")
     try:
-        sub = await ctx.engine.submit(record.caller(), record.klass, targets)
+        sub = await ctx.engine.submit(record.caller(), record.caller_class, targets)
     except NoTargets:
         raise ApiError(
             400, "targets is empty", "send at least one target", field="targets"

@@ -23,12 +23,10 @@ import secrets
 import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast, final
+from typing import cast, final
 
-from .._model import Caller
-
-KeyClass = Literal["fleet", "restricted"]
-KEY_CLASSES: tuple[KeyClass, ...] = ("fleet", "restricted")
+from .._errors import Error
+from .._model import CALLER_CLASSES, Caller, CallerClass
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
@@ -38,7 +36,7 @@ KEY_PREFIX = "tb_"
 
 
 @final
-class KeysFileError(ValueError):
+class KeysFileError(Error, ValueError):
     """The keys file cannot be read or holds a bad entry; the message says which and how to fix."""
 
 
@@ -49,7 +47,7 @@ class KeyRecord:
 
     name: str
     workspace: str
-    klass: KeyClass
+    caller_class: CallerClass
     sha256: str
 
     def caller(self) -> Caller:
@@ -153,10 +151,10 @@ class KeyRing:
             workspace = entry.get("workspace", "")
             if not isinstance(workspace, str):
                 raise KeysFileError(f"{where}.workspace must be a string")
-            klass = entry.get("class", "fleet")
-            if klass not in KEY_CLASSES:
+            caller_class = entry.get("class", "fleet")
+            if caller_class not in CALLER_CLASSES:
                 raise KeysFileError(
-                    f"{where}.class must be 'fleet' or 'restricted' (got {klass!r})"
+                    f"{where}.class must be 'fleet' or 'restricted' (got {caller_class!r})"
                 )
             sha = entry["sha256"].lower()
             if not _SHA256.match(sha):
@@ -165,7 +163,7 @@ class KeyRing:
                 name = check_name(entry["name"])
             except KeysFileError as exc:
                 raise KeysFileError(f"{where}.name: {exc}") from None
-            records.append(KeyRecord(name, workspace, cast("KeyClass", klass), sha))
+            records.append(KeyRecord(name, workspace, cast("CallerClass", caller_class), sha))
         try:
             return cls(records)
         except KeysFileError as exc:
@@ -183,7 +181,7 @@ class KeyRing:
                 "[[keys]]",
                 f"name = {_toml_str(r.name)}",
                 f"workspace = {_toml_str(r.workspace)}",
-                f"class = {_toml_str(r.klass)}",
+                f"class = {_toml_str(r.caller_class)}",
                 f"sha256 = {_toml_str(r.sha256)}",
             ]
         return "\n".join(lines) + "\n"
@@ -215,7 +213,7 @@ def load_keys(path: str | os.PathLike[str]) -> KeyRing:
 
 
 def add_key(
-    path: str | os.PathLike[str], name: str, *, workspace: str = "", klass: str = "fleet"
+    path: str | os.PathLike[str], name: str, *, workspace: str = "", caller_class: str = "fleet"
 ) -> tuple[KeyRecord, str]:
     """Add a caller with a new key to the keys file (created if missing); return it and the key.
 
@@ -227,8 +225,8 @@ def add_key(
     """
     path = os.fspath(path)
     check_name(name)
-    if klass not in KEY_CLASSES:
-        raise KeysFileError(f"class must be 'fleet' or 'restricted' (got {klass!r})")
+    if caller_class not in CALLER_CLASSES:
+        raise KeysFileError(f"class must be 'fleet' or 'restricted' (got {caller_class!r})")
     ring = load_keys(path) if os.path.exists(path) else KeyRing()
     if any(r.name == name for r in ring):
         raise KeysFileError(
@@ -236,7 +234,7 @@ def add_key(
             f"the old one with: trio-batch keys remove {name} --keys {path}"
         )
     key = new_key()
-    record = KeyRecord(name, workspace, klass, hash_key(key))
+    record = KeyRecord(name, workspace, caller_class, hash_key(key))
     _write(path, KeyRing([*ring, record]))
     return record, key
 

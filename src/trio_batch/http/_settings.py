@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from .._config import Config
+from .._errors import Error
 
 ENV_PREFIX = "TRIO_BATCH_"
 _ENGINE = Config()
@@ -25,7 +26,7 @@ CONFIG_ENV = "TRIO_BATCH_CONFIG"
 
 
 @final
-class SettingsError(ValueError):
+class SettingsError(Error, ValueError):
     """A setting is invalid; the message names it, its source and what is allowed."""
 
 
