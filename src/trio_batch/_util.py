@@ -10,11 +10,16 @@ T = TypeVar("T")
 
 
 class NoPublicConstructor(type):
-    """A metaclass whose classes can only be built through their ``_create`` classmethod."""
+    """A metaclass whose classes can only be built through their ``_create`` classmethod.
+
+    The error names the public factory: a class sets ``_factory`` to its spelling (for example
+    ``"SQLiteStore.open()"``); the default is ``open_engine()``.
+    """
 
     def __call__(cls, *args: object, **kwargs: object) -> NoReturn:
+        factory = getattr(cls, "_factory", "open_engine()")
         raise TypeError(
-            f"{cls.__module__}.{cls.__qualname__} has no public constructor; use open_engine()"
+            f"{cls.__module__}.{cls.__qualname__} has no public constructor; use {factory}"
         )
 
     def _create(cls: type[T], *args: Any, **kwargs: Any) -> T:
