@@ -22,7 +22,7 @@ from typing import cast, final
 import trio
 
 from ._config import Config
-from ._errors import NoTargets, TargetError, find_retry_later
+from ._errors import NoTargets, RetryLater, TargetError, classify_failure
 from ._hooks import SafeHooks
 from ._model import (
     CALLER_CLASSES,
@@ -36,7 +36,7 @@ from ._model import (
     TargetState,
     idempotency_key,
 )
-from ._util import NoPublicConstructor
+from ._util import NoPublicConstructor, raise_single_exception_from_group
 from .stores._protocol import Limits, NewJob, Outcome, Store, Stored
 
 FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
@@ -122,6 +122,11 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
         The job and its targets are stored before this returns.
 
+        Cancellation: if this raises :class:`trio.Cancelled`, no job was stored and no cap is
+        held. A cancel that arrives once the store has begun writing the job waits for the
+        write and this returns normally (the caller gets the id of the job it now holds), so a
+        caller always knows whether a job exists.
+
         Raises:
             NoTargets, TooManyTargets, CallerBusy, Busy: refused; nothing was stored.
             TypeError, ValueError: ``caller``, ``caller_class`` or ``targets`` are malformed.
@@ -142,6 +147,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 )
         if not targets:
             raise NoTargets("the job has no targets: send at least one")
+        await trio.lowlevel.checkpoint_if_cancelled()
         job = NewJob(
             id=secrets.token_hex(16),
             caller=caller.name,
@@ -170,10 +176,17 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
         The target in flight, if any, finishes and is stored; no further target starts.
 
+        Cancellation: if this raises :class:`trio.Cancelled`, the job was not cancelled. Once
+        the store has begun the write, it completes and this returns.
+
         Returns:
             False for an unknown id or a job that is already terminal.
+
+        Raises:
+            trio.ClosedResourceError: the engine is closed.
         """
         self._check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()
         before = await self._store.cancel(job_id, self._wall())
         if before is None:
             return False
@@ -190,17 +203,31 @@ class BatchEngine(metaclass=NoPublicConstructor):
         return True
 
     async def status(self, job_id: str) -> Snapshot | None:
-        """The job and its targets, or None for an unknown id. Writes nothing."""
+        """The job and its targets, or None for an unknown id. Writes nothing.
+
+        Cancellation: safe to cancel at any point; a read has no effect to undo.
+
+        Raises:
+            trio.ClosedResourceError: the engine is closed.
+        """
         self._check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()
         return await self._store.snapshot(job_id)
 
     async def touch(self, job_id: str) -> bool:
         """Move the job's lease to now, so a finished job is kept ``ttl`` longer.
 
+        Cancellation: if this raises :class:`trio.Cancelled`, the lease did not move. Once the
+        store has begun the write, it completes and this returns.
+
         Returns:
             False for an unknown id.
+
+        Raises:
+            trio.ClosedResourceError: the engine is closed.
         """
         self._check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()
         return await self._store.touch(job_id, self._wall())
 
     @property
@@ -224,6 +251,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
         Live jobs end ``failed`` with the error ``interrupted`` so no cap stays taken; their
         unstarted targets stay ``pending``. Closing again waits for the first close and then
         does nothing. Leaving the ``open_engine`` block calls this.
+
+        Cancellation: closing is shielded, so it completes even in a cancelled scope, but its
+        store writes are bounded (5 seconds): a store that hangs cannot hang the close. After
+        a cancelled close the engine is closed all the same.
         """
         if self._closing:
             with trio.CancelScope(shield=True):
@@ -305,24 +336,24 @@ class BatchEngine(metaclass=NoPublicConstructor):
             if not isinstance(result, Result):
                 raise TypeError(f"fetch returned {type(result).__name__}, not Result")
             outcome = Outcome(TargetState.DONE, result_json=result.to_json())
-        except TargetError as exc:
-            error = exc
-            outcome = Outcome(TargetState.FAILED, error=exc.msg, hint=exc.hint)
         except Exception as exc:
             error = exc
-            busy = find_retry_later(exc)
-            if busy is not None:
+            kind = classify_failure(exc)
+            if isinstance(kind, RetryLater):
                 if live.busy_since is None:
                     live.busy_since = t0
                 busy_for = trio.current_time() - live.busy_since
                 if busy_for <= self._config.retry_for:
-                    await self._retry(live, idx, max(self._config.retry_wait, busy.after or 0.0))
+                    await self._retry(live, idx, max(self._config.retry_wait, kind.after or 0.0))
                     return
                 outcome = Outcome(
                     TargetState.FAILED,
-                    error=str(busy) or "busy",
+                    error=str(kind) or "busy",
                     hint=f"the target stayed busy for {busy_for:.0f} s; try it again later",
                 )
+            elif isinstance(kind, TargetError):
+                error = kind  # hooks read its status, also when it came in a group
+                outcome = Outcome(TargetState.FAILED, error=kind.msg, hint=kind.hint)
             else:
                 self._log.error(
                     "fetch raised %s",
@@ -441,7 +472,13 @@ async def open_engine(
 
     On entry, live jobs left in the store by a process that is gone are failed
     (``interrupted``). On exit the engine is closed (see :meth:`BatchEngine.aclose`). An
-    exception from the block comes out as itself, not wrapped in an exception group.
+    exception from the block comes out as itself, with its ``__cause__`` and ``__context__``,
+    not wrapped in an exception group; two errors at once (the block's and a crashed worker's)
+    come out as a group.
+
+    Cancellation: cancelling the block cancels every fetch in flight; outcomes already fetched
+    are still stored, and the live jobs end ``failed``/``interrupted`` (bounded by 5 seconds
+    of store writes). A cancel during entry leaves nothing running.
     """
     if not callable(fetch):
         raise TypeError("fetch must be an async function (caller, target) -> Result")
@@ -464,6 +501,5 @@ async def open_engine(
             finally:
                 await engine.aclose()
     except BaseExceptionGroup as group:
-        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
-            raise group.exceptions[0] from None
+        raise_single_exception_from_group(group)
         raise

@@ -24,6 +24,7 @@ import trio
 from .._config import Hooks
 from .._engine import BatchEngine, FetchFunc
 from .._model import Caller, JobStatus, Result, Target, TargetState
+from .._util import raise_single_exception_from_group
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -339,8 +340,7 @@ async def show_progress(
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # The body's own exception comes out as itself, not wrapped by our nursery.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
+            raise_single_exception_from_group(group)
             raise  # pragma: no cover - the loop task raises nothing of its own
         with trio.move_on_after(2, shield=True):
             await tracker.poll(engine)

@@ -86,6 +86,14 @@ class Store(Protocol):
     """What an engine needs from a store. Each method is atomic.
 
     A store may be shared by several engines only where its docs say so (PostgreSQL).
+
+    Cancellation, for every method: each is a checkpoint (cancel point and schedule point).
+    If a method raises :class:`trio.Cancelled`, it had no effect: a cancel that is already
+    pending when it is called is raised before anything is written. A write that has begun is
+    not cancellable: it completes, and the method returns its result, so the engine always
+    knows what was stored (Trio's ``MemorySendChannel.send`` works the same way). Reads may be
+    cancelled at any point. After the store is closed every method raises
+    :class:`trio.ClosedResourceError`.
     """
 
     async def admit(self, job: NewJob, limits: Limits) -> Submitted:

@@ -33,6 +33,7 @@ from .._model import (
     Submitted,
     TargetState,
 )
+from .._util import NoPublicConstructor
 from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
 from ._rules import (
     JOB_COLUMNS,
@@ -134,9 +135,14 @@ class _Writer:
         self._thread.join()
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Queue ``fn`` and return its result once committed.
+
+        A cancel already pending raises before anything is queued (no effect); once queued,
+        the write is not cancellable: the caller learns its fate only after its commit.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
         item = _Write(fn, trio.lowlevel.current_task(), trio.lowlevel.current_trio_token())
         self._queue.put(item)
-        # Not cancellable: the caller learns the write's fate only after its commit.
         # reschedule() hands us the write's outcome, already unwrapped.
         result: T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
         return result
@@ -270,7 +276,7 @@ def _lock(path: str) -> int:
 
 
 @final
-class SQLiteStore:
+class SQLiteStore(metaclass=NoPublicConstructor):
     """Jobs in one SQLite file (WAL), for one process.
 
     Open it with ``async with SQLiteStore.open(path) as store``; the schema is created or
@@ -284,7 +290,13 @@ class SQLiteStore:
     the marks already posted (read-your-writes). A reader in another process may see a target
     ``pending`` for the moment (one group commit) between its fetch starting and the mark
     landing. Every other write returns only after its commit.
+
+    Cancellation: every method is a checkpoint. Under a cancel that is already pending a write
+    raises :class:`trio.Cancelled` and has no effect; once queued it is not cancellable and
+    returns after its commit. Reads can be cancelled at any point.
     """
+
+    _factory = "SQLiteStore.open()"
 
     def __init__(self, path: str, writer: _Writer | None, readers: int) -> None:
         self._path = path
@@ -312,6 +324,9 @@ class SQLiteStore:
     ) -> AsyncIterator[SQLiteStore]:
         """Open (and create or migrate) the store at ``path``.
 
+        Cancellation: cancelling the open leaves no lock or thread behind. Leaving the block
+        waits (shielded) for the writes already queued to commit, then closes the file.
+
         Raises:
             StoreError: the file is open for writing elsewhere, or its schema is newer.
             ValueError: ``path`` is ``:memory:`` (use ``MemoryStore``).
@@ -324,7 +339,7 @@ class SQLiteStore:
         if readonly:
             if not await trio.Path(path).exists():
                 raise StoreError(f"{path} does not exist; nothing to read")
-            store = cls(path, None, readers)
+            store = cls._create(path, None, readers)
             try:
                 yield store
             finally:
@@ -338,7 +353,7 @@ class SQLiteStore:
             raise
         writer = _Writer(conn)
         writer.start()
-        store = cls(path, writer, readers)
+        store = cls._create(path, writer, readers)
         try:
             yield store
         finally:
