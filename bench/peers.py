@@ -23,6 +23,7 @@ import json
 import logging
 import secrets
 import shlex
+import socket
 import statistics
 import sys
 import tempfile
@@ -30,27 +31,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.run import (
-    FULL,
-    QUICK,
-    RESULTS,
-    Figure,
-    find,
-    log,
-    machine_info,
-    markdown_table,
-    port_open,
-    run_line,
-    run_w1_w2,
-    text_table,
-    versions,
-)
+from ._harness import FULL, QUICK, RESULTS, Figure, find, log
+from .report import markdown_table, run_line, text_table
+from .run import machine_info, run_w1_w2, versions
 
 REDIS_URL = "redis://127.0.0.1:6379"
 PG_DSN = "host=127.0.0.1 port=5432 dbname=test"
 PG_SCHEMA = "bench_procrastinate"
 BODY = "x" * 200
 BATCH = 20
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on ``host:port`` (loopback only)."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def services_missing() -> list[str]:
@@ -71,8 +69,9 @@ def services_missing() -> list[str]:
 
 async def saq_drain(n: int, sleep: float, concurrency: int) -> float:
     """Seconds for ``n`` SAQ jobs from the first enqueue until the last result is readable."""
-    from saq import Queue, Worker
-    from saq.job import Status
+    # The peers' packages are in the optional ``peers`` group, which mypy usually runs without.
+    from saq import Queue, Worker  # type: ignore[import-not-found, unused-ignore]
+    from saq.job import Status  # type: ignore[import-not-found, unused-ignore]
 
     queue = Queue.from_url(REDIS_URL, name=f"trio-batch-bench-{secrets.token_hex(4)}")
     await queue.connect()
@@ -125,7 +124,7 @@ async def saq_drain(n: int, sleep: float, concurrency: int) -> float:
 
 async def procrastinate_drain(n: int, sleep: float, concurrency: int, dsn: str) -> float:
     """Seconds for ``n`` procrastinate jobs from the first defer until the last is readable."""
-    import procrastinate
+    import procrastinate  # type: ignore[import-not-found, unused-ignore]
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -141,7 +140,7 @@ async def procrastinate_drain(n: int, sleep: float, concurrency: int, dsn: str) 
     finished = 0
     all_done = asyncio.Event()
 
-    @app.task(name="unit", queue=queue_name)
+    @app.task(name="unit", queue=queue_name)  # type: ignore[untyped-decorator, unused-ignore]
     async def unit(i: int) -> None:
         nonlocal finished
         if sleep:

@@ -1,4 +1,4 @@
-"""The benchmark harness (bench/run.py) in a tiny configuration, so that it cannot rot.
+"""The benchmark harness (``python -m bench.run``) in a tiny configuration, so that it cannot rot.
 
 The figures of a tiny run mean nothing; these tests only check that every workload runs on
 every store and that the report has the shape the docs and the plot read.
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench import run
+from bench import _harness, report, run
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +21,13 @@ def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench")
     argv = ["--tiny", "--stores", "memory,sqlite,postgres", "--pg", "", "--no-plot"]
     assert run.main([*argv, "--out", str(out)]) == 0
-    report: dict[str, Any] = json.loads((out / "latest.json").read_text())
-    report["_md"] = (out / "latest.md").read_text()
-    report["_dir"] = str(out)
-    return report
+    doc: dict[str, Any] = json.loads((out / "latest.json").read_text())
+    doc["_md"] = (out / "latest.md").read_text()
+    doc["_dir"] = str(out)
+    return doc
 
 
+@pytest.mark.slow
 class TestBenchHarness:
     def test_every_workload_runs_on_every_store(self, tiny_report: dict[str, Any]) -> None:
         """Each workload has figures on MemoryStore and SQLiteStore, and W1/W2 a baseline."""
@@ -61,21 +62,9 @@ class TestBenchHarness:
     def test_plot_is_written(self, tiny_report: dict[str, Any], tmp_path: Path) -> None:
         """The plot renders from the report's figures (needs matplotlib, the bench group)."""
         pytest.importorskip("matplotlib")
-        figures = [
-            run.Figure(
-                f["workload"],
-                f["store"],
-                f["system"],
-                f["name"],
-                f["unit"],
-                f["values"],
-                f["higher_is_better"],
-                f.get("extra", {}),
-            )
-            for f in tiny_report["figures"]
-        ]
+        figures = [report.figure_from_json(f) for f in tiny_report["figures"]]
 
-        run.plot(figures, tmp_path / "plot.png", "tiny")
+        report.plot(figures, tmp_path / "plot.png", "tiny")
 
         assert (tmp_path / "plot.png").stat().st_size > 10_000
 
@@ -92,5 +81,5 @@ class TestBenchHarness:
 class TestPercentile:
     def test_nearest_rank(self) -> None:
         """p99 of 100 samples is the 99th smallest, and p50 of 1..4 is 2."""
-        assert run.percentile(list(range(1, 101)), 99) == 99
-        assert run.percentile([4, 1, 3, 2], 50) == 2
+        assert _harness.percentile(list(range(1, 101)), 99) == 99
+        assert _harness.percentile([4, 1, 3, 2], 50) == 2

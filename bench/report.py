@@ -1,0 +1,315 @@
+"""Turning a run's figures into what people read: goals, tables, the plot and the result files.
+
+:func:`report` prints the table and the goals and writes ``latest.json``; :func:`render` writes
+``latest.md`` and ``latest.png`` from that JSON document, so ``python -m bench.run --render`` can
+redraw them without measuring (:func:`figure_from_json` reads the figures back). The goals are
+reported, never enforced: a missed goal does not fail the run. ``bench/peers.py`` reuses the
+table functions and :func:`run_line` for its own files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._harness import DOCS_PLOT, RESULTS, Figure, Settings, find
+
+# -- goals ----------------------------------------------------------------------------------------
+
+
+def goals(
+    figures: Sequence[Figure], s: Settings, peer_best: float | None = None
+) -> list[dict[str, Any]]:
+    """The issue's goals, each with the measured value and whether it was met (reported only)."""
+    out: list[dict[str, Any]] = []
+
+    def add(goal: str, value: float, met: bool, detail: str) -> None:
+        out.append({"goal": goal, "value": value, "met": met, "detail": detail})
+
+    try:
+        w1 = find(figures, "W1", "sqlite", "trio-batch", "throughput").median
+        add("W1 on SQLite >= 10,000 targets/s", w1, w1 >= 10_000, f"{w1:,.0f} targets/s")
+        if peer_best is not None:
+            add(
+                "W1 on SQLite >= 6x the best peer",
+                w1 / peer_best,
+                w1 / peer_best >= 6,
+                f"{w1 / peer_best:.1f}x",
+            )
+    except KeyError:
+        pass
+    for fig in figures:
+        if fig.workload == "W2" and fig.system == "trio-batch":
+            add(
+                f"W2 efficiency >= 0.97 ({fig.store})",
+                fig.median,
+                fig.median >= 0.97,
+                f"{fig.median:.3f}",
+            )
+        if fig.workload == "W3" and fig.name == "small job p99":
+            bound = fig.extra["bound"]
+            add(
+                f"W3 p99 within the round-robin bound ({fig.store})",
+                fig.median,
+                fig.median <= bound,
+                f"{fig.median:.2f} <= {bound:.2f} target durations",
+            )
+        if fig.workload == "W4" and fig.name.startswith("ratio"):
+            add(
+                f"W4 time per target {fig.name} <= 1.3 ({fig.store})",
+                fig.median,
+                fig.median <= 1.3,
+                f"{fig.median:.2f}x",
+            )
+    return out
+
+
+# -- tables ---------------------------------------------------------------------------------------
+
+
+def fmt(value: float, unit: str) -> str:
+    """``value`` with as many digits as its ``unit`` deserves."""
+    if unit in ("targets/s", "reads/s", "bytes"):
+        return f"{value:,.0f}"
+    if unit == "µs":
+        return f"{value:,.1f}"
+    if unit in ("ideal/wall", "x", "target durations"):
+        return f"{value:.3f}" if unit == "ideal/wall" else f"{value:.2f}"
+    return f"{value:.4g}"
+
+
+def table_rows(figures: Sequence[Figure]) -> list[list[str]]:
+    """One row per figure under ``HEADER``; W1/W2 engine rows carry their ratio to the baseline."""
+    rows = []
+    for fig in figures:
+        ratio = ""
+        if fig.system == "trio-batch" and fig.workload in ("W1", "W2"):
+            try:
+                base = find(figures, fig.workload, fig.store, "baseline", fig.name).median
+                ratio = f"{fig.median / base:.2f}"
+            except KeyError:
+                pass
+        rows.append(
+            [
+                fig.workload,
+                fig.store,
+                fig.system,
+                fig.name,
+                fmt(fig.median, fig.unit),
+                fmt(min(fig.values), fig.unit),
+                fmt(max(fig.values), fig.unit),
+                fig.unit,
+                ratio,
+            ]
+        )
+    return rows
+
+
+HEADER = ["workload", "store", "system", "figure", "median", "min", "max", "unit", "vs baseline"]
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    """The rows in aligned columns, for the terminal."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def goals_markdown(items: Sequence[dict[str, Any]]) -> str:
+    """The goals as a Markdown table with their verdicts."""
+    lines = ["| goal | measured | met |", "|---|---|---|"]
+    lines += [f"| {g['goal']} | {g['detail']} | {'yes' if g['met'] else 'NO'} |" for g in items]
+    return "\n".join(lines)
+
+
+def run_line(doc: dict[str, Any]) -> str:
+    """One line saying when, how and where a run was made."""
+    v, m = doc["versions"], doc["machine"]
+    load = ", ".join(f"{x:.1f}" for x in m["load_average_at_start"])
+    return (
+        f"Run {doc['created']} ({doc['mode']}): `{doc['command']}`; trio-batch "
+        f"{v['trio_batch']} (git {v.get('git', '?')}), trio {v['trio']}, SQLite {v['sqlite']}, "
+        f"Python {m['python']}, {m['cpus']} CPUs ({m['cpu']}), load average at start {load}."
+    )
+
+
+# -- the plot -------------------------------------------------------------------------------------
+
+
+def plot(figures: Sequence[Figure], path: Path, title: str) -> None:
+    """Four panels: W1 throughput, W2 efficiency, W3 latency against the bound, W4 scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    stores = sorted({f.store for f in figures if f.system == "trio-batch"})
+
+    def bars(ax: Any, workload: str, name: str, ylabel: str) -> None:
+        labels: list[str] = []
+        meds: list[float] = []
+        lo: list[float] = []
+        hi: list[float] = []
+        for f in figures:
+            if f.workload == workload and f.name == name:
+                labels.append(f"{f.system}\n{f.store}")
+                meds.append(f.median)
+                lo.append(f.median - min(f.values))
+                hi.append(max(f.values) - f.median)
+        ax.bar(
+            range(len(meds)),
+            meds,
+            yerr=[lo, hi],
+            capsize=4,
+            color=["tab:blue" if "trio-batch" in lb else "tab:gray" for lb in labels],
+        )
+        ax.set_xticks(range(len(meds)), labels, fontsize=8)
+        ax.set_ylabel(ylabel)
+
+    bars(axes[0][0], "W1", "throughput", "targets/s (log)")
+    axes[0][0].set_yscale("log")
+    axes[0][0].set_title("W1 noop durable: 2,000 targets, 2 workers")
+    bars(axes[0][1], "W2", "efficiency", "ideal / wall")
+    axes[0][1].set_title("W2 I/O-bound: 20 ms targets (1.0 = ideal)")
+    axes[0][1].axhline(0.97, color="tab:red", linestyle="--", linewidth=1)
+    w2_low = min((min(f.values) for f in figures if f.workload == "W2"), default=0.8)
+    axes[0][1].set_ylim(min(0.8, w2_low - 0.02), 1.02)
+
+    ax = axes[1][0]
+    w3_stores = [k for k in stores if any(f.workload == "W3" and f.store == k for f in figures)]
+    xs = range(len(w3_stores))
+    p50 = [find(figures, "W3", k, "trio-batch", "small job p50") for k in w3_stores]
+    p99 = [find(figures, "W3", k, "trio-batch", "small job p99") for k in w3_stores]
+    ax.bar([x - 0.2 for x in xs], [f.median for f in p50], width=0.4, label="p50")
+    ax.bar([x + 0.2 for x in xs], [f.median for f in p99], width=0.4, label="p99")
+    if p99:
+        ax.axhline(
+            p99[0].extra["bound"],
+            color="tab:red",
+            linestyle="--",
+            linewidth=1,
+            label="round-robin bound",
+        )
+    ax.set_xticks(list(xs), w3_stores)
+    ax.set_ylabel("target durations")
+    ax.set_title("W3 fairness: small job submit-to-done")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][1]
+    for k in stores:
+        pts = sorted(
+            (f.extra["live_jobs"], f.median)
+            for f in figures
+            if f.workload == "W4" and f.store == k and f.name.startswith("time per target")
+        )
+        if not pts:
+            continue
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k)
+    ax.set_xscale("log")
+    ax.set_xlabel("live jobs")
+    ax.set_ylabel("µs per target")
+    ax.set_ylim(bottom=0)
+    ax.set_title("W4 scale: 4 noop targets per job")
+    ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# -- the result files -----------------------------------------------------------------------------
+
+
+def report(
+    figures: list[Figure],
+    s: Settings,
+    mode: str,
+    notes: list[str],
+    out_dir: Path,
+    *,
+    started: dict[str, Any],
+    make_plot: bool = True,
+) -> dict[str, Any]:
+    """Print the table and write ``latest.json``, ``latest.md`` and ``latest.png``.
+
+    ``started`` holds the machine and versions as they were when the run began (the keys
+    ``machine`` and ``versions``).
+    """
+    rows = table_rows(figures)
+    gl = goals(figures, s)
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "mode": mode,
+        "command": shlex.join(["python", "-m", "bench.run", *sys.argv[1:]]),
+        "machine": started["machine"],
+        "versions": started["versions"],
+        "settings": dataclasses.asdict(s),
+        "figures": [f.to_json() for f in figures],
+        "goals": gl,
+        "notes": notes,
+    }
+    print(text_table(HEADER, rows))
+    print()
+    for g in gl:
+        print(f"{'met ' if g['met'] else 'MISS'}  {g['goal']}: {g['detail']}")
+    for note in notes:
+        print(f"note: {note}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "latest.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    render(doc, figures, out_dir, make_plot=make_plot)
+    return doc
+
+
+def render(doc: dict[str, Any], figures: list[Figure], out_dir: Path, *, make_plot: bool) -> None:
+    """Write ``latest.md`` (and ``latest.png``, copied to the docs) from a run's report."""
+    rows = table_rows(figures)
+    gl = doc["goals"]
+    notes = doc["notes"]
+    mode = doc["mode"]
+    md = [
+        run_line(doc),
+        "",
+        markdown_table(HEADER, rows),
+        "",
+        goals_markdown(gl),
+        "",
+        *[f"- {n}" for n in notes],
+    ]
+    (out_dir / "latest.md").write_text("\n".join(md) + "\n")
+    if make_plot:
+        title = f"trio-batch {mode} run {doc['created']} ({doc['versions'].get('git', '')})"
+        plot(figures, out_dir / "latest.png", title)
+        if out_dir.resolve() == RESULTS.resolve():
+            # The docs page shows this plot beside the table of the same run (latest.md).
+            DOCS_PLOT.write_bytes((out_dir / "latest.png").read_bytes())
+
+
+def figure_from_json(data: dict[str, Any]) -> Figure:
+    """A figure as ``Figure.to_json`` wrote it."""
+    return Figure(
+        data["workload"],
+        data["store"],
+        data["system"],
+        data["name"],
+        data["unit"],
+        list(data["values"]),
+        data["higher_is_better"],
+        dict(data.get("extra", {})),
+    )
