@@ -10,8 +10,14 @@ import dataclasses
 import enum
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, final
+from typing import Any, Literal, NamedTuple, TypeAlias, final
+
+JSONValue: TypeAlias = (
+    "Mapping[str, JSONValue] | Sequence[JSONValue] | str | int | float | bool | None"
+)
+"""A JSON value as written out; containers are read-only, so a ``list[str]`` is one too."""
 
 
 @final
@@ -194,6 +200,24 @@ class TargetStatus:
     error: str
     hint: str
     options: Options = Options()
+
+
+def target_json(t: TargetStatus) -> dict[str, JSONValue]:
+    """The wire form of one target, shared by the HTTP API and the CLI's JSON lines.
+
+    Its keys are ``idx``, ``url``, ``status``, ``error``, ``hint`` and ``result`` (``null``, or
+    ``{"content", "meta"}``); the HTTP API adds ``options``.
+    """
+    return {
+        "idx": t.idx,
+        "url": t.url,
+        "status": t.status.value,
+        "error": t.error,
+        "hint": t.hint,
+        "result": None
+        if t.result is None
+        else {"content": t.result.content, "meta": t.result.meta},
+    }
 
 
 class Submitted(NamedTuple):

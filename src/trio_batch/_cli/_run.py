@@ -29,7 +29,16 @@ import trio
 from .._config import Config
 from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import Busy, CallerBusy, StoreError, TargetError
-from .._model import Caller, Options, Snapshot, Target, TargetState, TargetStatus
+from .._model import (
+    Caller,
+    JSONValue,
+    Options,
+    Snapshot,
+    Target,
+    TargetState,
+    TargetStatus,
+    target_json,
+)
 from ..stores import SQLiteStore, Store
 from ._progress import ProgressMode, ProgressTracker, show_progress
 from ._signals import watch_signals
@@ -194,19 +203,9 @@ def read_input(path: str) -> list[Target]:
 # -- output -------------------------------------------------------------------------------------
 
 
-def target_line(idx: int, target: TargetStatus) -> dict[str, Any]:
-    """The JSON line of one target, as ``run`` and ``results`` write it."""
-    result = None
-    if target.result is not None:
-        result = {"content": target.result.content, "meta": target.result.meta}
-    return {
-        "idx": idx,
-        "url": target.url,
-        "status": target.status.value,
-        "error": target.error,
-        "hint": target.hint,
-        "result": result,
-    }
+def target_line(idx: int, target: TargetStatus) -> dict[str, JSONValue]:
+    """One target's JSON line for ``run`` and ``results``; ``idx`` is its place in the input."""
+    return {**target_json(target), "idx": idx}
 
 
 def dump_line(data: dict[str, Any]) -> str:
@@ -273,7 +272,7 @@ class _Job:
 
 
 @final
-class _Writer:
+class _LineWriter:
     """Writes the lines in input order as the jobs holding them finish."""
 
     def __init__(
@@ -321,7 +320,7 @@ async def _run_jobs(
     live_cap: int,
     tracker: ProgressTracker,
     changed: Callable[[], trio.Event],
-    writer: _Writer,
+    writer: _LineWriter,
 ) -> None:
     next_job = 0
     live: list[_Job] = []
@@ -401,7 +400,7 @@ async def run_batch(
         current.idxs.append(idx)
         current.targets.append(target)
         items[idx] = current
-    writer = _Writer(out, items, len(targets))
+    writer = _LineWriter(out, items, len(targets))
 
     event = trio.Event()
 

@@ -14,12 +14,7 @@ rest of the ``trio-batch serve`` command live in the CLI. See ``docs/http.md``.
 from __future__ import annotations
 
 from .._util import fixup_module_metadata as _fixup_module_metadata
-from ._app import (
-    MAX_BODY as MAX_BODY,
-    OptionsCheckFunc as OptionsCheckFunc,
-    PrecheckFunc as PrecheckFunc,
-    create_app as create_app,
-)
+from ._app import create_app as create_app
 from ._keys import (
     KeyRecord as KeyRecord,
     KeyRing as KeyRing,
@@ -29,6 +24,11 @@ from ._keys import (
     load_keys as load_keys,
 )
 from ._openapi import openapi_document as openapi_document
+from ._parse import (
+    MAX_BODY as MAX_BODY,
+    OptionsCheckFunc as OptionsCheckFunc,
+    PrecheckFunc as PrecheckFunc,
+)
 from ._serve import serve as serve
 from ._settings import (
     Settings as Settings,

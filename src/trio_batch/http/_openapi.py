@@ -1,23 +1,40 @@
 """The OpenAPI 3.1 document of the API, written by hand so it says exactly what the app does.
 
 Every status code an operation can answer is listed; ``tests/http`` checks the app against it
-(schemathesis) and checks that each route of the app is documented.
+(schemathesis) and checks that each route of the app is documented. What the model already
+says is not typed again: the job-status and target-state enums come from ``JobStatus`` and
+``TargetState``, and the ``Options`` properties from the fields of ``trio_batch.Options`` (via
+the same table ``_parse`` checks requests with).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
 
-_JOB_STATUSES = ["queued", "running", "done", "partial", "failed", "cancelled"]
-_TARGET_STATES = ["pending", "running", "done", "failed"]
+from .._model import JobStatus, JSONValue, TargetState
+from ._parse import MAX_INT, OPTION_TYPES
+
+_JOB_STATUSES = [s.value for s in JobStatus]
+_TARGET_STATES = [s.value for s in TargetState]
+_JSON_TYPES: dict[type, str] = {str: "string", bool: "boolean", type(None): "null"}
+
+_OPTION_DOCS = {
+    "mode": "text (default), markdown, html or raw.",
+    "question": "Return the passages that answer it.",
+    "pages": "PDF page ranges, like `1-3,7`.",
+    "grep": "A regular expression: matching lines only.",
+    "jq": "A jq program for a JSON response.",
+    "context": "Lines around grep matches; null = on when there is a question.",
+    "recover": "On failure, serve the last cached copy, marked stale.",
+}
+"""One line per field of ``trio_batch.Options``; a new field without one fails at import."""
 
 
-def _ref(name: str) -> dict[str, str]:
+def _ref(name: str) -> dict[str, JSONValue]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
+def _json(schema: JSONValue, description: str, **extra: JSONValue) -> dict[str, JSONValue]:
     return {
         "description": description,
         "content": {"application/json": {"schema": schema}},
@@ -25,7 +42,9 @@ def _json(schema: dict[str, Any], description: str, **extra: Any) -> dict[str, A
     }
 
 
-def _error(description: str, *, retry_after: bool = False, auth: bool = False) -> dict[str, Any]:
+def _error(
+    description: str, *, retry_after: bool = False, auth: bool = False
+) -> dict[str, JSONValue]:
     response = _json(_ref("Error"), description)
     if retry_after:
         response["headers"] = {
@@ -46,7 +65,19 @@ def _error(description: str, *, retry_after: bool = False, auth: bool = False) -
     return response
 
 
-_SCHEMAS: dict[str, Any] = {
+def _option(name: str, types: tuple[type, ...]) -> dict[str, JSONValue]:
+    kinds = [_JSON_TYPES[t] for t in types]
+    return {"type": kinds[0] if len(kinds) == 1 else kinds, "description": _OPTION_DOCS[name]}
+
+
+_OPTIONS: dict[str, JSONValue] = {
+    "type": "object",
+    "description": "Per-target options for the web fetcher (SPEC §6). Empty means default.",
+    "properties": {name: _option(name, types) for name, types in OPTION_TYPES.items()},
+    "additionalProperties": False,
+}
+
+_SCHEMAS: dict[str, JSONValue] = {
     "Error": {
         "type": "object",
         "description": "Every error answer. `field` names the input at fault when there is one.",
@@ -66,26 +97,7 @@ _SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": False,
     },
-    "Options": {
-        "type": "object",
-        "description": "Per-target options for the web fetcher (SPEC §6). Empty means default.",
-        "properties": {
-            "mode": {"type": "string", "description": "text (default), markdown, html or raw."},
-            "question": {"type": "string", "description": "Return the passages that answer it."},
-            "pages": {"type": "string", "description": "PDF page ranges, like `1-3,7`."},
-            "grep": {"type": "string", "description": "A regular expression: matching lines only."},
-            "jq": {"type": "string", "description": "A jq program for a JSON response."},
-            "context": {
-                "type": ["boolean", "null"],
-                "description": "Lines around grep matches; null = on when there is a question.",
-            },
-            "recover": {
-                "type": "boolean",
-                "description": "On failure, serve the last cached copy, marked stale.",
-            },
-        },
-        "additionalProperties": False,
-    },
+    "Options": _OPTIONS,
     "TargetIn": {
         "type": "object",
         "required": ["url"],
@@ -219,7 +231,9 @@ _SCHEMAS: dict[str, Any] = {
     },
 }
 
-_JOB_ID = {
+# -- operations ---------------------------------------------------------------------------------
+
+_JOB_ID: dict[str, JSONValue] = {
     "name": "id",
     "in": "path",
     "required": True,
@@ -229,119 +243,192 @@ _JOB_ID = {
 
 _AUTH_401 = _error("Missing or unknown API key.", auth=True)
 _SHUTTING_DOWN = "The server is shutting down"
+_503 = _error(f"{_SHUTTING_DOWN}.", retry_after=True)
 _500 = _error("Internal error (a bug); the log has its type.")
+_NO_JOB_404 = _error("No such job, or it is another caller's.")
 
 
-def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> dict[str, Any]:
+def _body(schema: str) -> dict[str, JSONValue]:
+    return {"required": True, "content": {"application/json": {"schema": _ref(schema)}}}
+
+
+def _query(name: str, description: str, schema: JSONValue) -> dict[str, JSONValue]:
+    return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+def _link(operation_id: str, **parameters: JSONValue) -> dict[str, JSONValue]:
+    """An OpenAPI link from the submit answer to an operation on the new job."""
+    return {
+        "operationId": operation_id,
+        "parameters": {"id": "$response.body#/id", **parameters},
+    }
+
+
+def _submit_batch(kib: int) -> dict[str, JSONValue]:
+    return {
+        "operationId": "submitBatch",
+        "summary": "Submit a batch of targets",
+        "description": f"The body may be at most {kib} KiB. A repeat of a live or "
+        "finished (done/partial) batch of the same caller with the same targets returns "
+        "that job (200, reused) instead of a new one (202).",
+        "requestBody": _body("BatchIn"),
+        "responses": {
+            "200": _json(_ref("Submitted"), "The same batch exists already: reused."),
+            "202": _json(
+                _ref("Submitted"),
+                "Accepted: a new job, queued.",
+                links={
+                    "GetBatch": _link("getBatch"),
+                    "CancelBatch": _link("cancelBatch"),
+                    "GetTarget": _link("getTarget", idx=0),
+                },
+            ),
+            "400": _error(
+                "Malformed JSON, an unknown field, a wrong type (`field` names it), a "
+                "target URL failing the pre-check (`field` names its index), or no "
+                "targets."
+            ),
+            "401": _AUTH_401,
+            "413": _error(f"The body is over {kib} KiB, or there are too many targets."),
+            "429": _error("You have your maximum of live batches.", retry_after=True),
+            "500": _500,
+            "503": _error(
+                f"The server has its maximum of live batches. {_SHUTTING_DOWN}.",
+                retry_after=True,
+            ),
+        },
+    }
+
+
+def _get_batch() -> dict[str, JSONValue]:
+    state = "|".join(_TARGET_STATES)
+    return {
+        "operationId": "getBatch",
+        "summary": "A batch's summary, and with results=1 its targets",
+        "description": "Reading moves the job's expiry (`expires_at`).",
+        "parameters": [
+            _query(
+                "results",
+                "1 to include the targets with their results.",
+                {"type": "string", "enum": ["0", "1", "true", "false"]},
+            ),
+            _query(
+                "state",
+                "With results=1: only targets in these states (comma-separated).",
+                {"type": "string", "pattern": f"^({state})(,({state}))*$"},
+            ),
+            _query(
+                "offset",
+                "With results=1: skip this many matching targets.",
+                {"type": "integer", "minimum": 0, "maximum": MAX_INT},
+            ),
+            _query(
+                "limit",
+                "With results=1: at most this many targets.",
+                {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+            ),
+        ],
+        "responses": {
+            "200": _json(_ref("Batch"), "The job."),
+            "400": _error("A query parameter is invalid (`field` names it)."),
+            "401": _AUTH_401,
+            "404": _NO_JOB_404,
+            "500": _500,
+            "503": _503,
+        },
+    }
+
+
+def _cancel_batch() -> dict[str, JSONValue]:
+    return {
+        "operationId": "cancelBatch",
+        "summary": "Cancel a queued or running batch",
+        "description": "The target in flight finishes; no other target starts.",
+        "responses": {
+            "200": _json(_ref("Batch"), "Cancelled: the job's summary."),
+            "401": _AUTH_401,
+            "404": _NO_JOB_404,
+            "409": _error("The job is finished already; `status` says how."),
+            "500": _500,
+            "503": _503,
+        },
+    }
+
+
+def _get_target() -> dict[str, JSONValue]:
+    return {
+        "operationId": "getTarget",
+        "summary": "One target with its result",
+        "responses": {
+            "200": _json(_ref("TargetOut"), "The target."),
+            "401": _AUTH_401,
+            "404": _error("No such job or target, or it is another caller's job."),
+            "500": _500,
+            "503": _503,
+        },
+    }
+
+
+def _health() -> dict[str, JSONValue]:
+    return {
+        "operationId": "health",
+        "summary": "Liveness",
+        "security": [],
+        "responses": {"200": _json(_ref("Health"), "The server is up."), "500": _500},
+    }
+
+
+def _metrics() -> dict[str, JSONValue]:
+    return {
+        "operationId": "metrics",
+        "summary": "Prometheus metrics (text format)",
+        "security": [],
+        "responses": {
+            "200": {
+                "description": "The metrics.",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            "500": _500,
+        },
+    }
+
+
+def _fetch_one(kib: int) -> dict[str, JSONValue]:
+    return {
+        "operationId": "fetchOne",
+        "summary": "Fetch one target now",
+        "description": "Answered synchronously by the same fetcher and fetch pool that "
+        "batches use. A failed fetch answers with the status a single fetch gets "
+        "(for example 404 or 502) and an error with a hint.",
+        "requestBody": _body("TargetIn"),
+        "responses": {
+            "200": _json(_ref("Fetched"), "The target's result."),
+            "400": _error(
+                "Malformed JSON, unknown field, wrong type, or a URL failing the "
+                "pre-check (`field` names it)."
+            ),
+            "401": _AUTH_401,
+            "413": _error(f"The body is over {kib} KiB."),
+            "4XX": _error("The fetch failed the way a client error would."),
+            "500": _500,
+            "503": _error(
+                f"The fetch pool or the target is busy. {_SHUTTING_DOWN}.",
+                retry_after=True,
+            ),
+            "5XX": _error("The fetch failed upstream (for example 502 or 504)."),
+        },
+    }
+
+
+def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> dict[str, JSONValue]:
     """The OpenAPI document of an app made by ``create_app`` with these arguments."""
     kib = max_body // 1024
-    paths: dict[str, Any] = {
-        "/v1/batch": {
-            "post": {
-                "operationId": "submitBatch",
-                "summary": "Submit a batch of targets",
-                "description": f"The body may be at most {kib} KiB. A repeat of a live or "
-                "finished (done/partial) batch of the same caller with the same targets returns "
-                "that job (200, reused) instead of a new one (202).",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("BatchIn")}},
-                },
-                "responses": {
-                    "200": _json(_ref("Submitted"), "The same batch exists already: reused."),
-                    "202": _json(
-                        _ref("Submitted"),
-                        "Accepted: a new job, queued.",
-                        links={
-                            "GetBatch": {
-                                "operationId": "getBatch",
-                                "parameters": {"id": "$response.body#/id"},
-                            },
-                            "CancelBatch": {
-                                "operationId": "cancelBatch",
-                                "parameters": {"id": "$response.body#/id"},
-                            },
-                            "GetTarget": {
-                                "operationId": "getTarget",
-                                "parameters": {"id": "$response.body#/id", "idx": 0},
-                            },
-                        },
-                    ),
-                    "400": _error(
-                        "Malformed JSON, an unknown field, a wrong type (`field` names it), a "
-                        "target URL failing the pre-check (`field` names its index), or no "
-                        "targets."
-                    ),
-                    "401": _AUTH_401,
-                    "413": _error(f"The body is over {kib} KiB, or there are too many targets."),
-                    "429": _error("You have your maximum of live batches.", retry_after=True),
-                    "500": _500,
-                    "503": _error(
-                        f"The server has its maximum of live batches. {_SHUTTING_DOWN}.",
-                        retry_after=True,
-                    ),
-                },
-            }
-        },
+    paths: dict[str, JSONValue] = {
+        "/v1/batch": {"post": _submit_batch(kib)},
         "/v1/batch/{id}": {
             "parameters": [_JOB_ID],
-            "get": {
-                "operationId": "getBatch",
-                "summary": "A batch's summary, and with results=1 its targets",
-                "description": "Reading moves the job's expiry (`expires_at`).",
-                "parameters": [
-                    {
-                        "name": "results",
-                        "in": "query",
-                        "description": "1 to include the targets with their results.",
-                        "schema": {"type": "string", "enum": ["0", "1", "true", "false"]},
-                    },
-                    {
-                        "name": "state",
-                        "in": "query",
-                        "description": "With results=1: only targets in these states "
-                        "(comma-separated).",
-                        "schema": {
-                            "type": "string",
-                            "pattern": "^(pending|running|done|failed)"
-                            "(,(pending|running|done|failed))*$",
-                        },
-                    },
-                    {
-                        "name": "offset",
-                        "in": "query",
-                        "description": "With results=1: skip this many matching targets.",
-                        "schema": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-                    },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "description": "With results=1: at most this many targets.",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-                    },
-                ],
-                "responses": {
-                    "200": _json(_ref("Batch"), "The job."),
-                    "400": _error("A query parameter is invalid (`field` names it)."),
-                    "401": _AUTH_401,
-                    "404": _error("No such job, or it is another caller's."),
-                    "500": _500,
-                    "503": _error(f"{_SHUTTING_DOWN}.", retry_after=True),
-                },
-            },
-            "delete": {
-                "operationId": "cancelBatch",
-                "summary": "Cancel a queued or running batch",
-                "description": "The target in flight finishes; no other target starts.",
-                "responses": {
-                    "200": _json(_ref("Batch"), "Cancelled: the job's summary."),
-                    "401": _AUTH_401,
-                    "404": _error("No such job, or it is another caller's."),
-                    "409": _error("The job is finished already; `status` says how."),
-                    "500": _500,
-                    "503": _error(f"{_SHUTTING_DOWN}.", retry_after=True),
-                },
-            },
+            "get": _get_batch(),
+            "delete": _cancel_batch(),
         },
         "/v1/batch/{id}/{idx}": {
             "parameters": [
@@ -354,72 +441,14 @@ def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> di
                     "schema": {"type": "integer", "minimum": 0},
                 },
             ],
-            "get": {
-                "operationId": "getTarget",
-                "summary": "One target with its result",
-                "responses": {
-                    "200": _json(_ref("TargetOut"), "The target."),
-                    "401": _AUTH_401,
-                    "404": _error("No such job or target, or it is another caller's job."),
-                    "500": _500,
-                    "503": _error(f"{_SHUTTING_DOWN}.", retry_after=True),
-                },
-            },
+            "get": _get_target(),
         },
-        "/healthz": {
-            "get": {
-                "operationId": "health",
-                "summary": "Liveness",
-                "security": [],
-                "responses": {"200": _json(_ref("Health"), "The server is up."), "500": _500},
-            }
-        },
-        "/metrics": {
-            "get": {
-                "operationId": "metrics",
-                "summary": "Prometheus metrics (text format)",
-                "security": [],
-                "responses": {
-                    "200": {
-                        "description": "The metrics.",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    },
-                    "500": _500,
-                },
-            }
-        },
+        "/healthz": {"get": _health()},
+        "/metrics": {"get": _metrics()},
     }
     if with_fetch:
-        paths["/v1/fetch"] = {
-            "post": {
-                "operationId": "fetchOne",
-                "summary": "Fetch one target now",
-                "description": "Answered synchronously by the same fetcher and fetch pool that "
-                "batches use. A failed fetch answers with the status a single fetch gets "
-                "(for example 404 or 502) and an error with a hint.",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("TargetIn")}},
-                },
-                "responses": {
-                    "200": _json(_ref("Fetched"), "The target's result."),
-                    "400": _error(
-                        "Malformed JSON, unknown field, wrong type, or a URL failing the "
-                        "pre-check (`field` names it)."
-                    ),
-                    "401": _AUTH_401,
-                    "413": _error(f"The body is over {kib} KiB."),
-                    "4XX": _error("The fetch failed the way a client error would."),
-                    "500": _500,
-                    "503": _error(
-                        f"The fetch pool or the target is busy. {_SHUTTING_DOWN}.",
-                        retry_after=True,
-                    ),
-                    "5XX": _error("The fetch failed upstream (for example 502 or 504)."),
-                },
-            }
-        }
-    return {
+        paths["/v1/fetch"] = {"post": _fetch_one(kib)}
+    document: dict[str, JSONValue] = {
         "openapi": "3.1.0",
         "info": {
             "title": "trio-batch",
@@ -430,7 +459,7 @@ def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> di
         "security": [{"bearer": []}],
         "paths": paths,
         "components": {
-            "schemas": copy.deepcopy(_SCHEMAS),
+            "schemas": _SCHEMAS,
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
@@ -440,3 +469,5 @@ def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> di
             },
         },
     }
+    # A fresh copy: the caller may change it without touching the shared parts of the next one.
+    return copy.deepcopy(document)

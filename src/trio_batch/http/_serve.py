@@ -17,7 +17,7 @@ async def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 8080,
-    shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     graceful_timeout: float = 10.0,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:

@@ -15,9 +15,9 @@ import os
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, final
+from typing import final
 
-from .._config import Config
+from .._config import Config, Hooks
 from .._errors import Error
 
 ENV_PREFIX = "TRIO_BATCH_"
@@ -54,7 +54,7 @@ class Settings:
     log_level: str = "info"
     access_log: bool = True
 
-    def engine_config(self, **overrides: Any) -> Config:
+    def engine_config(self, *, hooks: Hooks | None = None) -> Config:
         """The engine's :class:`~trio_batch.Config` for these settings."""
         return Config(
             ttl=self.ttl,
@@ -66,7 +66,7 @@ class Settings:
             max_bytes=self.max_bytes,
             retry_wait=self.retry_wait,
             retry_for=self.retry_for,
-            **overrides,
+            hooks=hooks if hooks is not None else Hooks(),
         )
 
     @property
@@ -358,7 +358,7 @@ def _parse(name: str, raw: object, source: str) -> object:
         raise SettingsError(f"setting {name} ({source}) {exc} (got {raw!r})") from None
 
 
-def _read_file(path: str) -> dict[str, Any]:
+def _read_file(path: str) -> dict[str, object]:
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)

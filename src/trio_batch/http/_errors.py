@@ -1,0 +1,166 @@
+"""Error answers: ``ApiError``, the wrapper that turns exceptions into them, and the refusals.
+
+Every error the API answers is JSON, ``{"error", "hint"}`` plus a ``field`` when an input is at
+fault (SPEC §5). A route raises :class:`ApiError`; :func:`answer_errors` turns it, a shutdown or
+a bug into the response.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import final
+
+import trio
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+
+from .._errors import Busy, CallerBusy, NoTargets, SubmitError, TooManyTargets
+from .._model import JSONValue
+
+_log = logging.getLogger("trio_batch.http")
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+@final
+class ApiError(Exception):
+    """An error answer: status, ``{"error", "hint"}`` and optional extra fields and headers."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        hint: str = "",
+        *,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: Mapping[str, JSONValue] | None = None,
+    ) -> None:
+        super().__init__(error)
+        self.status = status
+        self.body: dict[str, JSONValue] = {"error": error, "hint": hint}
+        if field is not None:
+            self.body["field"] = field
+        if extra:
+            self.body.update(extra)
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body, status_code=self.status, headers=self.headers)
+
+
+def retry_after_header(seconds: int) -> dict[str, str]:
+    """The ``Retry-After`` header of a 429 or 503 answer."""
+    return {"Retry-After": str(seconds)}
+
+
+def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
+    """``endpoint``, answering every exception it raises with a JSON error.
+
+    An :class:`ApiError` is its own answer; a closed engine is 503 with ``Retry-After``; a
+    client that hangs up mid-body is 400; anything else is a bug: 500, logged by type only
+    (never the message, which may hold a URL or a key).
+    """
+
+    async def answered(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except ApiError as exc:
+            return exc.response()
+        except trio.ClosedResourceError:
+            return ApiError(
+                503,
+                "the server is shutting down",
+                "try again in a moment",
+                headers=retry_after_header(retry_after_seconds),
+            ).response()
+        except ClientDisconnect:
+            return ApiError(400, "the client went away while sending the body").response()
+        except Exception as exc:
+            _log.error(
+                "request failed with %s",
+                type(exc).__name__,
+                extra={"error_type": type(exc).__name__},
+            )
+            return ApiError(
+                500, "internal error", "try again; if it persists, tell the operator"
+            ).response()
+
+    return answered
+
+
+async def routing_error(request: Request, exc: Exception) -> Response:
+    """Starlette's 404 (no route) and 405 (wrong method) as JSON errors, keeping ``Allow``."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        error = ApiError(405, "this method is not allowed here", "see /openapi.json")
+    else:
+        error = ApiError(exc.status_code, "no such route", "see /openapi.json for the routes")
+    error.headers.update(exc.headers or {})
+    return error.response()
+
+
+def not_found() -> ApiError:
+    """The 404 of a job that does not exist or is another caller's (the two look the same)."""
+    return ApiError(
+        404,
+        "no job with this id",
+        "check the id: a job is visible only to the key that submitted it, and a finished job "
+        "is kept for a while after it was last read",
+    )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    status: int
+    error: str
+    """May use ``{count}`` (targets sent) and ``{limit}`` (``Config.targets_per_job``)."""
+    hint: str
+    field: str | None = None
+    retry_after: bool = False
+
+
+_REFUSALS: dict[type[SubmitError], _Refusal] = {
+    NoTargets: _Refusal(400, "targets is empty", "send at least one target", field="targets"),
+    TooManyTargets: _Refusal(
+        413,
+        "{count} targets is more than the {limit} a batch may have",
+        "split the targets into batches of at most {limit}",
+        field="targets",
+    ),
+    CallerBusy: _Refusal(
+        429,
+        "you have as many live batches as you may",
+        "wait for one to finish (poll it), or cancel one, then submit again",
+        retry_after=True,
+    ),
+    Busy: _Refusal(
+        503,
+        "the server has as many live batches as it may",
+        "try again after Retry-After seconds",
+        retry_after=True,
+    ),
+}
+
+
+def refusal(exc: SubmitError, *, count: int, limit: int, retry_after_seconds: int) -> ApiError:
+    """The answer to a refused submit of ``count`` targets.
+
+    Raises:
+        SubmitError: ``exc`` itself when the table has no row for it, so it is answered as a
+            bug (500).
+    """
+    row = _REFUSALS.get(type(exc))
+    if row is None:
+        raise exc
+    return ApiError(
+        row.status,
+        row.error.format(count=count, limit=limit),
+        row.hint.format(count=count, limit=limit),
+        field=row.field,
+        headers=retry_after_header(retry_after_seconds) if row.retry_after else None,
+    )

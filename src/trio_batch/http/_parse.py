@@ -1,0 +1,253 @@
+"""Reading requests: the body, the targets in it, and the query parameters.
+
+Each check fails with a 400 (413 for a body too big) whose ``field`` names the input at fault,
+like ``targets[2].options.mode``. The options' names and JSON types come from
+``trio_batch.Options`` itself, so the API, its OpenAPI document and the engine cannot drift.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import typing
+from collections.abc import Callable
+
+from starlette.requests import Request
+
+from .._errors import TargetError
+from .._model import Options, Target, TargetState
+from ._errors import ApiError
+
+PrecheckFunc = Callable[[str], None]
+"""Checks a target URL before it is accepted; raises ``TargetError`` (status 400) if it fails."""
+OptionsCheckFunc = Callable[[Options], None]
+"""Checks a target's options; raises ``TargetError`` (status 400) if they are not usable."""
+
+MAX_BODY = 256 * 1024
+"""Largest request body, in bytes, counted while it is read."""
+MAX_INT = 2**31 - 1
+"""Largest ``offset`` or ``limit``."""
+
+_HINTS = typing.get_type_hints(Options)
+OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    f.name: typing.get_args(_HINTS[f.name]) or (_HINTS[f.name],)
+    for f in dataclasses.fields(Options)
+}
+"""Each option's name and the Python types its JSON value may have (``bool | None``: both)."""
+
+_JSON_WORDS: dict[type, tuple[str, ...]] = {
+    str: ("a string",),
+    bool: ("true", "false"),
+    type(None): ("null",),
+}
+
+
+def _wanted(types: tuple[type, ...]) -> str:
+    words = [word for t in types for word in _JSON_WORDS[t]]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+_OPTION_WANTED = {name: _wanted(types) for name, types in OPTION_TYPES.items()}
+
+
+async def read_json(request: Request, max_body: int) -> object:
+    """The request's JSON body, read up to ``max_body`` bytes.
+
+    Raises:
+        ApiError: 413 when the body is bigger (by ``Content-Length`` or as counted), 400 when it
+            is not JSON (``NaN`` and ``Infinity`` included).
+    """
+    too_big = ApiError(
+        413,
+        f"the body is over {max_body // 1024} KiB",
+        "send fewer targets per request, or split the batch",
+        field="body",
+    )
+    length = request.headers.get("content-length")
+    if length is not None and length.strip().isdigit() and int(length) > max_body:
+        raise too_big
+    body = bytearray()
+    async with contextlib.aclosing(request.stream()) as stream:
+        async for chunk in stream:
+            body += chunk
+            if len(body) > max_body:
+                raise too_big
+    try:
+        data: object = json.loads(bytes(body), parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ApiError(
+            400,
+            f"the body is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            'send a JSON object like {"targets": [{"url": "https://example.org/"}]}',
+            field="body",
+        ) from None
+    except (ValueError, RecursionError):
+        raise ApiError(
+            400,
+            "the body is not valid JSON (bad encoding, a number too long, or nested too deep)",
+            "send UTF-8 JSON",
+            field="body",
+        ) from None
+    return data
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def parse_target(item: object, where: str) -> Target:
+    """The target ``{"url", "options"}`` at ``where`` (``body`` or ``targets[i]``)."""
+    if not isinstance(item, dict):
+        raise ApiError(
+            400,
+            f'{where} must be an object like {{"url": "https://..."}} (got {_type_name(item)})',
+            field=where,
+        )
+    for name in item:
+        if name not in ("url", "options"):
+            raise ApiError(
+                400,
+                f"{where}.{name} is not a field; a target has url and options",
+                "remove the field",
+                field=f"{where}.{name}",
+            )
+    url = item.get("url")
+    if not isinstance(url, str) or not url:
+        got = "missing" if "url" not in item else f"{_type_name(url)}"
+        raise ApiError(
+            400,
+            f"{where}.url must be a non-empty string (got {got})",
+            "give every target an absolute http(s) URL",
+            field=f"{where}.url",
+        )
+    raw = item.get("options", {})
+    if not isinstance(raw, dict):
+        raise ApiError(
+            400,
+            f"{where}.options must be an object (got {_type_name(raw)})",
+            field=f"{where}.options",
+        )
+    for name, value in raw.items():
+        types = OPTION_TYPES.get(name)
+        if types is None:
+            raise ApiError(
+                400,
+                f"{where}.options.{name} is not an option; options: {', '.join(OPTION_TYPES)}",
+                "remove the option",
+                field=f"{where}.options.{name}",
+            )
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            raise ApiError(
+                400,
+                f"{where}.options.{name} must be {_OPTION_WANTED[name]} (got {_type_name(value)})",
+                field=f"{where}.options.{name}",
+            )
+    return Target(url, Options(**raw))
+
+
+def parse_batch(data: object) -> list[Target]:
+    """The targets of a submit body ``{"targets": [...]}``."""
+    if not isinstance(data, dict):
+        raise ApiError(
+            400,
+            f"the body must be a JSON object with a targets array (got {_type_name(data)})",
+            'send {"targets": [{"url": "https://example.org/"}]}',
+            field="body",
+        )
+    for name in data:
+        if name != "targets":
+            raise ApiError(
+                400,
+                f"{name} is not a field; the body has one field, targets",
+                "remove the field",
+                field=name,
+            )
+    if "targets" not in data:
+        raise ApiError(
+            400,
+            "targets is missing",
+            'send {"targets": [{"url": "https://example.org/"}]}',
+            field="targets",
+        )
+    items = data["targets"]
+    if not isinstance(items, list):
+        raise ApiError(400, f"targets must be an array (got {_type_name(items)})", field="targets")
+    return [parse_target(item, f"targets[{i}]") for i, item in enumerate(items)]
+
+
+def check_target(
+    target: Target,
+    where: str,
+    *,
+    precheck: PrecheckFunc,
+    check_options: OptionsCheckFunc | None,
+) -> None:
+    """Run the URL pre-check and the options check; a ``TargetError`` from either is a 400."""
+    try:
+        precheck(target.url)
+    except TargetError as exc:
+        raise ApiError(400, f"{where}.url: {exc.msg}", exc.hint, field=f"{where}.url") from None
+    if check_options is not None:
+        try:
+            check_options(target.options)
+        except TargetError as exc:
+            raise ApiError(
+                400, f"{where}.options: {exc.msg}", exc.hint, field=f"{where}.options"
+            ) from None
+
+
+def query_int(request: Request, name: str, default: int | None, lo: int) -> int | None:
+    """The whole-number query parameter ``name``, from ``lo`` to ``MAX_INT``."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not lo <= int(raw) <= MAX_INT:
+        raise ApiError(
+            400,
+            f"{name} must be a whole number from {lo} to {MAX_INT} (got {raw[:40]!r})",
+            field=name,
+        )
+    return int(raw)
+
+
+def query_flag(request: Request, name: str) -> bool:
+    """The query flag ``name``: ``1``/``true`` or ``0``/``false``/absent."""
+    raw = request.query_params.get(name, "0").lower()
+    if raw in ("1", "true"):
+        return True
+    if raw in ("0", "false", ""):
+        return False
+    raise ApiError(400, f"{name} must be 1 or 0 (got {raw[:40]!r})", field=name)
+
+
+def query_states(request: Request) -> set[str] | None:
+    """The target states listed in ``state`` (comma-separated), or None for all."""
+    raw = request.query_params.get("state")
+    if raw is None or raw == "":
+        return None
+    states = {s.strip() for s in raw.split(",")}
+    allowed = [s.value for s in TargetState]
+    bad = sorted(states.difference(allowed))
+    if bad:
+        raise ApiError(
+            400,
+            f"state must be one or more of {', '.join(allowed)}, comma-separated "
+            f"(got {bad[0][:40]!r})",
+            field="state",
+        )
+    return states

@@ -1,0 +1,72 @@
+"""Writing answers: a job's summary and links, a target, and when a finished job expires.
+
+A target is :func:`trio_batch._model.target_json`, the same line the CLI writes, plus its
+``options``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .._model import JSONValue, Result, Snapshot, Submitted, TargetState, TargetStatus, target_json
+
+
+def target(t: TargetStatus) -> dict[str, JSONValue]:
+    """One target with its options, between ``hint`` and ``result`` as docs/http.md shows."""
+    line = target_json(t)
+    result = line.pop("result")
+    return {**line, "options": t.options.to_json(), "result": result}
+
+
+def fetched(url: str, result: Result) -> dict[str, JSONValue]:
+    """The answer to a single fetch."""
+    return {"url": url, "result": {"content": result.content, "meta": result.meta}}
+
+
+def links(job_id: str) -> dict[str, JSONValue]:
+    return {"self": f"/v1/batch/{job_id}", "results": f"/v1/batch/{job_id}?results=1"}
+
+
+def expires_at(snap: Snapshot, ttl: float) -> float:
+    """Unix seconds after which a finished job may be gone: ``ttl`` after its last touch."""
+    return max(snap.job.lease, snap.job.created_at) + ttl
+
+
+def summary(snap: Snapshot, ttl: float) -> dict[str, JSONValue]:
+    """A job's summary: status, counts by target state, times and links."""
+    job = snap.job
+    counts = {state.value: 0 for state in TargetState}
+    for t in snap.targets:
+        counts[t.status.value] += 1
+    total = max(job.targets_total, len(snap.targets))
+    # Targets a snapshot did not list have not run: count them pending, so counts sum to total.
+    counts[TargetState.PENDING.value] += total - len(snap.targets)
+    return {
+        "id": job.id,
+        "status": job.status.value,
+        "error": job.error,
+        "targets_total": total,
+        "counts": counts,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at or job.created_at,
+        "expires_at": expires_at(snap, ttl),
+        "links": links(job.id),
+    }
+
+
+def submitted(sub: Submitted, snap: Snapshot, ttl: float) -> dict[str, JSONValue]:
+    """The answer to a submit: the job's id, whether it was reused, and where to poll it."""
+    return {
+        "id": sub.id,
+        "reused": sub.reused,
+        "status": snap.job.status.value,
+        "targets_total": snap.job.targets_total,
+        "expires_at": expires_at(snap, ttl),
+        "links": links(sub.id),
+    }
+
+
+def with_lease(snap: Snapshot, now: float) -> Snapshot:
+    """``snap`` as a touch at ``now`` leaves it, without reading the store again."""
+    job = dataclasses.replace(snap.job, lease=max(snap.job.lease, now))
+    return Snapshot(job, snap.targets)
