@@ -422,6 +422,19 @@ class TestFetchOne:
         assert r.status_code == 413
         assert r.json() == {"error": "the page is 14 MB", "hint": "ask for pages=1-5"}
 
+    async def test_errors_from_a_fetchers_nursery_keep_their_meaning(self, api: Api) -> None:
+        """A TargetError or RetryLater inside an exception group answers as itself."""
+        api.fetch.script(
+            A,
+            ExceptionGroup("one", [TargetError("gone", hint="check the URL", status=404)]),
+            ExceptionGroup("busy", [RetryLater(after=4.5)]),
+        )
+        gone = await api.client.post("/v1/fetch", json={"url": A}, headers=auth())
+        busy = await api.client.post("/v1/fetch", json={"url": A}, headers=auth())
+
+        assert (404, {"error": "gone", "hint": "check the URL"}) == (gone.status_code, gone.json())
+        assert (503, "5") == (busy.status_code, busy.headers["retry-after"])
+
     async def test_a_busy_fetch_is_503_with_retry_after(self, api: Api) -> None:
         """A full pool or a rate-limited target is 503 with the wait it asked for."""
         api.fetch.script(A, RetryLater(after=12.2))

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from .._engine import BatchEngine, FetchFunc
-from .._errors import SubmitError, TargetError, find_retry_later
+from .._errors import SubmitError, TargetError, classify_failure
 from .._model import Snapshot
 from ..metrics import PrometheusMetrics
 from . import _render as render
@@ -269,19 +269,19 @@ async def _fetch(ctx: _Ctx, request: Request) -> Response:
     assert ctx.fetch is not None
     try:
         result = await ctx.fetch(record.caller(), target)
-    except TargetError as exc:
-        status = exc.status if 400 <= exc.status <= 599 else 502
-        headers = ctx.busy_headers() if status in (429, 503) else None
-        raise ApiError(status, exc.msg, exc.hint, headers=headers) from None
     except Exception as exc:
-        busy = find_retry_later(exc)
-        if busy is None:
+        kind = classify_failure(exc)
+        if kind is None:
             raise
+        if isinstance(kind, TargetError):
+            status = kind.status if 400 <= kind.status <= 599 else 502
+            headers = ctx.busy_headers() if status in (429, 503) else None
+            raise ApiError(status, kind.msg, kind.hint, headers=headers) from None
         raise ApiError(
             503,
             "the fetch pool or the target is busy",
             "try again after Retry-After seconds, or submit a batch (it retries by itself)",
-            headers=ctx.busy_headers(busy.after),
+            headers=ctx.busy_headers(kind.after),
         ) from None
     return JSONResponse(render.fetched(target.url, result))
 
