@@ -68,7 +68,7 @@ class Options:
             if not ok:
                 raise TypeError(f"Options.{f.name} must be {want} (got {type(value).__name__})")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | bool | None]:
         """The options without their empty (default) fields, as stored and hashed."""
         return {
             name: value
@@ -109,7 +109,7 @@ class Target:
                 f"Target.options must be an Options (got {type(self.options).__name__})"
             )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JSONValue]:
         return {"url": self.url, "options": self.options.to_json()}
 
 
