@@ -27,7 +27,7 @@ from trio_batch import (
     open_engine,
 )
 from trio_batch.stores import PostgresStore
-from trio_batch.stores._postgres import SCHEMA_VERSION
+from trio_batch.stores._postgres._schema import SCHEMA_VERSION
 from trio_batch.stores._protocol import Limits, NewJob
 from trio_batch.testing import ScriptedFetch
 
@@ -64,6 +64,18 @@ def count_live(dsn: str, schema: str, caller: str) -> int:
             f"SELECT count(*) FROM {schema}.jobs WHERE caller = %s "
             "AND status IN ('queued', 'running')",
             (caller,),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def count_active(dsn: str, marker: str) -> int:
+    """How many queries whose text holds ``marker`` the server is running now (not this one)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, %s) > 0",
+            (marker,),
         ).fetchone()
         assert row is not None
         return int(row[0])
@@ -297,13 +309,16 @@ class TestSchema:
 class TestDriver:
     async def test_cancelling_a_call_stops_its_query(self, pg_dsn: str, pg_schema: str) -> None:
         """Trio cancellation cancels the running query on the server, and the pool stays usable."""
+        marker = f"pg_sleep(10) /* {pg_schema} */"
         async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
             t0 = time.monotonic()
             with trio.move_on_after(0.3):
-                await store._run(lambda conn: conn.execute("SELECT pg_sleep(10)"))
+                await store._run(lambda conn: conn.execute(f"SELECT {marker}"))
             elapsed = time.monotonic() - t0
+            running = await trio.to_thread.run_sync(count_active, pg_dsn, marker)
 
             assert elapsed < 3
+            assert 0 == running
             assert await store.snapshot("nope") is None
 
     async def test_concurrent_writes_share_commits(self, pg_dsn: str, pg_schema: str) -> None:

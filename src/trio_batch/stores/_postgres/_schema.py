@@ -1,0 +1,205 @@
+"""The database's shape: tables, the ``admit_job`` function, migrations and advisory locks.
+
+Kept apart from the queries so that a schema change reads as one diff, and so that the version
+a database is at, and the code that moves it on, sit together. Every instance may open a new
+database at the same moment; :func:`migrate` runs all missing steps in one transaction behind an
+advisory lock, so they migrate one after the other and the second finds nothing to do.
+
+Advisory locks are transaction-scoped (``pg_advisory_xact_lock``) and keyed by two numbers: the
+lock space of the schema (:func:`lock_space`), so two schemas in one database never contend,
+and one of the ``LOCK_*`` keys below.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import TupleRow
+
+from ..._errors import StoreError
+from .._rules import LIVE_SQL
+
+Conn = psycopg.Connection[TupleRow]
+Cursor = psycopg.Cursor[TupleRow]
+
+SCHEMA_VERSION = 3
+
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+"""What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
+
+# The second key of the advisory locks; the first is the schema's lock space.
+LOCK_MIGRATE = 0
+LOCK_ADMIT = 1
+LOCK_EVICT = 2
+LOCK_CACHE = 3
+
+# Each migration takes the schema from version i to i + 1; all of them run in one transaction
+# behind an advisory lock, so two instances migrating at once do it one after the other.
+MIGRATIONS: list[str] = [
+    f"""
+    CREATE TABLE instances (
+        id text PRIMARY KEY,
+        pid integer NOT NULL,
+        timeout double precision NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        heartbeat_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE TABLE jobs (
+        seq bigserial NOT NULL,
+        id text PRIMARY KEY,
+        caller text NOT NULL,
+        caller_class text NOT NULL,
+        key text NOT NULL,
+        status text NOT NULL,
+        error text NOT NULL DEFAULT '',
+        targets_total integer NOT NULL,
+        targets_done integer NOT NULL DEFAULT 0,
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        lease double precision NOT NULL,
+        bytes bigint NOT NULL DEFAULT 0,
+        instance text NOT NULL
+    );
+    CREATE INDEX jobs_by_key ON jobs (caller, key, created_at DESC, seq DESC);
+    CREATE INDEX jobs_live_by_caller ON jobs (caller) WHERE status IN {LIVE_SQL};
+    CREATE INDEX jobs_live_by_instance ON jobs (instance) WHERE status IN {LIVE_SQL};
+    CREATE INDEX jobs_finished ON jobs (lease, seq) WHERE status NOT IN {LIVE_SQL};
+    CREATE TABLE targets (
+        job_id text NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        idx integer NOT NULL,
+        url text NOT NULL,
+        options text NOT NULL,
+        status text NOT NULL,
+        result text,
+        error text NOT NULL DEFAULT '',
+        hint text NOT NULL DEFAULT '',
+        PRIMARY KEY (job_id, idx)
+    );
+    -- Stored result bytes, one shard per instance (so instances never wait on each other's
+    -- counter row) plus shard '' that absorbs the shards of instances that are gone.
+    CREATE TABLE counters (
+        kind text NOT NULL,
+        shard text NOT NULL,
+        bytes bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (kind, shard)
+    );
+    INSERT INTO counters (kind, shard) VALUES ('results', '')
+    """,
+    """
+    CREATE TABLE web_cache (
+        key text PRIMARY KEY,
+        seq bigserial NOT NULL,
+        body bytea NOT NULL,
+        meta text NOT NULL,
+        stored_at double precision NOT NULL,
+        expires_at double precision NOT NULL,
+        bytes bigint NOT NULL
+    );
+    CREATE INDEX web_cache_by_age ON web_cache (stored_at, seq);
+    INSERT INTO counters (kind, shard) VALUES ('cache', '')
+    """,
+    # Admission in one round trip: reuse, caps, insert and sweep in one function call.
+    f"""
+    CREATE FUNCTION admit_job(
+        p_lock integer, p_id text, p_caller text, p_class text, p_key text,
+        p_now double precision, p_ttl double precision, p_instance text,
+        p_urls text[], p_opts text[],
+        p_targets_per_job bigint, p_jobs_per_caller bigint, p_jobs_total bigint,
+        OUT reused text, OUT caller_live bigint, OUT total_live bigint, OUT admitted boolean
+    ) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    DECLARE
+        prev record;
+        gone bigint;
+        freed bigint;
+    BEGIN
+        admitted := false;
+        caller_live := 0;
+        total_live := 0;
+        -- Serialises admissions across instances until the transaction ends. In READ
+        -- COMMITTED each statement below takes a new snapshot, so it sees every admission
+        -- committed before the lock was granted.
+        PERFORM pg_advisory_xact_lock(p_lock, {LOCK_ADMIT});
+        SELECT id, status, lease INTO prev FROM jobs
+        WHERE caller = p_caller AND key = p_key
+        ORDER BY created_at DESC, seq DESC LIMIT 1;
+        IF FOUND AND prev.status IN ('queued', 'running', 'done', 'partial')
+                AND prev.lease >= p_now - p_ttl THEN
+            reused := prev.id;
+            RETURN;
+        END IF;
+        SELECT count(*) FILTER (WHERE caller = p_caller), count(*)
+        INTO caller_live, total_live
+        FROM jobs WHERE status IN {LIVE_SQL};
+        IF cardinality(p_urls) > p_targets_per_job OR caller_live >= p_jobs_per_caller
+                OR total_live >= p_jobs_total THEN
+            RETURN;  -- refused: the caller raises the first cap broken (check_caps)
+        END IF;
+        INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at,
+            updated_at, lease, instance)
+        VALUES (p_id, p_caller, p_class, p_key, 'queued', cardinality(p_urls), p_now, p_now,
+            p_now, p_instance);
+        INSERT INTO targets (job_id, idx, url, options, status)
+        SELECT p_id, t.i - 1, t.u, t.o, 'pending'
+        FROM unnest(p_urls, p_opts) WITH ORDINALITY AS t (u, o, i);
+        WITH g AS (
+            DELETE FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < p_now - p_ttl
+            RETURNING bytes
+        )
+        SELECT count(*), coalesce(sum(bytes), 0) INTO gone, freed FROM g;
+        IF gone > 0 THEN
+            INSERT INTO counters (kind, shard, bytes) VALUES ('results', p_instance, -freed)
+            ON CONFLICT (kind, shard) DO UPDATE SET bytes = counters.bytes + excluded.bytes;
+        END IF;
+        admitted := true;
+    END
+    $$
+    """,
+]
+
+
+def statements(migration: str) -> list[str]:
+    """The statements of a migration: split on ``;`` except inside a ``$$`` function body."""
+    if "$$" in migration:
+        return [migration]
+    return [part for part in migration.split(";") if part.strip()]
+
+
+def lock_space(schema: str) -> int:
+    """A stable signed 32-bit number for ``schema``: the first key of its advisory locks."""
+    value = zlib.crc32(f"trio_batch:{schema}".encode())
+    return value - 2**32 if value >= 2**31 else value
+
+
+def advisory_lock(conn: Conn, space: int, key: int) -> None:
+    """Take advisory lock ``(space, key)`` until the current transaction ends."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (space, key))
+
+
+def migrate(conn: Conn, schema: str, space: int) -> None:
+    """Bring the schema to ``SCHEMA_VERSION`` in one transaction, one migrator at a time.
+
+    Raises:
+        StoreError: the schema is newer than this code knows; nothing was changed.
+    """
+    with conn.transaction():
+        advisory_lock(conn, space, LOCK_MIGRATE)
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+        if row is None:
+            conn.execute("INSERT INTO schema_version (version) VALUES (0)")
+            version = 0
+        else:
+            version = int(row[0])
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"schema {schema!r} has version {version}, newer than this trio-batch knows "
+                f"({SCHEMA_VERSION}): upgrade trio-batch"
+            )
+        for target_version in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in statements(MIGRATIONS[target_version - 1]):
+                conn.execute(statement.encode())
+            conn.execute("UPDATE schema_version SET version = %s", (target_version,))

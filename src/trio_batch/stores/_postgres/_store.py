@@ -1,0 +1,456 @@
+"""``PostgresStore``: its lifetime (``open``), its instance heartbeat, and the Store methods.
+
+Each open store is one *instance*: it registers a row in ``instances`` and heartbeats it in
+real time, from a task in the nursery that :meth:`PostgresStore.open` owns, and each job
+records the instance that admitted it. Any instance fails (``interrupted``) the live jobs of
+instances whose heartbeat is older than their declared timeout, at each of its heartbeats and
+in :meth:`PostgresStore.recover`. A job cancelled from another instance is noticed by its owner
+at the next ``start_target``, which returns False (polling; see ``docs/postgres.md``).
+
+The methods here only shape parameters and results: the SQL is in ``_sql``, the write path in
+``_batch`` and the threads in ``_threads``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TypeVar, cast, final
+
+import psycopg.errors
+import trio
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..._errors import StoreError
+from ..._model import LIVE_STATUSES, Job, JobStatus, Snapshot, Submitted
+from ..._util import NoPublicConstructor, raise_single_exception_from_group
+from .._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from .._rules import check_caps, job_from_row, options_json
+from . import _sql
+from ._batch import WriteQueue
+from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
+from ._threads import run_with_connection, sleep_real
+
+T = TypeVar("T")
+
+log = logging.getLogger("trio_batch.stores.postgres")
+
+_STOP_WRITER_SECONDS = 10
+"""At close, how long queued writes may take to commit before the writer is cancelled."""
+
+_DEREGISTER_SECONDS = 5
+"""At close, how long deregistering the instance may take (others reap it anyway)."""
+
+
+@final
+class PostgresStore(metaclass=NoPublicConstructor):
+    """Jobs in PostgreSQL, shared by any number of engines and processes.
+
+    Open it with ``async with PostgresStore.open(dsn) as store``; the schema is created or
+    migrated on the first open. Open one store per engine: each store is one *instance* with
+    its own heartbeat, and an engine that opens fails the live jobs of its own instance and of
+    instances that are gone (see :meth:`recover`). ``status``, ``touch`` and ``cancel`` work
+    from any instance; a job is worked only by the instance that admitted it. Once the
+    ``open`` block has exited, every async method raises :class:`trio.ClosedResourceError`.
+
+    Cancellation: every async method is a checkpoint. Under a cancel that is already pending a write
+    raises :class:`trio.Cancelled` and has no effect; once queued it is not cancellable and
+    returns after its commit. A cancelled read stops its query on the server.
+    """
+
+    _factory = "PostgresStore.open()"
+
+    def __init__(
+        self,
+        pool: ConnectionPool[Conn],
+        *,
+        schema: str,
+        instance_timeout: float,
+        heartbeat: float,
+        pool_size: int,
+    ) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._locks = lock_space(schema)
+        self._instance_timeout = instance_timeout
+        self._heartbeat = heartbeat
+        self._limiter = trio.CapacityLimiter(pool_size)
+        self._instance = secrets.token_hex(8)
+        self._queue = WriteQueue(pool, self._limiter)
+        self._stopping = threading.Event()
+
+    @property
+    def instance_id(self) -> str:
+        """This instance's id, as recorded on the jobs it admits."""
+        return self._instance
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema that holds this store's tables."""
+        return self._schema
+
+    def commit_statistics(self) -> tuple[int, int]:
+        """``(commits, writes)`` so far: how well writes are grouped."""
+        return (self._queue.commits, self._queue.writes)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        instance_timeout: float = 30.0,
+        heartbeat: float | None = None,
+        schema: str = "trio_batch",
+        pool_size: int = 4,
+        synchronous_commit: bool = True,
+        connect_timeout: float = 10.0,
+    ) -> AsyncIterator[PostgresStore]:
+        """Connect, create or migrate the schema, register this instance and heartbeat it.
+
+        Args:
+            dsn: a libpq connection string or URI (``postgresql://user@host:5432/db``).
+            instance_timeout: seconds without a heartbeat after which other instances fail
+                this instance's live jobs (``interrupted``).
+            heartbeat: seconds between heartbeats; default ``instance_timeout / 3``. Each
+                heartbeat also fails the live jobs of instances that are gone.
+            schema: the PostgreSQL schema holding the tables (created if missing).
+            pool_size: connections (and threads) this instance uses at most.
+            synchronous_commit: False sets ``synchronous_commit = off`` on this instance's
+                connections: commits return before the WAL reaches disk, so a server crash
+                may lose the last fraction of a second of writes (never corrupts them).
+            connect_timeout: seconds to wait for the first connection.
+
+        On exit, queued writes are committed, the heartbeat stops and the instance is
+        deregistered; its jobs still live (none, if its engine closed first) are then failed by
+        the next engine to open or heartbeat. An exception from the block comes out as itself,
+        with its ``__cause__`` and ``__context__``, not wrapped in an exception group.
+
+        Cancellation: a cancel while opening leaves nothing behind: the query in progress is
+        stopped, the instance is deregistered if it got that far, and the pool is closed. The
+        migration is one transaction, so it is applied whole or not at all. Waiting for the
+        first connection is not cancellable but is bounded by ``connect_timeout``. Leaving the
+        block, by a cancel too, is shielded but bounded: the queued writes get 10 seconds to
+        commit and the deregistration 5.
+
+        Raises:
+            ValueError: a setting is out of range or ``schema`` is not a plain identifier.
+            StoreError: the server cannot be reached, or its schema is newer than this code.
+        """
+        if not isinstance(schema, str) or not SCHEMA_NAME.match(schema):
+            raise ValueError(
+                f"schema must be a lower-case SQL identifier such as 'trio_batch' (got {schema!r})"
+            )
+        if not instance_timeout > 0:
+            raise ValueError(f"instance_timeout must be > 0 (got {instance_timeout!r})")
+        beat = instance_timeout / 3 if heartbeat is None else heartbeat
+        if not 0 < beat < instance_timeout:
+            raise ValueError(
+                f"heartbeat must be > 0 and < instance_timeout ({instance_timeout}) (got {beat!r})"
+            )
+        if not isinstance(pool_size, int) or pool_size < 2:
+            raise ValueError(f"pool_size must be an int >= 2 (got {pool_size!r})")
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be > 0 (got {connect_timeout!r})")
+
+        settings = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
+
+        def configure(conn: Conn) -> None:
+            conn.execute(settings)
+            if not synchronous_commit:
+                conn.execute("SET synchronous_commit TO off")
+
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            configure=configure,
+            open=False,
+            name=f"trio-batch-{schema}",
+            timeout=connect_timeout,
+        )
+        try:
+            await trio.to_thread.run_sync(_open_pool, pool, connect_timeout)
+            store = cls._create(
+                pool,
+                schema=schema,
+                instance_timeout=instance_timeout,
+                heartbeat=beat,
+                pool_size=pool_size,
+            )
+            await store._run(lambda conn: migrate(conn, schema, store._locks))
+            await store._run(
+                lambda conn: _sql.register(conn, store._instance, store._instance_timeout)
+            )
+            try:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(store._queue.run)
+                    await nursery.start(store._heartbeat_loop)
+                    try:
+                        yield store
+                    finally:
+                        with trio.move_on_after(_STOP_WRITER_SECONDS, shield=True):
+                            await store._queue.aclose()
+                        store._stopping.set()
+                        nursery.cancel_scope.cancel("PostgresStore closed")
+            except BaseExceptionGroup as group:
+                raise_single_exception_from_group(group)
+                raise
+            finally:
+                with trio.move_on_after(_DEREGISTER_SECONDS, shield=True):
+                    try:
+                        await store._run(lambda conn: _sql.deregister(conn, store._instance))
+                    except Exception as exc:
+                        log.warning(
+                            "could not deregister the instance: %s",
+                            type(exc).__name__,
+                            extra={"instance": store._instance},
+                        )
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(pool.close)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn`` on a pooled connection in a worker thread; cancellation cancels the query."""
+        return await run_with_connection(self._pool, self._limiter, fn)
+
+    async def _write(self, fn: Callable[[Conn], T]) -> T:
+        """Queue ``fn`` (several statements) for the writer; return its value after the commit."""
+        return await self._queue.call(fn)
+
+    def _check_open(self) -> None:
+        if self._queue.closed:
+            raise trio.ClosedResourceError("this PostgresStore is closed")
+
+    async def _heartbeat_loop(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        while True:
+            await sleep_real(self._heartbeat, self._stopping)
+            try:
+                failed = await self._run(self._beat)
+            except Exception as exc:
+                log.warning(
+                    "heartbeat failed with %s",
+                    type(exc).__name__,
+                    extra={"instance": self._instance, "error_type": type(exc).__name__},
+                )
+                continue
+            if failed:
+                log.warning(
+                    "failed %d live jobs of instances that stopped heartbeating",
+                    len(failed),
+                    extra={"jobs": len(failed), "instance": self._instance},
+                )
+
+    def _beat(self, conn: Conn) -> list[str]:
+        if not _sql.heartbeat(conn, self._instance):
+            log.warning(
+                "this instance was taken for dead (its heartbeat stalled); registering again",
+                extra={"instance": self._instance},
+            )
+            _sql.register(conn, self._instance, self._instance_timeout)
+        return _sql.reap(conn, self._instance, time.time(), own_jobs=False)
+
+    # -- the Store protocol -------------------------------------------------------------------
+
+    async def admit(self, job: NewJob, limits: Limits) -> Submitted:
+        """Reuse, check caps and insert, atomically across every instance (``Store.admit``).
+
+        Cancellation: if this raises :class:`trio.Cancelled`, nothing was stored. Once the
+        write is queued it is not cancellable: it commits and this returns (or raises the
+        refusal), so the caller always knows whether the job exists.
+
+        Raises:
+            TooManyTargets, CallerBusy, Busy: nothing was written.
+            trio.ClosedResourceError: the store is closed.
+        """
+
+        def handle(cur: Cursor) -> Submitted:
+            reused, caller_live, total_live, admitted = _sql.one(cur)
+            if reused is not None:
+                return Submitted(str(reused), True)
+            if not admitted:  # nothing was written; raise the first cap broken, in SPEC order
+                check_caps(len(job.targets), int(caller_live), int(total_live), limits)
+                raise AssertionError("admit_job refused a job that breaks no cap")
+            return Submitted(job.id, False)
+
+        params = (
+            self._locks,
+            job.id,
+            job.caller,
+            job.caller_class,
+            job.key,
+            job.now,
+            limits.ttl,
+            self._instance,
+            [t.url for t in job.targets],
+            [options_json(t.options) for t in job.targets],
+            limits.targets_per_job,
+            limits.jobs_per_caller,
+            limits.jobs_total,
+        )
+        return await self._queue.execute(_sql.ADMIT, params, handle, admits=True)
+
+    async def recover(self, now: float) -> list[str]:
+        """Fail (``interrupted``) the live jobs of this instance and of instances that are gone.
+
+        An engine calls it when it opens. Instances are gone when their heartbeat is older than
+        their ``instance_timeout`` or when they closed. A repeat finds nothing more to do.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, no job was failed. Once queued,
+        the write is not cancellable: it commits and this returns.
+        """
+        return await self._write(lambda conn: _sql.reap(conn, self._instance, now, own_jobs=True))
+
+    async def start_target(self, job_id: str, idx: int, now: float) -> bool:
+        """Mark the target running; False, writing nothing, when the job is no longer live.
+
+        The mark is committed before this returns (unlike SQLite's, there is no local view of
+        live jobs: another instance may have cancelled the job).
+
+        Cancellation: if this raises :class:`trio.Cancelled`, nothing was marked. Once queued,
+        the write is not cancellable: it commits and this returns.
+        """
+        return await self._queue.execute(
+            _sql.START, (job_id, idx, now), lambda cur: bool(_sql.one(cur)[0])
+        )
+
+    async def release_target(self, job_id: str, idx: int, now: float) -> None:
+        """Put a running target back to pending. A repeat does nothing.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, the target was not released.
+        Once queued, the write is not cancellable: it commits and this returns.
+        """
+        await self._queue.execute(_sql.RELEASE, (job_id, idx, now), lambda cur: None)
+
+    async def finish_target(
+        self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
+    ) -> Stored:
+        """Store a target's outcome, finish its job if it was the last, evict for bytes.
+
+        Eviction runs after the outcome is committed, in its own transaction: if it loses a
+        deadlock with another instance, the outcome stands and a later finish evicts.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, the outcome was not stored.
+        Once queued, the write is not cancellable: it commits and this returns.
+        """
+        size = outcome.size
+        params = (
+            job_id,
+            idx,
+            outcome.state.value,
+            outcome.result_json,
+            outcome.error,
+            outcome.hint,
+            size,
+            now,
+            self._instance,
+        )
+
+        def after(conn: Conn, row: object) -> Stored:
+            if row is None:  # unknown job, or this target was already stored
+                return Stored(None)
+            before, status, stored_bytes = cast("tuple[str, str, int]", row)
+            terminal = None
+            if before in LIVE_STATUSES and status not in LIVE_STATUSES:
+                terminal = JobStatus(status)
+            evicted = 0
+            if stored_bytes > max_bytes:
+                try:
+                    with conn.transaction():
+                        evicted = _sql.evict(conn, self._locks, self._instance, max_bytes)
+                except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as exc:
+                    log.warning("eviction deferred: %s", type(exc).__name__)
+            return Stored(terminal, evicted)
+
+        return await self._queue.execute(
+            _sql.FINISH, params, lambda cur: cur.fetchone(), after=after
+        )
+
+    async def cancel(self, job_id: str, now: float) -> Job | None:
+        """Cancel a live job from any instance; return it as it was, or None.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, the job was not cancelled. Once
+        queued, the write is not cancellable: it commits and this returns.
+        """
+
+        def handle(cur: Cursor) -> Job | None:
+            row = cur.fetchone()
+            return None if row is None else job_from_row(row)
+
+        return await self._queue.execute(_sql.CANCEL, (job_id, now), handle)
+
+    async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
+        """Fail the live ones of ``job_ids`` (``interrupted``); return those ids.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, no job was failed. Once queued,
+        the write is not cancellable: it commits and this returns.
+        """
+        ids = list(job_ids)
+        if not ids:
+            self._check_open()
+            await trio.lowlevel.checkpoint()
+            return []
+
+        def handle(cur: Cursor) -> list[str]:
+            failed = {str(r[0]) for r in cur.fetchall()}
+            return [job_id for job_id in dict.fromkeys(ids) if job_id in failed]
+
+        return await self._queue.execute(_sql.INTERRUPT, (ids, now), handle)
+
+    async def touch(self, job_id: str, now: float) -> bool:
+        """Move the job's lease to ``now``, from any instance; False for an unknown job.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, the lease did not move. Once
+        queued, the write is not cancellable: it commits and this returns.
+        """
+        return await self._queue.execute(_sql.TOUCH, (job_id, now), lambda cur: cur.rowcount > 0)
+
+    async def snapshot(self, job_id: str) -> Snapshot | None:
+        """The job and its targets in input order, or None; one consistent read.
+
+        Cancellation: safe to cancel at any point; a read has no effect to undo. The query is
+        stopped on the server, and this returns once its connection is back in the pool.
+        """
+        self._check_open()
+        return await self._run(lambda conn: _sql.snapshot(conn, job_id))
+
+    async def cache_get(self, key: str) -> CacheEntry | None:
+        """The cached entry under ``key``, expired or not, or None.
+
+        Cancellation: safe to cancel at any point; a read has no effect to undo. The query is
+        stopped on the server, and this returns once its connection is back in the pool.
+        """
+        self._check_open()
+        return await self._run(lambda conn: _sql.cache_get(conn, key))
+
+    async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
+        """Store ``entry`` under ``key``, then drop the oldest entries while over ``max_bytes``.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, the cache is unchanged. Once
+        queued, the write is not cancellable: it commits and this returns.
+        """
+        await self._write(lambda conn: _sql.cache_put(conn, self._locks, key, entry, max_bytes))
+
+
+def _open_pool(pool: ConnectionPool[Conn], timeout: float) -> None:
+    """Open ``pool``, waiting for its first connection (blocking: run it in a thread)."""
+    try:
+        pool.open(wait=True, timeout=timeout)
+    except PoolTimeout as exc:
+        pool.close()
+        # The driver's text names the host: keep it out of the message (it may be logged).
+        raise StoreError(
+            f"could not connect to PostgreSQL within {timeout:g} s: check that the server runs, "
+            "that the DSN is right, and that this user may connect"
+        ) from exc
