@@ -98,11 +98,13 @@ class StoreError(Error):
     """The store cannot be used as asked; the message says why and what to do instead."""
 
 
-def iter_chain(exc: BaseException) -> Iterator[BaseException]:
+def iter_chain(exc: BaseException, *, hidden: bool = False) -> Iterator[BaseException]:
     """``exc`` and the chain Python prints under it, entering exception groups, each once.
 
     The chain is ``__cause__``, else ``__context__`` unless ``raise ... from None`` hid it; a
-    group's members come before the group's own chain.
+    group's members come before the group's own chain. ``hidden=True`` also walks a context
+    that ``from None`` hid: httpcore's pool re-raises a connection's error that way, and the TLS
+    or socket error under it is still what went wrong.
     """
     seen: set[int] = set()
     stack: list[BaseException] = [exc]
@@ -114,7 +116,7 @@ def iter_chain(exc: BaseException) -> Iterator[BaseException]:
         yield current
         if current.__cause__ is not None:
             stack.append(current.__cause__)
-        elif current.__context__ is not None and not current.__suppress_context__:
+        elif current.__context__ is not None and (hidden or not current.__suppress_context__):
             stack.append(current.__context__)
         if isinstance(current, BaseExceptionGroup):
             stack.extend(reversed(current.exceptions))

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import email.utils
 import ssl
+import typing
 
 import httpx
 import pytest
 import trio
 
+import trio_batch.web._fetcher
 from tests.support import WallClock
 from tests.web.conftest import (
     ARTICLE_HTML,
@@ -21,8 +23,9 @@ from tests.web.conftest import (
     SlowBody,
 )
 from trio_batch import Caller, Options, Result, RetryLater, Target, TargetError
-from trio_batch.stores import MemoryStore, Store
+from trio_batch.stores import CacheEntry, MemoryStore, Store
 from trio_batch.web import WebFetcher
+from trio_batch.web._shape import Body
 
 CALLER = Caller("agent")
 HTML = [("content-type", "text/html; charset=utf-8")]
@@ -432,6 +435,35 @@ class TestCache:
         assert (stale.meta["stale"], stale.meta["cached"], stale.meta["age"]) == (True, True, 120.0)
         assert stale.meta["error"] == "the site failed with 500 Internal Server Error"
 
+    async def test_a_fetch_cancelled_while_shaping_caches_nothing(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A cancel that arrives while the body is shaped in its thread stops the fetch before
+        the cache write, even with a store whose write cannot be cancelled once begun."""
+        entries: dict[str, CacheEntry] = {}
+
+        class EagerCache:
+            async def cache_get(self, key: str) -> CacheEntry | None:
+                await trio.lowlevel.checkpoint()
+                return entries.get(key)
+
+            async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
+                entries[key] = entry  # no checkpoint: the write lands whatever the scope says
+
+        with trio.CancelScope() as scope:
+
+            def cancel_then_shape(body: Body, options: Options) -> tuple[str, dict[str, object]]:
+                trio.from_thread.run_sync(scope.cancel)
+                return body.data.decode(), {"mode": "text"}
+
+            monkeypatch.setattr(trio_batch.web._fetcher, "shape", cancel_then_shape)
+            store = typing.cast("Store", EagerCache())
+            async with mock_fetcher(text_handler("shaped"), store=store) as fetch:
+                await fetch(CALLER, Target(f"{SITE}/"))
+
+        assert scope.cancelled_caught
+        assert {} == entries
+
     async def test_recover_never_covers_a_guard_refusal(self) -> None:
         """A host that now resolves to a private address is refused even with a cached copy."""
         dns = FakeDNS()
@@ -454,15 +486,69 @@ class TestCache:
 
 
 class TestLifetime:
-    async def test_fetch_needs_an_open_fetcher(self) -> None:
-        """Calling a fetcher outside its async with block says how to use it."""
+    async def test_call_before_entering_says_how_to_open_it(self) -> None:
+        """Calling a fetcher that was never entered says to use async with."""
         fetcher = WebFetcher()
-        with pytest.raises(RuntimeError, match="use `async with WebFetcher"):
+
+        with pytest.raises(
+            RuntimeError,
+            match=r"^the WebFetcher is not open; use `async with WebFetcher\(...\) as fetch:`$",
+        ):
             await fetcher(CALLER, Target("https://example.com/"))
+
+    async def test_call_after_close_is_a_closed_resource(self) -> None:
+        """Once its block has ended, a fetcher raises trio.ClosedResourceError, as the engine."""
+        async with mock_fetcher(text_handler()) as fetch:
+            await fetch(CALLER, Target(f"{SITE}/"))
+
+        with pytest.raises(
+            trio.ClosedResourceError,
+            match=r"^this WebFetcher is closed; fetch inside its `async with` block, "
+            r"or make a new one$",
+        ):
+            await fetch(CALLER, Target(f"{SITE}/"))
+        with pytest.raises(trio.ClosedResourceError, match=r"^this WebFetcher is closed"):
+            await fetch.fetch_one(CALLER, Target(f"{SITE}/"))
+
+    @pytest.mark.parametrize("opened", [True, False])
+    async def test_entering_after_close_is_a_closed_resource(self, opened: bool) -> None:
+        """A fetcher is entered once: after aclose (used or not) a new one is needed."""
+        fetcher = WebFetcher()
+        if opened:
+            async with fetcher:
+                pass
+        else:
+            await fetcher.aclose()
+
+        with pytest.raises(
+            trio.ClosedResourceError,
+            match=r"^this WebFetcher is closed, and a fetcher is entered only once; "
+            r"make a new one with `async with WebFetcher\(...\) as fetch:`$",
+        ):
+            async with fetcher:
+                pass
+
+    async def test_entering_while_open_is_refused_and_leaves_it_open(self) -> None:
+        """A nested async with is refused, and the outer block keeps a working fetcher."""
+        async with mock_fetcher(text_handler("still open")) as fetch:
+            with pytest.raises(RuntimeError, match=r"^this WebFetcher is open already; "):
+                async with fetch:
+                    pass
+            result = await fetch(CALLER, Target(f"{SITE}/"))
+
+        assert result.content == "still open"
+
+    async def test_aclose_is_idempotent_and_closes_even_when_cancelled(self) -> None:
+        """Closing twice is fine, and a close in a cancelled scope closes all the same."""
+        fetcher = mock_fetcher(text_handler())
         async with fetcher:
-            pass
-        with pytest.raises(RuntimeError, match="not open"):
-            await fetcher(CALLER, Target("https://example.com/"))
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await fetcher.aclose()
+            await fetcher.aclose()
+
+            with pytest.raises(trio.ClosedResourceError):
+                await fetcher(CALLER, Target(f"{SITE}/"))
 
     @pytest.mark.parametrize(
         "name", ["timeout", "max_bytes", "pool_size", "per_caller", "slot_wait"]

@@ -17,26 +17,42 @@ from tests.web.conftest import (
 )
 from trio_batch import Caller, Target, TargetError
 from trio_batch.web import WebFetcher, precheck
-from trio_batch.web._guard import is_public, parse_ipv4_spelling, redact_url
+from trio_batch.web._guard import (
+    IPAddress,
+    check_url,
+    is_public,
+    parse_ipv4_spelling,
+    redact_url,
+)
 
 CALLER = Caller("agent")
 
 
 class TestPrecheck:
     @pytest.mark.parametrize(
-        "url",
+        ("url", "host", "port", "literal"),
         [
-            "https://example.com/",
-            "http://example.com:8080/path?q=1",
-            "https://bücher.de/",
-            "http://example.com./",
-            f"http://{PUBLIC_IP}/",
-            "http://[2606:4700::1111]/",
+            ("https://example.com/", "example.com", 443, None),
+            ("http://example.com:8080/path?q=1", "example.com", 8080, None),
+            ("https://bücher.de/", "xn--bcher-kva.de", 443, None),
+            ("http://example.com./", "example.com.", 80, None),
+            (f"http://{PUBLIC_IP}/", PUBLIC_IP, 80, ipaddress.IPv4Address(PUBLIC_IP)),
+            (
+                "http://[2606:4700::1111]/",
+                "2606:4700::1111",
+                80,
+                ipaddress.IPv6Address("2606:4700::1111"),
+            ),
         ],
     )
-    def test_accepts_public_urls(self, url: str) -> None:
-        """A public http(s) URL passes."""
+    def test_accepts_public_urls(
+        self, url: str, host: str, port: int, literal: IPAddress | None
+    ) -> None:
+        """A public http(s) URL passes, parsed to the host (IDNA) and port it connects to."""
         precheck(url)
+        checked = check_url(url, ())
+
+        assert (host, port, literal) == (checked.host, checked.port, checked.literal)
 
     @pytest.mark.parametrize(
         ("url", "fragment"),

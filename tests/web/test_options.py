@@ -49,20 +49,30 @@ async def fetch_from(site: LocalServer, path: str, options: Options) -> Result:
 
 class TestValidateOptions:
     @pytest.mark.parametrize(
-        "options",
+        ("options", "kind", "meta"),
         [
-            Options(),
-            Options(mode="markdown"),
-            Options(grep="widget|gadget", context=True),
-            Options(jq=".items[] | .name"),
-            Options(pages="1-3,7,10-"),
-            Options(question="how much is a widget?"),
-            Options(question="q", context=False, recover=True),
+            (Options(), "html", {"mode": "text"}),
+            (Options(mode="markdown"), "html", {"mode": "markdown"}),
+            (Options(grep="widget|gadget", context=True), "html", {"matches": 5}),
+            (Options(jq=".items[] | .name"), "json", {"jq_results": 2}),
+            (Options(pages="1-3,7,10-"), "pdf", {"page_count": 3, "pages": [1, 2, 3]}),
+            (Options(question="how much is a widget?"), "html", {"paragraphs": 9}),
+            (Options(question="q", context=False, recover=True), "html", {"passages": []}),
         ],
     )
-    def test_accepts_valid_options(self, options: Options) -> None:
-        """Valid options pass."""
+    def test_accepts_valid_options(
+        self, options: Options, kind: str, meta: dict[str, object]
+    ) -> None:
+        """Valid options pass, and each of them takes effect on a response it fits."""
+        bodies = {
+            "html": html_body(),
+            "json": Body(DATA_JSON, "application/json", None, "http://site.example/data.json"),
+            "pdf": Body(make_pdf(REPORT_PAGES), "application/pdf", None, "http://site.example/r"),
+        }
         validate_options(options)
+        _content, shaped = shape(bodies[kind], options)
+
+        assert meta == {name: shaped.get(name) for name in meta}
 
     @pytest.mark.parametrize(
         ("options", "fragment"),
@@ -261,8 +271,11 @@ class TestQuestion:
 
         assert "A blue widget costs 3 euros; a red widget costs 5 euros." in content
         assert "Prices" in content
-        assert meta["passages"][0]["paragraph"] >= 1
-        assert meta["paragraphs"] > 5
+        passages, paragraphs = meta["passages"], meta["paragraphs"]
+        assert isinstance(passages, list)
+        assert isinstance(paragraphs, int)
+        assert passages[0]["paragraph"] >= 1
+        assert paragraphs > 5
 
     def test_without_context_only_the_passages(self) -> None:
         """context=false returns the passages alone."""

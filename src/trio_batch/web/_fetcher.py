@@ -1,20 +1,21 @@
-"""The web fetcher: a ``FetchFunc`` for real pages, safe, bounded and shaped for agents."""
+"""The web fetcher: a ``FetchFunc`` for real pages, safe, bounded and shaped for agents.
+
+This module holds :class:`WebFetcher`, its pools and the redirect loop. What a failure tells
+the agent is in ``_errors``, the response cache in ``_cache``, the URL and address guard in
+``_guard``, the pinned connections in ``_net`` and the options in ``_shape``.
+"""
 
 from __future__ import annotations
 
-import email.utils
 import functools
-import hashlib
-import http
-import json
 import logging
 import ssl
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Final, final
 
 import httpcore
 import httpx
@@ -22,7 +23,16 @@ import trio
 
 from .._errors import RetryLater, TargetError
 from .._model import Caller, Result, Target
-from ..stores._protocol import CacheEntry, Store
+from ..stores._protocol import Store
+from ._cache import ResponseCache, from_cache
+from ._errors import (
+    BUSY_STATUSES,
+    busy_error,
+    map_transport_errors,
+    status_error,
+    timeout_error,
+    too_large,
+)
 from ._guard import (
     Checked,
     Network,
@@ -43,7 +53,6 @@ _ACCEPT: Final = (
     "text/*;q=0.8,*/*;q=0.5"
 )
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
-_BUSY: Final = frozenset({429, 503})
 
 
 class _Refused(Exception):
@@ -72,114 +81,9 @@ class WebFetcherStatistics:
     waiting: int
     """Fetches waiting for a pool slot."""
     pool_size: int
+    """Most fetches in flight at once (the ``pool_size`` setting)."""
     callers: int
     """Callers with a fetch in flight or waiting."""
-
-
-def _size(n: int) -> str:
-    if n >= 2**20:
-        return f"{n / 2**20:.1f}".removesuffix(".0") + " MB"
-    if n >= 1024:
-        return f"{n / 1024:.1f}".removesuffix(".0") + " KB"
-    return f"{n} bytes"
-
-
-def _phrase(status: int) -> str:
-    try:
-        return f"{status} {http.HTTPStatus(status).phrase}"
-    except ValueError:
-        return str(status)
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc``, its causes and contexts, and the members of exception groups among them."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        if isinstance(current, BaseExceptionGroup):
-            todo.extend(current.exceptions)
-        for linked in (current.__cause__, current.__context__):
-            if linked is not None:
-                todo.append(linked)
-
-
-def _transport_error(exc: httpx.HTTPError, port: int, timeout: float) -> TargetError:
-    """The agent-facing error for a failed connection or exchange."""
-    chain = list(_chain(exc))
-    if isinstance(exc, httpx.TimeoutException):
-        return _timeout_error(timeout)
-    if any(isinstance(e, ssl.SSLCertVerificationError) for e in chain):
-        return TargetError(
-            "the site's TLS certificate could not be verified",
-            hint="the certificate is invalid, expired or for another name, and trio-batch "
-            "never skips verification: use another source for this content",
-            status=502,
-        )
-    if any(isinstance(e, ssl.SSLError) for e in chain):
-        return TargetError(
-            "the TLS handshake with the site failed",
-            hint="the site's HTTPS setup is broken or outdated; try again later or use "
-            "another source",
-            status=502,
-        )
-    if any(isinstance(e, ConnectionRefusedError) for e in chain):
-        return TargetError(
-            f"the site refused the connection on port {port}",
-            hint="nothing listens there: check the URL's host and port, or try again later",
-            status=502,
-        )
-    if isinstance(exc, httpx.ConnectError):
-        return TargetError(
-            "could not connect to the site",
-            hint="the site is down or unreachable; try again later",
-            status=502,
-        )
-    if isinstance(exc, httpx.DecodingError):
-        return TargetError(
-            "the site sent a body that cannot be decompressed",
-            hint="the site's response is broken; try again later or use another source",
-            status=502,
-        )
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return TargetError(
-            "the site sent a malformed or truncated response",
-            hint="try again later; if it persists, use another source",
-            status=502,
-        )
-    return TargetError(
-        "the connection to the site failed",
-        hint="try again later",
-        status=502,
-    )
-
-
-def _timeout_error(timeout: float) -> TargetError:
-    return TargetError(
-        f"the site did not answer within {timeout:g} s",
-        hint="the site is slow or hanging; try again later, or ask for a smaller page "
-        "(recover=true serves the last cached copy)",
-        status=504,
-    )
-
-
-def _status_hint(status: int) -> str:
-    if status in (401, 403, 407):
-        return (
-            "the site requires a login or refuses automated access; trio-batch sends no "
-            "credentials: use a public source"
-        )
-    if status in (404, 410):
-        return "the page does not exist (any more): check the URL, or search for its new address"
-    if status == 400:
-        return "the site rejected the request: check the URL's path and query parameters"
-    if status == 451:
-        return "the site withholds this page for legal reasons: use another source"
-    return "the site refused the request: check the URL"
 
 
 def _content_type(value: str) -> tuple[str, str | None]:
@@ -288,9 +192,13 @@ class WebFetcher:
         self._transport = transport
         self._network_backend = network_backend
         self._ssl_context = ssl_context
-        self._cache_ttl = cache_ttl
-        self._cache_max_bytes = cache_max_bytes
-        self._restricted = restricted
+        self._cache = ResponseCache(
+            store,
+            ttl=cache_ttl,
+            max_bytes=cache_max_bytes,
+            restricted=restricted,
+            wall_clock=wall_clock,
+        )
         self._max_retry_after = max_retry_after
         self._wall_clock = wall_clock
         self._pool = trio.CapacityLimiter(pool_size)
@@ -303,8 +211,24 @@ class WebFetcher:
     # -- lifetime ---------------------------------------------------------------------------------
 
     async def __aenter__(self) -> WebFetcher:
-        if self._client is not None or self._closed:
-            raise RuntimeError("a WebFetcher can be entered only once; make a new one")
+        """Open the connection pool; a fetcher is entered once, in one ``async with`` block.
+
+        Cancellation: entering opens no connection (the first fetch does), so there is
+        nothing for a cancel to leave half open.
+
+        Raises:
+            trio.ClosedResourceError: the fetcher was open before and is closed now.
+            RuntimeError: the fetcher is open already (entered in an outer block).
+        """
+        if self._closed:
+            raise trio.ClosedResourceError(
+                "this WebFetcher is closed, and a fetcher is entered only once; "
+                "make a new one with `async with WebFetcher(...) as fetch:`"
+            )
+        if self._client is not None:
+            raise RuntimeError(
+                "this WebFetcher is open already; enter it in one `async with` block only"
+            )
         transport = self._transport or PinnedTransport(
             PinnedBackend(self._network_backend or httpcore.TrioBackend(), self._check_host),
             max_connections=self._pool_size,
@@ -330,10 +254,20 @@ class WebFetcher:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        """Close the fetcher: :meth:`aclose`, with the same guarantees under cancellation."""
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection pool. Fetches after this raise ``RuntimeError``; idempotent."""
+        """Close the connection pool; closing again does nothing.
+
+        Calls and ``async with`` after this raise :class:`trio.ClosedResourceError`. Fetches
+        still in flight are not waited for, so close the fetcher after them: with the engine's
+        block inside the fetcher's, the engine has cancelled its fetches by then.
+
+        Cancellation: the fetcher is closed even if this raises :class:`trio.Cancelled`: it is
+        marked closed before the first checkpoint, and httpcore shields the closing of pooled
+        connections, so none is left open.
+        """
         client, self._client = self._client, None
         self._closed = True
         if client is not None:
@@ -379,10 +313,25 @@ class WebFetcher:
                 or no pool slot came free within ``slot_wait``.
             TargetError: anything else; ``status`` is what a single fetch would answer and
                 ``hint`` says what the agent can do.
-            RuntimeError: the fetcher is not open (use ``async with``).
+            trio.ClosedResourceError: the fetcher is closed (its ``async with`` block ended).
+            RuntimeError: the fetcher was never opened (use ``async with``).
+
+        Cancellation: a cancelled call is abandoned and raises :class:`trio.Cancelled`: the
+        slots it held or waited for are given back, and a request in flight is dropped with its
+        connection (httpcore closes, and never reuses, a connection cancelled mid-exchange).
+        Shaping runs in a worker thread that is not abandoned, so a cancel that arrives then
+        takes effect when the thread is done. Nothing is cached for a cancelled call, unless
+        the cancel arrives after the store began writing the entry (whether a store's write
+        can be cancelled is the store's contract). The engine cancels its fetches only when it
+        closes (or its block is cancelled), and stores no outcome for a cancelled fetch.
         """
         client = self._client
         if client is None:
+            if self._closed:
+                raise trio.ClosedResourceError(
+                    "this WebFetcher is closed; fetch inside its `async with` block, "
+                    "or make a new one"
+                )
             raise RuntimeError(
                 "the WebFetcher is not open; use `async with WebFetcher(...) as fetch:`"
             )
@@ -391,11 +340,11 @@ class WebFetcher:
         options = target.options
         validate_options(options)
         checked = check_url(target.url, self._allow)
-        key = self._cache_key(caller, target)
-        cached = await self._cache_get(key)
+        key = self._cache.key(caller, target)
+        cached = await self._cache.get(key)
         now = self._wall_clock()
         if cached is not None and cached.expires_at > now:
-            return self._from_cache(cached, start, now, stale=None)
+            return from_cache(cached, start=start, now=now, stale=None)
         try:
             download = await self._fetch_network(client, caller, checked)
         except _Refused as refused:
@@ -404,12 +353,12 @@ class WebFetcher:
         except TargetError as error:
             logger.debug("web fetch failed: status=%d", error.status)
             if options.recover and cached is not None:
-                return self._from_cache(cached, start, self._wall_clock(), stale=error)
+                return from_cache(cached, start=start, now=self._wall_clock(), stale=error)
             raise
         content, extra = await trio.to_thread.run_sync(
             functools.partial(shape, download.body, options), limiter=self._cpu
         )
-        meta: dict[str, Any] = {
+        meta: dict[str, object] = {
             "url": redact_url(download.body.url),
             "status": download.status,
             "content_type": download.body.content_type,
@@ -419,7 +368,9 @@ class WebFetcher:
             "cached": False,
             **extra,
         }
-        await self._cache_put(key, caller, content, meta, download.cache_control)
+        # Shaping ignores a cancel until its thread is done: honour it before caching.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._cache.put(key, caller, content, meta, download.cache_control)
         logger.debug(
             "web fetch done: status=%d bytes=%d redirects=%d",
             download.status,
@@ -451,7 +402,7 @@ class WebFetcher:
                 with trio.fail_after(self._timeout):
                     return await self._download(client, checked)
             except trio.TooSlowError:
-                raise _timeout_error(self._timeout) from None
+                raise timeout_error(self._timeout) from None
         finally:
             for lim in reversed(held):
                 lim.release()
@@ -466,20 +417,16 @@ class WebFetcher:
             current = first
             for hop in range(self._max_redirects + 1):
                 pins[(current.host, current.port)] = await self._addresses(current, hop)
+                with map_transport_errors(port=current.port, timeout=self._timeout):
+                    request = client.build_request("GET", current.url)
+                    response = await client.send(request, stream=True)
                 try:
-                    response = await client.send(
-                        client.build_request("GET", current.url), stream=True
-                    )
-                except httpx.HTTPError as exc:
-                    raise _transport_error(exc, current.port, self._timeout) from None
-                try:
-                    location = response.headers.get("location")
-                    if response.status_code in _REDIRECTS and location:
-                        current = self._next_hop(current, location, hop)
-                        continue
-                    return await self._read(response, current, hop)
-                except httpx.HTTPError as exc:
-                    raise _transport_error(exc, current.port, self._timeout) from None
+                    with map_transport_errors(port=current.port, timeout=self._timeout):
+                        location = response.headers.get("location")
+                        if response.status_code in _REDIRECTS and location:
+                            current = self._next_hop(current, location, hop)
+                            continue
+                        return await self._read(response, current, hop)
                 finally:
                     await response.aclose()
             raise AssertionError("unreachable")  # pragma: no cover
@@ -552,139 +499,28 @@ class WebFetcher:
 
     async def _read(self, response: httpx.Response, current: Checked, hop: int) -> _Download:
         status = response.status_code
-        if status in _BUSY:
-            after = self._retry_after(response.headers.get("retry-after"))
-            raise RetryLater(
-                f"the site is busy ({_phrase(status)})",
-                after=after,
+        if status in BUSY_STATUSES:
+            raise busy_error(
+                status,
+                response.headers.get("retry-after"),
+                now=self._wall_clock(),
+                cap=self._max_retry_after,
             )
-        if status >= 500:
-            raise TargetError(
-                f"the site failed with {_phrase(status)}",
-                hint="the site has a server error; try again later (recover=true serves the "
-                "last cached copy)",
-                status=502,
-            )
-        if status >= 400:
-            raise TargetError(
-                f"the site answered {_phrase(status)}", hint=_status_hint(status), status=status
-            )
-        if not 200 <= status < 300:
-            raise TargetError(
-                f"the site answered {_phrase(status)}, which has no content to read",
-                hint="open the page in a browser to see where it leads; use its final address",
-                status=502,
-            )
+        error = status_error(status)
+        if error is not None:
+            raise error
         mime, charset = _content_type(response.headers.get("content-type", ""))
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_bytes:
-            raise self._too_large(int(declared), mime)
+            raise too_large(int(declared), limit=self._max_bytes, mime=mime)
         data = bytearray()
         async for chunk in response.aiter_bytes():
             data += chunk
             if len(data) > self._max_bytes:
-                raise self._too_large(None, mime)
+                raise too_large(None, limit=self._max_bytes, mime=mime)
         return _Download(
             body=Body(bytes(data), mime, charset, str(current.url)),
             status=status,
             redirects=hop,
             cache_control=response.headers.get("cache-control", "").lower(),
         )
-
-    def _too_large(self, size: int | None, mime: str) -> TargetError:
-        limit = _size(self._max_bytes)
-        what = "PDF" if mime == "application/pdf" else "page"
-        msg = (
-            f"the {what} is {_size(size)}; the limit is {limit}"
-            if size is not None
-            else f"the {what} is larger than the limit of {limit}"
-        )
-        if what == "PDF":
-            hint = (
-                "a PDF must be read whole to find its pages, so pages= cannot shrink the "
-                "download: look for a smaller edition (a chapter, or an HTML version)"
-            )
-        else:
-            hint = "fetch a smaller page: a single section, an article's print view, or an API"
-        return TargetError(msg, hint=hint, status=413)
-
-    def _retry_after(self, value: str | None) -> float | None:
-        if value is None:
-            return None
-        value = value.strip()
-        if value.isdigit():
-            seconds = float(value)
-        else:
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError, IndexError):
-                return None
-            seconds = when.timestamp() - self._wall_clock()
-        return min(max(seconds, 0.0), self._max_retry_after)
-
-    # -- cache ------------------------------------------------------------------------------------
-
-    def _cache_key(self, caller: Caller, target: Target) -> str:
-        options = target.options.to_json()
-        options.pop("recover", None)
-        owner = caller.name if self._restricted(caller) else ""
-        raw = json.dumps(
-            {"url": target.url, "options": options, "owner": owner},
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
-        return "web:" + hashlib.sha256(raw.encode()).hexdigest()
-
-    async def _cache_get(self, key: str) -> CacheEntry | None:
-        if self._store is None:
-            return None
-        try:
-            return await self._store.cache_get(key)
-        except Exception as exc:
-            logger.warning("web response cache read failed (%s)", type(exc).__name__)
-            return None
-
-    async def _cache_put(
-        self, key: str, caller: Caller, content: str, meta: dict[str, Any], cache_control: str
-    ) -> None:
-        if self._store is None:
-            return
-        directives = {d.strip().split("=", 1)[0]: d.strip() for d in cache_control.split(",")}
-        if "no-store" in directives:
-            return
-        if "private" in directives and not self._restricted(caller):
-            return
-        ttl = self._cache_ttl
-        if "no-cache" in directives:
-            ttl = 0.0
-        elif "max-age" in directives:
-            value = directives["max-age"].partition("=")[2].strip().strip('"')
-            if value.isdigit():
-                ttl = min(ttl, float(value))
-        body = content.encode()
-        if len(body) > self._cache_max_bytes:
-            return
-        now = self._wall_clock()
-        entry = CacheEntry(
-            body=body,
-            meta_json=json.dumps(meta, separators=(",", ":"), ensure_ascii=False),
-            stored_at=now,
-            expires_at=now + ttl,
-        )
-        try:
-            await self._store.cache_put(key, entry, self._cache_max_bytes)
-        except Exception as exc:
-            logger.warning("web response cache write failed (%s)", type(exc).__name__)
-
-    def _from_cache(
-        self, entry: CacheEntry, start: float, now: float, *, stale: TargetError | None
-    ) -> Result:
-        meta: dict[str, Any] = json.loads(entry.meta_json)
-        meta["cached"] = True
-        meta["age"] = round(max(now - entry.stored_at, 0.0), 3)
-        meta["elapsed"] = round(trio.current_time() - start, 3)
-        if stale is not None:
-            meta["stale"] = True
-            meta["error"] = stale.msg
-        return Result(entry.body.decode("utf-8", errors="replace"), meta)

@@ -75,6 +75,8 @@ _BLOCK: Final = frozenset(
 )
 _AUTOCLOSE: Final = frozenset({"p", "li", "dt", "dd", "tr", "td", "th", "option"})
 _HEADINGS: Final = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+_INLINE_MARKS: Final = {"strong": "**", "b": "**", "em": "*", "i": "*", "code": "`"}
+"""Markdown marks that open and close an inline element (``code`` only outside ``<pre>``)."""
 _SPACE = re.compile(r"\s+")
 
 
@@ -142,6 +144,12 @@ class _Converter(HTMLParser):
             return
         self._pieces.append(text)
 
+    def _inline_mark(self, tag: str) -> str:
+        """The Markdown mark ``tag`` opens and closes here; "" for none."""
+        if not self.markdown or (tag == "code" and self._pre):
+            return ""
+        return _INLINE_MARKS.get(tag, "")
+
     # -- parser callbacks ---------------------------------------------------------------------
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -204,12 +212,8 @@ class _Converter(HTMLParser):
                 self._emit("[")
             else:
                 self._links.append(None)
-        elif self.markdown and tag in ("strong", "b"):
-            self._emit("**")
-        elif self.markdown and tag in ("em", "i"):
-            self._emit("*")
-        elif self.markdown and tag == "code" and not self._pre:
-            self._emit("`")
+        elif mark := self._inline_mark(tag):
+            self._emit(mark)
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "title":
@@ -239,12 +243,8 @@ class _Converter(HTMLParser):
             href = self._links.pop()
             if href is not None:
                 self._emit(f"]({href})")
-        elif self.markdown and tag in ("strong", "b"):
-            self._emit("**")
-        elif self.markdown and tag in ("em", "i"):
-            self._emit("*")
-        elif self.markdown and tag == "code" and not self._pre:
-            self._emit("`")
+        elif mark := self._inline_mark(tag):
+            self._emit(mark)
         if tag in _BLOCK:
             if tag == "pre" and self.markdown:
                 self._pieces.append("\n```")

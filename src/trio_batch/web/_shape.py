@@ -15,8 +15,9 @@ import math
 import re
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias
 
 import jq  # type: ignore[import-not-found,unused-ignore]  # ships no type information
 import regex
@@ -76,7 +77,19 @@ def parse_pages(spec: str) -> list[tuple[int, int | None]]:
     return ranges
 
 
-def compile_jq(program: str) -> Any:
+class JqProgram(Protocol):
+    """A compiled jq program, as far as it is used here (the jq package ships no types)."""
+
+    def input_text(self, text: str) -> Iterable[object]:
+        """The program's outputs for the JSON document ``text``.
+
+        Raises:
+            ValueError: ``text`` is not JSON, or the program fails on it.
+        """
+        ...
+
+
+def compile_jq(program: str) -> JqProgram:
     """The compiled jq program.
 
     Raises:
@@ -90,13 +103,14 @@ def compile_jq(program: str) -> Any:
             "jq runs on the response only: environment, input and module builtins are off",
         )
     try:
-        return jq.compile(program)
+        compiled: JqProgram = jq.compile(program)
     except ValueError as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
         raise _bad(
             f"the jq program does not compile: {detail}",
             "check it against the jq manual; for example jq=.items[].name",
         ) from None
+    return compiled
 
 
 def compile_grep(pattern: str) -> regex.Pattern[str]:
@@ -272,7 +286,7 @@ def decode(body: Body, kind: Kind) -> str:
 # -- the options --------------------------------------------------------------------------------
 
 
-def _pdf_pages(body: Body, spec: str, markdown: bool) -> tuple[str, dict[str, Any]]:
+def _pdf_pages(body: Body, spec: str, markdown: bool) -> tuple[str, dict[str, object]]:
     import pypdf
     from pypdf.errors import PyPdfError
 
@@ -313,7 +327,7 @@ def _pdf_pages(body: Body, spec: str, markdown: bool) -> tuple[str, dict[str, An
     return "\n\n".join(sections) + "\n", {"page_count": count, "pages": wanted}
 
 
-def _jq(text: str, program: str) -> tuple[str, dict[str, Any]]:
+def _jq(text: str, program: str) -> tuple[str, dict[str, object]]:
     compiled = compile_jq(program)
     lines: list[str] = []
     try:
@@ -342,7 +356,7 @@ def _jq(text: str, program: str) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines) + ("\n" if lines else ""), {"jq_results": len(lines)}
 
 
-def _grep(text: str, pattern: str, context: bool, seconds: float) -> tuple[str, dict[str, Any]]:
+def _grep(text: str, pattern: str, context: bool, seconds: float) -> tuple[str, dict[str, object]]:
     compiled = compile_grep(pattern)
     lines = text.splitlines()
     clock = time.monotonic
@@ -401,7 +415,7 @@ def _terms(text: str) -> list[str]:
     return terms
 
 
-def _question(text: str, question: str, context: bool) -> tuple[str, dict[str, Any]]:
+def _question(text: str, question: str, context: bool) -> tuple[str, dict[str, object]]:
     """The passages most relevant to ``question``: BM25 over paragraphs, in document order."""
     paragraphs = _paragraphs(text)
     docs = [Counter(_terms(p)) for p in paragraphs]
@@ -443,7 +457,7 @@ def _question(text: str, question: str, context: bool) -> tuple[str, dict[str, A
 
 def shape(
     body: Body, options: Options, *, grep_seconds: float = GREP_SECONDS
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, object]]:
     """The content the options ask for, and what they add to ``meta``.
 
     Order: the mode (or the PDF's pages, or jq on JSON), then ``question`` or ``grep``.
@@ -481,7 +495,7 @@ def shape(
             "mode=raw does not apply to a PDF, which is binary",
             "use mode=text (the default), with pages= to pick pages",
         )
-    meta: dict[str, Any] = {"mode": mode}
+    meta: dict[str, object] = {"mode": mode}
     if kind == "pdf":
         content, extra = _pdf_pages(body, options.pages, markdown=mode == "markdown")
         meta.update(extra)
