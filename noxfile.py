@@ -17,10 +17,17 @@ EXTRAS = "all"
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite against the package with every extra (``-- -k name`` to filter)."""
+    """Run the whole test suite, slow tests included, against the package with every extra.
+
+    Plain ``pytest`` deselects the tests marked ``slow`` (state machines, the API fuzz, the bench
+    harness, subprocess and real-server runs); this session selects them all. ``-- -k name``
+    filters; ``-- -m "not slow"`` gives the quick run.
+    """
     session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "test"))
     session.run(
         "pytest",
+        "-m",
+        "slow or not slow",
         *session.posargs,
         env={"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "default")},
     )

@@ -8,6 +8,8 @@ from hypothesis import HealthCheck, settings
 
 from trio_batch.stores import MemoryStore, SQLiteStore, Store
 
+from .pg_support import PG_DSN
+
 settings.register_profile("default", max_examples=25, deadline=None)
 settings.register_profile(
     "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -15,7 +17,6 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=10, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-PG_DSN = os.environ.get("TRIO_BATCH_TEST_PG", "")
 STORE_KINDS = ["memory", "sqlite", *(["postgres"] if PG_DSN else [])]
 
 

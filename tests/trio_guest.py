@@ -1,7 +1,15 @@
 """Drive a long-lived Trio run from synchronous Hypothesis rules, via Trio's guest mode.
 
-Trio runs in the test's own thread as a guest of a tiny host loop (a queue the test pumps), so
-an engine opened in one rule stays open across rules. See STACK-NOTES §2.
+Hypothesis runs the rules of a ``RuleBasedStateMachine`` as plain synchronous calls, and a
+``trio.run`` per rule would close every nursery (an engine's, a store's) when the rule returns.
+So one run per example is started with ``trio.lowlevel.start_guest_run`` as the guest of a tiny
+host loop: a ``queue.SimpleQueue`` of callbacks that the test thread pumps until the rule's call
+has an answer. Trio thus runs in the test's own thread (plain tracebacks, nothing shared across
+threads), an engine opened in one rule stays open across rules, and a crash of the run is
+re-raised at the next step. A nursery must be exited by the task that entered it, so
+:meth:`TrioGuestDriver.enter` holds each ``async with`` open in one holder task. (The
+``hypothesis-trio`` package would do this, but it no longer imports with current Hypothesis and
+fails under Trio's strict exception groups.)
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ T = TypeVar("T")
 
 
 class TrioGuestDriver:
+    """One Trio guest run, hosted by the calling thread, for the life of one Hypothesis example."""
+
     def __init__(self, clock: trio.abc.Clock | None = None) -> None:
         self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._done: outcome.Outcome[None] | None = None

@@ -140,6 +140,7 @@ async def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]
     )
 
 
+@pytest.mark.slow
 class TestRunCommand:
     async def test_exit_0_when_every_target_is_done(self, site: DemoSite, tmp_path: Path) -> None:
         """`trio-batch run` exits 0 and writes ./trio-batch.sqlite when every target is done."""

@@ -44,6 +44,7 @@ def _schemathesis() -> list[str]:
     return [found]
 
 
+@pytest.mark.slow
 class TestFuzz:
     async def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(
         self, tmp_path: Path

@@ -114,6 +114,7 @@ async def _read_port(stream: trio.abc.ReceiveStream, log: bytearray) -> int:
             return int(found.group(1))
 
 
+@pytest.mark.slow
 class TestServeCommand:
     async def test_end_to_end_submit_poll_results_sigterm(self, tmp_path: Path) -> None:
         """The real service: submit pages of a local site, poll to done, read, SIGTERM, exit 0."""

@@ -13,7 +13,7 @@ from trio_batch import Caller, Config, StoreError, Target, open_engine
 from trio_batch.stores import Limits, NewJob, SQLiteStore
 from trio_batch.stores._sqlite import SCHEMA_VERSION
 
-from .support import Recorder, targets
+from ..support import Recorder, targets
 
 LIMITS = Limits(ttl=100.0, targets_per_job=32, jobs_per_caller=1000, jobs_total=1000)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import pytest
 import trio
 import trio.testing
 from hypothesis import settings, strategies as st
@@ -30,7 +31,9 @@ from trio_batch import (
 )
 from trio_batch.stores import MemoryStore
 
-from .trio_guest import TrioGuestDriver
+from ..trio_guest import TrioGuestDriver
+
+pytestmark = pytest.mark.slow
 
 BATCHES = [["u0", "u1"], ["fail0"], ["u2", "fail1", "u3"], ["u4"]]
 JOBS_PER_CALLER = 2

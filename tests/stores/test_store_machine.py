@@ -1,6 +1,9 @@
 """A Hypothesis state machine over the stores: SQLite (and PostgreSQL when TRIO_BATCH_TEST_PG is
 set) must answer every operation exactly as MemoryStore, the reference, and hold the same jobs.
 
+It is the one agreement test: every method of the ``Store`` protocol is a rule (admission with
+its caps, reuse and TTL sweep; start, release, finish with byte-cap eviction; cancel, interrupt,
+recover, touch; the web cache's put with its cap, and get), and ``snapshot`` is the invariant.
 The stores stay open across rules through a Trio guest run; no engine and no virtual time are
 involved, so thread timing cannot make the two disagree.
 """
@@ -18,13 +21,16 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from trio_batch import Result, SubmitError, Target, TargetState
-from trio_batch.stores import Limits, MemoryStore, NewJob, Outcome, SQLiteStore, Store
+from trio_batch.stores import CacheEntry, Limits, MemoryStore, NewJob, Outcome, SQLiteStore, Store
 
-from .conftest import PG_DSN
-from .trio_guest import TrioGuestDriver
+from ..pg_support import PG_DSN, SKIP_REASON
+from ..trio_guest import TrioGuestDriver
+
+pytestmark = pytest.mark.slow
 
 LIMITS = Limits(ttl=100.0, targets_per_job=2, jobs_per_caller=2, jobs_total=3)
 CAP = 400  # result bytes kept before eviction; two finished results fit
+CACHE_CAP = 100  # cache bytes kept: two small entries fit, a large one alone does not
 
 
 class StoreAgreement(RuleBasedStateMachine):
@@ -47,6 +53,7 @@ class StoreAgreement(RuleBasedStateMachine):
         self.now = 1000.0
         self.admits = 0
         self.lengths: dict[str, int] = {}
+        self.cache_puts = 0
 
     def both(self, op: Callable[[Store], Awaitable[Any]]) -> Any:
         """Run ``op`` on the reference and on the store under test; they must agree."""
@@ -102,9 +109,27 @@ class StoreAgreement(RuleBasedStateMachine):
     def interrupt(self, job: str) -> None:
         self.both(lambda store: store.interrupt([job], self.now))
 
+    @rule()
+    def recover(self) -> None:
+        async def recover(store: Store) -> list[str]:
+            return sorted(await store.recover(self.now))  # the protocol promises no order
+
+        self.both(recover)
+
     @rule(job=jobs)
     def touch(self, job: str) -> None:
         self.both(lambda store: store.touch(job, self.now))
+
+    @rule(key=st.integers(0, 3), size=st.sampled_from([10, 40, 120]))
+    def cache_put(self, key: int, size: int) -> None:
+        self.cache_puts += 1
+        body = bytes([ord("a") + self.cache_puts % 26]) * size
+        entry = CacheEntry(body, f'{{"put": {self.cache_puts}}}', self.now, self.now + 60.0)
+        self.both(lambda store: store.cache_put(f"c{key}", entry, CACHE_CAP))
+
+    @rule(key=st.integers(0, 3))
+    def cache_get(self, key: int) -> None:
+        self.both(lambda store: store.cache_get(f"c{key}"))
 
     @rule(seconds=st.sampled_from([1.0, 30.0, 120.0]))
     def tick(self, seconds: float) -> None:
@@ -132,6 +157,6 @@ TestSQLiteAgreesWithMemory = StoreAgreement.TestCase
 PostgresAgreement.TestCase.settings = settings(
     max_examples=min(settings().max_examples, 40), stateful_step_count=30, deadline=None
 )
-TestPostgresAgreesWithMemory = pytest.mark.skipif(
-    not PG_DSN, reason="set TRIO_BATCH_TEST_PG to a PostgreSQL DSN to run the PostgreSQL tests"
-)(PostgresAgreement.TestCase)
+TestPostgresAgreesWithMemory = pytest.mark.skipif(not PG_DSN, reason=SKIP_REASON)(
+    PostgresAgreement.TestCase
+)

@@ -32,7 +32,7 @@ from trio_batch import (
 from trio_batch.stores import MemoryStore, Outcome, Store, Stored
 from trio_batch.testing import ScriptedFetch
 
-from .support import Recorder, WallClock, targets, url
+from ..support import Recorder, WallClock, targets, url
 
 ALICE = Caller("alice")
 BOB = Caller("bob")

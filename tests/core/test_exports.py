@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,18 +30,42 @@ def test_all_is_the_spec_names_plus_documented_extras() -> None:
 
 def test_spec_import_block_matches() -> None:
     """The import block of the SPEC copy in docs names exactly SPEC_NAMES."""
-    spec = (Path(__file__).parent.parent / "docs" / "spec.md").read_text()
+    spec = (Path(__file__).parents[2] / "docs" / "spec.md").read_text()
     block = re.search(r"from trio_batch import \((.*?)\)", spec, re.S)
     assert block is not None
     assert SPEC_NAMES == {n.strip() for n in block.group(1).split(",") if n.strip()}
 
 
 def test_stores_export() -> None:
-    """MemoryStore and SQLiteStore import from trio_batch.stores."""
+    """MemoryStore and SQLiteStore import from trio_batch.stores and say they live there."""
     from trio_batch.stores import MemoryStore, SQLiteStore
 
-    assert MemoryStore.__module__.startswith("trio_batch.stores")
-    assert SQLiteStore.__module__.startswith("trio_batch.stores")
+    assert "trio_batch.stores" == MemoryStore.__module__
+    assert "trio_batch.stores" == SQLiteStore.__module__
+
+
+def loaded_modules(statement: str) -> set[str]:
+    """The names in ``sys.modules`` after ``statement`` runs in a fresh interpreter."""
+    script = f"{statement}\nimport sys\nprint('\\n'.join(sys.modules))"
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(run.stdout.split())
+
+
+def test_import_loads_no_driver_or_extra() -> None:
+    """``import trio_batch`` loads no driver, POSIX-only or optional module that trio does not."""
+    optional = {
+        "sqlite3", "_sqlite3", "fcntl", "psycopg", "psycopg_pool", "httpx", "starlette",
+        "hypercorn", "prometheus_client", "rich", "jq", "regex",
+    }  # fmt: skip
+    baseline = loaded_modules("import trio")
+    loaded = loaded_modules("import trio_batch")
+    added = {name for name in loaded - baseline if name.partition(".")[0] in optional}
+
+    assert set() == added
+    assert "trio_batch.stores._sqlite" not in loaded
+    assert "trio_batch.stores._postgres" not in loaded
 
 
 @pytest.mark.parametrize("name", sorted(SPEC_NAMES | EXTRA_NAMES))

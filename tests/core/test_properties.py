@@ -1,11 +1,13 @@
 """Properties over random plans: whatever the mix of jobs, outcomes, workers and cancels,
-the engine's invariants hold. And every store agrees with MemoryStore on random operations."""
+the engine's invariants hold.
+
+Store agreement (every backend answers as MemoryStore does) is the state machine in
+``tests/stores/test_store_machine.py``.
+"""
 
 from __future__ import annotations
 
 import itertools
-import os
-import tempfile
 from dataclasses import dataclass
 
 import trio
@@ -25,7 +27,7 @@ from trio_batch import (
     TargetState,
     open_engine,
 )
-from trio_batch.stores import Limits, MemoryStore, NewJob, Outcome, SQLiteStore, Store
+from trio_batch.stores import MemoryStore
 
 OUTCOMES = st.sampled_from(["done", "fail", "crash", "busy", "busy-forever"])
 
@@ -172,86 +174,3 @@ def test_random_plans_keep_the_invariants(plan: tuple[int, list[PlannedJob]]) ->
     """Any plan ends with every job terminal, serial, correctly summarised, hooks once."""
     workers, jobs = plan
     trio.run(run_plan, workers, jobs, clock=trio.testing.MockClock(autojump_threshold=0))
-
-
-# -- store agreement ----------------------------------------------------------------------
-
-OPS = st.lists(
-    st.one_of(
-        st.tuples(
-            st.just("admit"), st.integers(0, 5), st.sampled_from(["a", "b"]), st.integers(1, 3)
-        ),
-        st.tuples(st.just("start"), st.integers(0, 5), st.integers(0, 2)),
-        st.tuples(st.just("finish"), st.integers(0, 5), st.integers(0, 2), st.booleans()),
-        st.tuples(st.just("release"), st.integers(0, 5), st.integers(0, 2)),
-        st.tuples(st.just("cancel"), st.integers(0, 5)),
-        st.tuples(st.just("interrupt"), st.integers(0, 5)),
-        st.tuples(st.just("touch"), st.integers(0, 5)),
-        st.tuples(st.just("tick"), st.sampled_from([1.0, 30.0, 120.0])),
-    ),
-    max_size=40,
-)
-LIMITS = Limits(ttl=100.0, targets_per_job=2, jobs_per_caller=2, jobs_total=3)
-
-
-async def apply_ops(store: Store, ops: list[tuple[object, ...]]) -> list[object]:
-    now = 1000.0
-    seen: list[object] = []
-    lengths: dict[int, int] = {}
-    admits = 0
-    for op in ops:
-        name = op[0]
-        result: object
-        if name == "tick":
-            now += float(op[1])  # type: ignore[arg-type]
-            continue
-        job = f"j{op[1]}"
-        if name == "admit":
-            # ids are unique, keys repeat: op[1] picks the request, so repeats may reuse
-            job, admits = f"j{admits}", admits + 1
-            n = int(op[3])  # type: ignore[call-overload]
-            targets = [Target(f"https://x.test/{op[1]}/{i}") for i in range(n)]
-            request = NewJob(job, str(op[2]), "fleet", f"k{op[1]}", targets, now)
-            try:
-                result = tuple(await store.admit(request, LIMITS))
-                lengths[admits - 1] = n
-            except SubmitError as exc:
-                result = type(exc).__name__
-        elif name in ("start", "finish", "release"):
-            idx = int(op[2])  # type: ignore[call-overload]
-            if idx >= lengths.get(int(op[1]), 0):  # type: ignore[call-overload]
-                continue
-            if name == "start":
-                result = await store.start_target(job, idx, now)
-            elif name == "release":
-                await store.release_target(job, idx, now)
-                result = None
-            else:
-                outcome = (
-                    Outcome(TargetState.DONE, result_json=Result("x" * 50).to_json())
-                    if op[3]
-                    else Outcome(TargetState.FAILED, error="e")
-                )
-                result = await store.finish_target(job, idx, outcome, now, 300)
-        elif name == "cancel":
-            result = await store.cancel(job, now)
-        elif name == "interrupt":
-            result = await store.interrupt([job], now)
-        else:
-            result = await store.touch(job, now)
-        seen.append((op, result))
-        seen.append([await store.snapshot(f"j{i}") for i in range(6)])
-    return seen
-
-
-@given(OPS)
-def test_sqlite_agrees_with_memory(ops: list[tuple[object, ...]]) -> None:
-    """Any sequence of store operations gives the same answers and states on both stores."""
-
-    async def main() -> None:
-        expected = await apply_ops(MemoryStore(), ops)
-        with tempfile.TemporaryDirectory() as tmp:
-            async with SQLiteStore.open(os.path.join(tmp, "s.sqlite")) as sqlite:
-                assert expected == await apply_ops(sqlite, ops)
-
-    trio.run(main)
