@@ -58,6 +58,8 @@ def fuzz_api(session: nox.Session) -> None:
     session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "test", "fuzz"))
     session.run(
         "pytest",
+        "-m",
+        "slow or not slow",
         "tests/http/test_fuzz.py",
         "-rP",
         *session.posargs,

@@ -1,7 +1,7 @@
 """The store protocol: the few operations the engine needs, each atomic.
 
 Every backend (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) runs the same contract suite
-(``tests/test_store_contract.py``). Times are unix seconds from the engine's wall clock.
+(``tests/stores/test_store_contract.py``). Times are unix seconds from the engine's wall clock.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import pytest
 import trio
 
 from trio_batch import JobStatus, TargetState, open_engine
@@ -41,6 +42,7 @@ async def read_until(stream: trio.abc.ReceiveStream, prefix: str, seen: list[str
         buffer += chunk
 
 
+@pytest.mark.slow
 class TestCrash:
     async def test_killed_engine_jobs_are_interrupted_and_stored_targets_kept(
         self, pg_dsn: str, pg_schema: str

@@ -3,7 +3,7 @@
 Run from the repository root::
 
     TRIO_BATCH_TEST_PG=postgresql://postgres@127.0.0.1:5432/test \\
-        python -m tests.postgres.measure [--sync-off]
+        python -m tests.stores.postgres.measure [--sync-off]
 
 Prints one line per figure: admission latency (sequential submits), admission throughput
 (32 concurrent submitters), finish latency (sequential start+finish of one target, store
@@ -25,7 +25,7 @@ from trio_batch import Caller, Config, Hooks, Result, Target, TargetState, open_
 from trio_batch.stores import PostgresStore, SQLiteStore, Store
 from trio_batch.stores._protocol import Limits, NewJob, Outcome
 
-from ..pg_support import PG_DSN, open_test_schema
+from ...pg_support import PG_DSN, open_test_schema
 
 LIMITS = Limits(ttl=3600, targets_per_job=64, jobs_per_caller=10**6, jobs_total=10**6)
 

@@ -1,7 +1,8 @@
 """Several engines over one PostgreSQL database: one set of jobs, the same guarantees.
 
 These run on the real clock: the engines wait on worker threads, which Trio's autojump clock
-would count as idle (STACK-NOTES pitfall 15), so every wait here is on a hook or an Event.
+would count as idle while a thread works (python-trio/trio#456), so every wait here is on a
+hook or an Event.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from trio_batch.stores._postgres._schema import SCHEMA_VERSION
 from trio_batch.stores._protocol import Limits, NewJob
 from trio_batch.testing import ScriptedFetch
 
-from ..support import Recorder, targets, url
+from ...support import Recorder, targets, url
 
 ALICE = Caller("alice")
 
