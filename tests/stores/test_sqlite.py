@@ -11,7 +11,7 @@ import pytest
 
 from trio_batch import Caller, Config, StoreError, Target, open_engine
 from trio_batch.stores import Limits, NewJob, SQLiteStore
-from trio_batch.stores._sqlite import SCHEMA_VERSION
+from trio_batch.stores._sqlite._schema import SCHEMA_VERSION
 
 from ..support import Recorder, targets
 
@@ -93,7 +93,7 @@ class TestSQLiteStore:
 
     async def test_migrates_from_version_one(self, tmp_path: Path) -> None:
         """A version-1 file gains the web cache table and keeps its jobs."""
-        from trio_batch.stores._sqlite import MIGRATIONS
+        from trio_batch.stores._sqlite._schema import MIGRATIONS
 
         path = tmp_path / "jobs.sqlite"
         conn = sqlite3.connect(path, isolation_level=None)

@@ -1,0 +1,133 @@
+"""The SQLite schema: its versions, opening a connection, and the lock that makes one writer.
+
+Each migration takes the schema from version i to i + 1 in one transaction; the version lives in
+``PRAGMA user_version``. A file from a newer trio-batch is refused untouched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+
+from ..._errors import StoreError
+
+SCHEMA_VERSION = 2
+
+# Each migration takes the schema from version i to i + 1, inside one transaction.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        caller TEXT NOT NULL,
+        caller_class TEXT NOT NULL,
+        key TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT NOT NULL DEFAULT '',
+        targets_total INTEGER NOT NULL,
+        targets_done INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        lease REAL NOT NULL,
+        bytes INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_by_key ON jobs (caller, key);
+    CREATE INDEX jobs_live ON jobs (status) WHERE status IN ('queued', 'running');
+    CREATE INDEX jobs_finished ON jobs (lease) WHERE status NOT IN ('queued', 'running');
+    CREATE TABLE targets (
+        job_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        url TEXT NOT NULL,
+        options TEXT NOT NULL,
+        status TEXT NOT NULL,
+        result TEXT,
+        error TEXT NOT NULL DEFAULT '',
+        hint TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (job_id, idx)
+    ) WITHOUT ROWID;
+    -- live job counts per caller, and under caller '' the total and the stored result bytes
+    CREATE TABLE counters (
+        caller TEXT PRIMARY KEY,
+        live INTEGER NOT NULL DEFAULT 0,
+        bytes INTEGER NOT NULL DEFAULT 0
+    ) WITHOUT ROWID;
+    INSERT INTO counters (caller) VALUES ('');
+    """,
+    """
+    CREATE TABLE web_cache (
+        key TEXT PRIMARY KEY,
+        body BLOB NOT NULL,
+        meta TEXT NOT NULL,
+        stored_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        bytes INTEGER NOT NULL
+    );
+    CREATE INDEX web_cache_by_age ON web_cache (stored_at);
+    INSERT INTO counters (caller) VALUES (char(0) || 'web_cache');
+    """,
+]
+
+
+def connect(path: str, *, readonly: bool) -> sqlite3.Connection:
+    if readonly:
+        conn = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+        )
+    else:
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    if not readonly:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode != "wal":
+            conn.close()
+            raise StoreError(f"could not switch {path} to WAL mode (got {mode!r})")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    else:
+        conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the schema to ``SCHEMA_VERSION``, one migration per transaction."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has schema version {version}, newer than this trio-batch knows "
+            f"({SCHEMA_VERSION}): upgrade trio-batch"
+        )
+    for target_version in range(version + 1, SCHEMA_VERSION + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in MIGRATIONS[target_version - 1].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {target_version}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def open_writer(path: str) -> sqlite3.Connection:
+    conn = connect(path, readonly=False)
+    try:
+        migrate(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def lock_file(path: str) -> int:
+    fd = os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(
+            f"{path} is already open for writing by another SQLiteStore. SQLite serves one "
+            "process; to share jobs between several processes use PostgresStore "
+            "(pip install 'trio-batch[postgres]'), or open this file read-only "
+            "(SQLiteStore.open(path, readonly=True))"
+        ) from None
+    return fd

@@ -1,0 +1,224 @@
+"""``SQLiteStore``: the Store protocol over the writer thread and a pool of reader threads."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TypeVar, final
+
+import outcome
+import trio
+
+from ..._errors import StoreError, SubmitError
+from ..._model import (
+    Job,
+    Snapshot,
+    Submitted,
+)
+from ..._util import NoPublicConstructor
+from .._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from . import _sql as sql
+from ._schema import connect, lock_file, open_writer
+from ._writer import Writer
+
+T = TypeVar("T")
+
+
+@final
+class SQLiteStore(metaclass=NoPublicConstructor):
+    """Jobs in one SQLite file (WAL), for one process.
+
+    Open it with ``async with SQLiteStore.open(path) as store``; the schema is created or
+    migrated on the first open. A second writer on the same file (another process, or another
+    store in this one) is refused with a :class:`~trio_batch.StoreError`; ``readonly=True``
+    opens for reading beside a writer (e.g. ``trio-batch status`` while a server runs).
+
+    ``start_target`` does not wait for its commit: being the file's only writer, the store knows
+    which jobs are live without asking the file, and the running mark is queued before the
+    target's outcome, so it always lands first, and a read through this store first waits for
+    the marks already posted (read-your-writes). A reader in another process may see a target
+    ``pending`` for the moment (one group commit) between its fetch starting and the mark
+    landing. Every other write returns only after its commit.
+
+    Cancellation: every method is a checkpoint. Under a cancel that is already pending a write
+    raises :class:`trio.Cancelled` and has no effect; once queued it is not cancellable and
+    returns after its commit. Reads can be cancelled at any point.
+    """
+
+    _factory = "SQLiteStore.open()"
+
+    def __init__(self, path: str, writer: Writer | None, readers: int) -> None:
+        self._path = path
+        self._writer = writer
+        self._readers: list[sqlite3.Connection] = []
+        self._read_limiter = trio.CapacityLimiter(readers)
+        self._closed = False
+        # This store is the file's only writer, so it can mirror the set of live jobs exactly.
+        self._live: set[str] = set()
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def commit_statistics(self) -> tuple[int, int]:
+        """``(commits, writes)`` so far: how well writes are grouped."""
+        if self._writer is None:
+            return (0, 0)
+        return (self._writer.commits, self._writer.writes)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls, path: str | os.PathLike[str], *, readonly: bool = False, readers: int = 4
+    ) -> AsyncIterator[SQLiteStore]:
+        """Open (and create or migrate) the store at ``path``.
+
+        Cancellation: cancelling the open leaves no lock or thread behind. Leaving the block
+        waits (shielded) for the writes already queued to commit, then closes the file.
+
+        Raises:
+            StoreError: the file is open for writing elsewhere, or its schema is newer.
+            ValueError: ``path`` is ``:memory:`` (use ``MemoryStore``).
+        """
+        path = os.fspath(path)
+        if path == ":memory:" or path.startswith("file:"):
+            raise ValueError(
+                "SQLiteStore needs a file path; for an in-memory store use MemoryStore()"
+            )
+        if readonly:
+            if not await trio.Path(path).exists():
+                raise StoreError(f"{path} does not exist; nothing to read")
+            store = cls._create(path, None, readers)
+            try:
+                yield store
+            finally:
+                await store._close()
+            return
+        lock_fd = lock_file(path)
+        try:
+            conn = await trio.to_thread.run_sync(open_writer, path)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        writer = Writer(conn)
+        writer.start()
+        store = cls._create(path, writer, readers)
+        try:
+            yield store
+        finally:
+            with trio.CancelScope(shield=True):
+                await store._close()
+                await trio.to_thread.run_sync(writer.stop)
+                conn.close()
+                os.close(lock_fd)
+
+    async def _close(self) -> None:
+        self._closed = True
+        borrowers = [object() for _ in range(int(self._read_limiter.total_tokens))]
+        for borrower in borrowers:  # wait for reads in flight
+            await self._read_limiter.acquire_on_behalf_of(borrower)
+        for conn in self._readers:
+            conn.close()
+        self._readers.clear()
+        await trio.lowlevel.checkpoint()
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._writer is None:
+            raise StoreError(f"{self._path} was opened read-only")
+        if self._closed:
+            raise trio.ClosedResourceError("this SQLiteStore is closed")
+        return await self._writer.run(fn)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise trio.ClosedResourceError("this SQLiteStore is closed")
+        if self._writer is not None:
+            await self._writer.flush()  # a running mark posted before this read is visible
+        async with self._read_limiter:
+            conn = self._readers.pop() if self._readers else None
+            used, result = await trio.to_thread.run_sync(read_in_thread, self._path, conn, fn)
+            self._readers.append(used)
+            return result.unwrap()
+
+    # -- the Store protocol -------------------------------------------------------------------
+
+    async def admit(self, job: NewJob, limits: Limits) -> Submitted:
+        submitted = await self._write(lambda conn: sql.admit(conn, job, limits))
+        if isinstance(submitted, SubmitError):
+            raise submitted
+        if not submitted.reused:
+            self._live.add(submitted.id)
+        return submitted
+
+    async def recover(self, now: float) -> list[str]:
+        failed = await self._write(lambda conn: sql.interrupt(conn, sql.live_ids(conn), now))
+        for job_id in failed:
+            self._live.discard(job_id)
+        return failed
+
+    async def start_target(self, job_id: str, idx: int, now: float) -> bool:
+        """Queue the running mark and return at once (see the class docstring)."""
+        if self._writer is None:
+            raise StoreError(f"{self._path} was opened read-only")
+        await trio.lowlevel.checkpoint()
+        if job_id not in self._live:
+            return False
+        self._writer.post(lambda conn: sql.start_target(conn, job_id, idx, now))
+        return True
+
+    async def release_target(self, job_id: str, idx: int, now: float) -> None:
+        await self._write(lambda conn: sql.release_target(conn, job_id, idx, now))
+
+    async def finish_target(
+        self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
+    ) -> Stored:
+        stored = await self._write(
+            lambda conn: sql.finish_target(conn, job_id, idx, outcome, now, max_bytes)
+        )
+        if stored.terminal is not None:
+            self._live.discard(job_id)
+        return stored
+
+    async def cancel(self, job_id: str, now: float) -> Job | None:
+        before = await self._write(lambda conn: sql.cancel(conn, job_id, now))
+        if before is not None:
+            self._live.discard(job_id)
+        return before
+
+    async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
+        ids = list(job_ids)
+        if not ids:
+            await trio.lowlevel.checkpoint()
+            return []
+        failed = await self._write(lambda conn: sql.interrupt(conn, ids, now))
+        for job_id in failed:
+            self._live.discard(job_id)
+        return failed
+
+    async def touch(self, job_id: str, now: float) -> bool:
+        return await self._write(lambda conn: sql.touch(conn, job_id, now))
+
+    async def snapshot(self, job_id: str) -> Snapshot | None:
+        return await self._read(lambda conn: sql.snapshot(conn, job_id))
+
+    async def cache_get(self, key: str) -> CacheEntry | None:
+        return await self._read(lambda conn: sql.cache_get(conn, key))
+
+    async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
+        await self._write(lambda conn: sql.cache_put(conn, key, entry, max_bytes))
+
+
+def read_in_thread(
+    path: str, conn: sqlite3.Connection | None, fn: Callable[[sqlite3.Connection], T]
+) -> tuple[sqlite3.Connection, outcome.Outcome[T]]:
+    if conn is None:
+        conn = connect(path, readonly=True)
+    conn.execute("BEGIN")  # one snapshot for the whole read
+    try:
+        return conn, outcome.capture(fn, conn)
+    finally:
+        conn.execute("COMMIT")
