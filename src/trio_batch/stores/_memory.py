@@ -73,6 +73,9 @@ class MemoryStore:
     Every operation checkpoints once and then runs without awaiting, which is what makes it
     atomic. Sweeping and eviction pop a heap of finished jobs ordered by lease, so their cost
     does not grow with the number of live jobs.
+
+    Cancellation: every method is a checkpoint that comes before any change, so a method that
+    raises :class:`trio.Cancelled` had no effect, and one that returns has all of it.
     """
 
     def __init__(self) -> None:
