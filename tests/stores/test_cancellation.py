@@ -7,14 +7,19 @@ what was stored.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
 from trio_batch import Result, Target, TargetState
-from trio_batch.stores import CacheEntry, Limits, NewJob, Outcome, Store
+from trio_batch.stores import CacheEntry, Limits, MemoryStore, NewJob, Outcome, SQLiteStore, Store
+
+from ..conftest import STORE_KINDS
+from ..pg_support import PG_DSN
 
 NOW = 1_800_000_000.0
 LIMITS = Limits(ttl=3600.0, targets_per_job=8, jobs_per_caller=1, jobs_total=8)
@@ -166,3 +171,45 @@ class TestCancelledMidCall:
         else:
             assert scope.cancelled_caught
             assert snap is None
+
+
+@asynccontextmanager
+async def open_store(kind: str, tmp_path: Path) -> AsyncIterator[Store]:
+    if kind == "memory":
+        async with MemoryStore() as memory:
+            yield memory
+    elif kind == "sqlite":
+        async with SQLiteStore.open(tmp_path / "closed.sqlite") as sqlite:
+            yield sqlite
+    else:
+        from ..pg_support import open_test_store
+
+        async with open_test_store(PG_DSN) as pg:
+            yield pg
+
+
+class TestClosed:
+    @pytest.mark.parametrize("kind", STORE_KINDS)
+    async def test_every_method_raises_closed_resource_error_after_close(
+        self, kind: str, tmp_path: Path
+    ) -> None:
+        """A store used after its block has exited says so, on every backend."""
+        async with open_store(kind, tmp_path) as store:
+            job_id = await admitted(store)
+        done = Outcome(TargetState.FAILED, error="e")
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.admit(new_job("j2", key="k2"), LIMITS),
+            lambda: store.recover(NOW),
+            lambda: store.start_target(job_id, 0, NOW),
+            lambda: store.release_target(job_id, 0, NOW),
+            lambda: store.finish_target(job_id, 0, done, NOW, 10**9),
+            lambda: store.cancel(job_id, NOW),
+            lambda: store.interrupt([job_id], NOW),
+            lambda: store.snapshot(job_id),
+            lambda: store.touch(job_id, NOW),
+            lambda: store.cache_get("key"),
+            lambda: store.cache_put("key", CacheEntry(b"", "{}", NOW, NOW), 10),
+        ]
+        for call in calls:
+            with pytest.raises(trio.ClosedResourceError):
+                await call()

@@ -88,15 +88,23 @@ class MemoryStore:
         self._bytes = 0
         self._cache: dict[str, CacheEntry] = {}  # insertion order = stored order
         self._cache_bytes = 0
+        self._closed = False
 
     async def __aenter__(self) -> MemoryStore:
         await trio.lowlevel.checkpoint()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await trio.lowlevel.checkpoint()
+        await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the store: every later call raises :class:`trio.ClosedResourceError`."""
+        self._closed = True
+        await trio.lowlevel.checkpoint()
+
+    async def _checkpoint(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("this MemoryStore is closed")
         await trio.lowlevel.checkpoint()
 
     @property
@@ -105,7 +113,7 @@ class MemoryStore:
         return self._bytes
 
     async def admit(self, job: NewJob, limits: Limits) -> Submitted:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         previous = self._jobs.get(self._by_key.get((job.caller, job.key), ""))
         if (
             previous is not None
@@ -133,11 +141,11 @@ class MemoryStore:
         return Submitted(job.id, False)
 
     async def recover(self, now: float) -> list[str]:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         return self._interrupt([j.id for j in self._jobs.values() if j.status.live], now)
 
     async def start_target(self, job_id: str, idx: int, now: float) -> bool:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         row = self._jobs.get(job_id)
         if row is None or not row.status.live:
             return False
@@ -147,7 +155,7 @@ class MemoryStore:
         return True
 
     async def release_target(self, job_id: str, idx: int, now: float) -> None:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         row = self._jobs.get(job_id)
         if row is not None and row.targets[idx].status is TargetState.RUNNING:
             row.targets[idx].status = TargetState.PENDING
@@ -156,7 +164,7 @@ class MemoryStore:
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
     ) -> Stored:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         row = self._jobs.get(job_id)
         if row is None:
             return Stored(None)
@@ -179,7 +187,7 @@ class MemoryStore:
         return Stored(terminal, self._evict(max_bytes))
 
     async def cancel(self, job_id: str, now: float) -> Job | None:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         row = self._jobs.get(job_id)
         if row is None or not row.status.live:
             return None
@@ -188,7 +196,7 @@ class MemoryStore:
         return before
 
     async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         return self._interrupt(job_ids, now)
 
     def _interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
@@ -206,7 +214,7 @@ class MemoryStore:
         return failed
 
     async def snapshot(self, job_id: str) -> Snapshot | None:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         row = self._jobs.get(job_id)
         if row is None:
             return None
@@ -225,7 +233,7 @@ class MemoryStore:
         return Snapshot(row.view(), targets)
 
     async def touch(self, job_id: str, now: float) -> bool:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         row = self._jobs.get(job_id)
         if row is None:
             return False
@@ -235,11 +243,11 @@ class MemoryStore:
         return True
 
     async def cache_get(self, key: str) -> CacheEntry | None:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         return self._cache.get(key)
 
     async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
-        await trio.lowlevel.checkpoint()
+        await self._checkpoint()
         old = self._cache.pop(key, None)
         if old is not None:
             self._cache_bytes -= len(old.body)

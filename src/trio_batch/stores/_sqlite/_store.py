@@ -164,6 +164,8 @@ class SQLiteStore(metaclass=NoPublicConstructor):
         """Queue the running mark and return at once (see the class docstring)."""
         if self._writer is None:
             raise StoreError(f"{self._path} was opened read-only")
+        if self._closed:
+            raise trio.ClosedResourceError("this SQLiteStore is closed")
         await trio.lowlevel.checkpoint()
         if job_id not in self._live:
             return False
