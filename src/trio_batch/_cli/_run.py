@@ -20,9 +20,9 @@ import ipaddress
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, final
+from typing import IO, final
 
 import trio
 
@@ -208,7 +208,7 @@ def target_line(idx: int, target: TargetStatus) -> dict[str, JSONValue]:
     return {**target_json(target), "idx": idx}
 
 
-def dump_line(data: dict[str, Any]) -> str:
+def dump_line(data: Mapping[str, JSONValue]) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
@@ -276,7 +276,7 @@ class _LineWriter:
     """Writes the lines in input order as the jobs holding them finish."""
 
     def __init__(
-        self, out: Callable[[str], None], items: dict[int, dict[str, Any] | _Job], total: int
+        self, out: Callable[[str], None], items: dict[int, dict[str, JSONValue] | _Job], total: int
     ) -> None:
         self._out = out
         self._items = items  # idx -> a ready line (refused target) or the job holding it
@@ -285,14 +285,16 @@ class _LineWriter:
         self.done = 0
         self.failed = 0
 
-    def _emit(self, line: dict[str, Any]) -> None:
+    def _emit(self, line: dict[str, JSONValue]) -> None:
         if line["status"] == TargetState.DONE:
             self.done += 1
         else:
             self.failed += 1
         self._out(dump_line(line))
 
-    async def flush(self, read: Callable[[str], Any], *, partial: bool = False) -> None:
+    async def flush(
+        self, read: Callable[[str], Awaitable[Snapshot | None]], *, partial: bool = False
+    ) -> None:
         """Write every line that is ready, in input order.
 
         A job's lines are ready when it has finished. With ``partial`` (after an interrupt),
@@ -376,7 +378,7 @@ async def run_batch(
         check = precheck_func(allow)
     else:
         check = lambda url: None  # noqa: E731 - a custom fetch function checks for itself
-    items: dict[int, dict[str, Any] | _Job] = {}
+    items: dict[int, dict[str, JSONValue] | _Job] = {}
     batch: list[_Job] = []
     tracker = ProgressTracker(total=len(targets))
     current: _Job | None = None
