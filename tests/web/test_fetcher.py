@@ -456,7 +456,7 @@ class TestCache:
                 trio.from_thread.run_sync(scope.cancel)
                 return body.data.decode(), {"mode": "text"}
 
-            monkeypatch.setattr(trio_batch.web._fetcher, "shape", cancel_then_shape)
+            monkeypatch.setattr(trio_batch.web._isolate, "shape", cancel_then_shape)
             store = typing.cast("Store", EagerCache())
             async with mock_fetcher(text_handler("shaped"), store=store) as fetch:
                 await fetch(CALLER, Target(f"{SITE}/"))

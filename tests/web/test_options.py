@@ -79,7 +79,7 @@ class TestValidateOptions:
         [
             (Options(mode="pdf"), "unknown mode 'pdf'"),
             (Options(grep="(unclosed"), "grep is not a valid regular expression"),
-            (Options(jq=".items[ | .name"), "the jq program does not compile: jq: error"),
+            (Options(jq=".items[ | .name"), "does not compile: '[' at character 7 is never closed"),
             (Options(jq="env.HOME"), "'env'"),
             (Options(jq="$ENV.PATH"), "'$ENV'"),
             (Options(jq='"\\(input)"'), "'input'"),

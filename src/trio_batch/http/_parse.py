@@ -3,6 +3,11 @@
 Each check fails with a 400 (413 for a body too big) whose ``field`` names the input at fault,
 like ``targets[2].options.mode``. The options' names and JSON types come from
 ``trio_batch.Options`` itself, so the API, its OpenAPI document and the engine cannot drift.
+
+JSON may carry any string, including a lone surrogate (``"\\ud800"``), which is not Unicode
+text: it cannot be encoded, so it could not be hashed, stored or even echoed in an answer. A
+name the body sends is echoed escaped (:func:`shown`), and a string value that is not valid text
+is refused with a 400 naming its field, before anything else reads it.
 """
 
 from __future__ import annotations
@@ -96,6 +101,34 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not allowed")
 
 
+_SHOWN_CHARS = 64
+
+
+def shown(name: str) -> str:
+    """A name from the request as an answer may quote it: at most 64 characters, and
+    JSON-escaped (``\\ud800``, ``\\n``) unless it is printable text."""
+    short = name if len(name) <= _SHOWN_CHARS else name[:_SHOWN_CHARS] + "..."
+    return short if short.isprintable() else json.dumps(short)[1:-1]
+
+
+def check_text(field: str, value: str) -> None:
+    """Refuse a string that is not valid Unicode text: a lone surrogate such as ``\\ud800``.
+
+    Raises:
+        ApiError: 400 naming ``field``; the value is never quoted.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(
+            400,
+            f"{field} is not valid Unicode text: character {exc.start + 1} is a lone surrogate",
+            "send the text as UTF-8; a \\uD800-\\uDFFF escape in JSON must be one half of a "
+            "surrogate pair",
+            field=field,
+        ) from None
+
+
 def _type_name(value: object) -> str:
     if value is None:
         return "null"
@@ -122,9 +155,9 @@ def parse_target(item: object, where: str) -> Target:
         if name not in ("url", "options"):
             raise ApiError(
                 400,
-                f"{where}.{name} is not a field; a target has url and options",
+                f"{where}.{shown(name)} is not a field; a target has url and options",
                 "remove the field",
-                field=f"{where}.{name}",
+                field=f"{where}.{shown(name)}",
             )
     url = item.get("url")
     if not isinstance(url, str) or not url:
@@ -135,6 +168,7 @@ def parse_target(item: object, where: str) -> Target:
             "give every target an absolute http(s) URL",
             field=f"{where}.url",
         )
+    check_text(f"{where}.url", url)
     raw = item.get("options", {})
     if not isinstance(raw, dict):
         raise ApiError(
@@ -147,9 +181,10 @@ def parse_target(item: object, where: str) -> Target:
         if types is None:
             raise ApiError(
                 400,
-                f"{where}.options.{name} is not an option; options: {', '.join(OPTION_TYPES)}",
+                f"{where}.options.{shown(name)} is not an option; options: "
+                f"{', '.join(OPTION_TYPES)}",
                 "remove the option",
-                field=f"{where}.options.{name}",
+                field=f"{where}.options.{shown(name)}",
             )
         if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
             raise ApiError(
@@ -157,6 +192,8 @@ def parse_target(item: object, where: str) -> Target:
                 f"{where}.options.{name} must be {_OPTION_WANTED[name]} (got {_type_name(value)})",
                 field=f"{where}.options.{name}",
             )
+        if isinstance(value, str):
+            check_text(f"{where}.options.{name}", value)
     return Target(url, Options(**raw))
 
 
@@ -173,9 +210,9 @@ def parse_batch(data: object) -> list[Target]:
         if name != "targets":
             raise ApiError(
                 400,
-                f"{name} is not a field; the body has one field, targets",
+                f"{shown(name)} is not a field; the body has one field, targets",
                 "remove the field",
-                field=name,
+                field=shown(name),
             )
     if "targets" not in data:
         raise ApiError(

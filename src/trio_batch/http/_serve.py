@@ -1,4 +1,4 @@
-"""Serving the app with hypercorn's Trio worker."""
+"""Serving the app with hypercorn's Trio worker, behind the lingering close of ``_linger``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import cast
 
 import trio
 from starlette.types import ASGIApp
+
+from ._linger import LingeringClose
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -27,6 +29,11 @@ async def serve(
     When ``shutdown_trigger`` returns, the server stops accepting connections, gives requests
     in flight up to ``graceful_timeout`` seconds to finish, and returns. Cancelling it stops
     at once. It handles no signals itself: its caller decides when to stop.
+
+    An answer sent before the request body was read (a 413 for a body over the cap, a 401)
+    says ``Connection: close``, and the rest of the body is read and discarded (at most
+    16 MiB, for at most 5 s) before the connection closes, so the client reads the answer
+    instead of a connection reset.
     """
     from hypercorn.config import Config as HypercornConfig
     from hypercorn.trio import serve as hypercorn_serve
@@ -41,7 +48,7 @@ async def serve(
 
     async def run(task_status: trio.TaskStatus[list[str]]) -> None:
         await hypercorn_serve(
-            cast("ASGIFramework", app),
+            cast("ASGIFramework", LingeringClose(app)),
             config,
             shutdown_trigger=shutdown_trigger,
             task_status=task_status,

@@ -22,7 +22,7 @@ from ._fetcher import (
     WebFetcherStatistics as WebFetcherStatistics,
 )
 from ._guard import Resolver as Resolver, precheck as precheck
-from ._shape import validate_options as validate_options
+from ._options import validate_options as validate_options
 
 __all__ = [
     "DEFAULT_USER_AGENT",

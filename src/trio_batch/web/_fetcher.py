@@ -2,12 +2,14 @@
 
 This module holds :class:`WebFetcher`, its pools and the redirect loop. What a failure tells
 the agent is in ``_errors``, the response cache in ``_cache``, the URL and address guard in
-``_guard``, the pinned connections in ``_net`` and the options in ``_shape``.
+``_guard``, the pinned connections in ``_net``, a response's head and its redirect in
+``_response``, the submit-time option checks in ``_options``, shaping in ``_shape``
+(``question`` in ``_question``) and the worker processes it runs in, in ``_isolate``.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 import ssl
 import time
@@ -42,8 +44,19 @@ from ._guard import (
     redact_url,
     system_resolver,
 )
+from ._isolate import ShapeLimits, Shaper, open_shaper
 from ._net import PINS, PinnedBackend, PinnedTransport
-from ._shape import Body, shape, validate_options
+from ._options import validate_options
+from ._response import (
+    LOCATION,
+    REDIRECTS,
+    Download,
+    Refused,
+    content_type,
+    hide_location,
+    next_hop,
+)
+from ._shape import Body
 
 logger = logging.getLogger("trio_batch.web")
 
@@ -52,23 +65,6 @@ _ACCEPT: Final = (
     "text/html,application/xhtml+xml,application/json;q=0.9,application/pdf;q=0.9,"
     "text/*;q=0.8,*/*;q=0.5"
 )
-_REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
-
-
-class _Refused(Exception):
-    """The guard refused a hop; carries the TargetError (never served from the cache)."""
-
-    def __init__(self, error: TargetError) -> None:
-        super().__init__(error.msg)
-        self.error = error
-
-
-@dataclass(frozen=True, slots=True)
-class _Download:
-    body: Body
-    status: int
-    redirects: int
-    cache_control: str
 
 
 @final
@@ -86,16 +82,6 @@ class WebFetcherStatistics:
     """Callers with a fetch in flight or waiting."""
 
 
-def _content_type(value: str) -> tuple[str, str | None]:
-    mime, *params = value.split(";")
-    charset = None
-    for param in params:
-        key, _, val = param.partition("=")
-        if key.strip().lower() == "charset":
-            charset = val.strip().strip("\"'") or None
-    return mime.strip().lower(), charset
-
-
 @final
 class WebFetcher:
     """A fetch function for real web pages (SPEC §6), used as ``fetch=`` of the engine.
@@ -111,7 +97,9 @@ class WebFetcher:
     refuses it unless every address is allowed, connects to those checked addresses only,
     follows at most ``max_redirects`` redirects (each checked the same way), reads at most
     ``max_bytes`` of body, all within ``timeout`` seconds of Trio's clock; then it shapes the
-    body as the target's options ask, in a worker thread.
+    body as the target's options ask: in a worker process with a CPU-time and a memory limit
+    (killed and replaced when it goes over), or, when that is cheap and bounded whatever the
+    body says (plain text, JSON without jq), in a thread.
 
     Args:
         store: where the response cache lives (``cache_get``/``cache_put``); None, no cache.
@@ -138,9 +126,17 @@ class WebFetcher:
             callers share one cache.
         max_retry_after: the most seconds of an upstream ``Retry-After`` that is honoured.
         wall_clock: unix time for cache timestamps and HTTP-date ``Retry-After`` values.
+        shape_workers: worker processes that shape bodies (jq, grep, HTML, PDF, long
+            ``question``s), so at most this many at once; one caller gets at most
+            ``shape_workers - 1`` of them (at least 1).
+        shape_cpu_seconds: CPU seconds one target's shaping may use (and twice that plus 5 s
+            of wall time); over it, the worker is killed and the target fails (422).
+        shape_memory: bytes of address space of each shaping worker (at least 256 MiB); a
+            target that needs more fails (422).
 
     Raises:
-        ValueError: a non-positive number, naming the setting.
+        ValueError: a non-positive number (or a ``shape_memory`` under 256 MiB), naming the
+            setting.
     """
 
     def __init__(
@@ -164,6 +160,9 @@ class WebFetcher:
         restricted: Callable[[Caller], bool] = lambda caller: False,
         max_retry_after: float = 120.0,
         wall_clock: Callable[[], float] = time.time,
+        shape_workers: int = 2,
+        shape_cpu_seconds: float = 10.0,
+        shape_memory: int = 2**30,
     ) -> None:
         for name, value in (
             ("timeout", timeout),
@@ -203,8 +202,9 @@ class WebFetcher:
         self._wall_clock = wall_clock
         self._pool = trio.CapacityLimiter(pool_size)
         self._callers: dict[str, trio.CapacityLimiter] = {}
-        # Shaping is CPU work (PDF text, jq, regexes): two threads match the machine's cores.
-        self._cpu = trio.CapacityLimiter(2)
+        self._shape_limits = ShapeLimits(shape_workers, shape_cpu_seconds, shape_memory)
+        self._shaper: Shaper | None = None
+        self._stack = contextlib.AsyncExitStack()
         self._client: httpx.AsyncClient | None = None
         self._closed = False
 
@@ -213,8 +213,9 @@ class WebFetcher:
     async def __aenter__(self) -> WebFetcher:
         """Open the connection pool; a fetcher is entered once, in one ``async with`` block.
 
-        Cancellation: entering opens no connection (the first fetch does), so there is
-        nothing for a cancel to leave half open.
+        Cancellation: entering opens no connection (the first fetch does) and starts no
+        process (the first job that needs a shaping worker does), so there is nothing for a
+        cancel to leave half open.
 
         Raises:
             trio.ClosedResourceError: the fetcher was open before and is closed now.
@@ -240,11 +241,15 @@ class WebFetcher:
             trust_env=False,  # no proxies from the environment: they would bypass the guard
             timeout=httpx.Timeout(self._timeout),
             headers={"User-Agent": self._user_agent, "Accept": _ACCEPT},
+            event_hooks={"response": [hide_location]},
         )
         # One client serves every caller: never keep a site's cookies for the next one.
         # (httpx copies a jar given to its constructor, so the policy goes on its own jar.)
         client.cookies.jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
-        await client.__aenter__()
+        async with contextlib.AsyncExitStack() as stack:
+            self._shaper = await stack.enter_async_context(open_shaper(self._shape_limits))
+            await stack.enter_async_context(client)
+            self._stack = stack.pop_all()
         self._client = client
         return self
 
@@ -264,16 +269,21 @@ class WebFetcher:
         still in flight are not waited for, so close the fetcher after them: with the engine's
         block inside the fetcher's, the engine has cancelled its fetches by then.
 
+        Shaping workers end too: closing waits for jobs still running in them (each within its
+        wall time, ``2 * shape_cpu_seconds + 5``), then ends the idle ones; a worker that does
+        not end cleanly is logged and killed, never raised.
+
         Cancellation: the fetcher is closed even if this raises :class:`trio.Cancelled`: it is
-        marked closed before the first checkpoint, and httpcore shields the closing of pooled
-        connections, so none is left open.
+        marked closed before the first checkpoint, httpcore shields the closing of pooled
+        connections, and trio-parallel shields the end of its workers, so none is left open.
         """
         client, self._client = self._client, None
         self._closed = True
-        if client is not None:
-            await client.aclose()
-        else:
+        self._shaper = None
+        if client is None:
             await trio.lowlevel.checkpoint()
+            return
+        await self._stack.aclose()
 
     def statistics(self) -> WebFetcherStatistics:
         """The pool's state now."""
@@ -319,11 +329,13 @@ class WebFetcher:
         Cancellation: a cancelled call is abandoned and raises :class:`trio.Cancelled`: the
         slots it held or waited for are given back, and a request in flight is dropped with its
         connection (httpcore closes, and never reuses, a connection cancelled mid-exchange).
-        Shaping runs in a worker thread that is not abandoned, so a cancel that arrives then
-        takes effect when the thread is done. Nothing is cached for a cancelled call, unless
-        the cancel arrives after the store began writing the entry (whether a store's write
-        can be cancelled is the store's contract). The engine cancels its fetches only when it
-        closes (or its block is cancelled), and stores no outcome for a cancelled fetch.
+        Shaping in a worker process is killed at once (the worker is replaced); shaping in a
+        thread (cheap and short, see ``docs/web.md``) is not abandoned, so a cancel that
+        arrives then takes effect when the thread is done. Nothing is cached for a cancelled
+        call, unless the cancel arrives after the store began writing the entry (whether a
+        store's write can be cancelled is the store's contract). The engine cancels its
+        fetches only when it closes (or its block is cancelled), and stores no outcome for a
+        cancelled fetch.
         """
         client = self._client
         if client is None:
@@ -347,7 +359,7 @@ class WebFetcher:
             return from_cache(cached, start=start, now=now, stale=None)
         try:
             download = await self._fetch_network(client, caller, checked)
-        except _Refused as refused:
+        except Refused as refused:
             logger.debug("web fetch refused by the guard")
             raise refused.error from None
         except TargetError as error:
@@ -355,9 +367,9 @@ class WebFetcher:
             if options.recover and cached is not None:
                 return from_cache(cached, start=start, now=self._wall_clock(), stale=error)
             raise
-        content, extra = await trio.to_thread.run_sync(
-            functools.partial(shape, download.body, options), limiter=self._cpu
-        )
+        shaper = self._shaper
+        assert shaper is not None  # set with the client
+        content, extra = await shaper.run(caller.name, download.body, options)
         meta: dict[str, object] = {
             "url": redact_url(download.body.url),
             "status": download.status,
@@ -368,7 +380,7 @@ class WebFetcher:
             "cached": False,
             **extra,
         }
-        # Shaping ignores a cancel until its thread is done: honour it before caching.
+        # Shaping in a thread ignores a cancel until it is done: honour it before caching.
         await trio.lowlevel.checkpoint_if_cancelled()
         await self._cache.put(key, caller, content, meta, download.cache_control)
         logger.debug(
@@ -383,7 +395,7 @@ class WebFetcher:
 
     async def _fetch_network(
         self, client: httpx.AsyncClient, caller: Caller, checked: Checked
-    ) -> _Download:
+    ) -> Download:
         """Take the pool slots, then download within the deadline."""
         limiter = self._callers.get(caller.name)
         if limiter is None:
@@ -410,7 +422,7 @@ class WebFetcher:
             if not stats.borrowed_tokens and not stats.tasks_waiting:
                 self._callers.pop(caller.name, None)
 
-    async def _download(self, client: httpx.AsyncClient, first: Checked) -> _Download:
+    async def _download(self, client: httpx.AsyncClient, first: Checked) -> Download:
         pins: dict[tuple[str, int], tuple[str, ...]] = {}
         token = PINS.set(pins)
         try:
@@ -422,9 +434,15 @@ class WebFetcher:
                     response = await client.send(request, stream=True)
                 try:
                     with map_transport_errors(port=current.port, timeout=self._timeout):
-                        location = response.headers.get("location")
-                        if response.status_code in _REDIRECTS and location:
-                            current = self._next_hop(current, location, hop)
+                        location = response.headers.get(LOCATION)
+                        if response.status_code in REDIRECTS and location:
+                            current = next_hop(
+                                current,
+                                location,
+                                hop,
+                                max_redirects=self._max_redirects,
+                                allow=self._allow,
+                            )
                             continue
                         return await self._read(response, current, hop)
                 finally:
@@ -432,33 +450,6 @@ class WebFetcher:
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
             PINS.reset(token)
-
-    def _next_hop(self, current: Checked, location: str, hop: int) -> Checked:
-        if hop >= self._max_redirects:
-            raise TargetError(
-                f"the site redirected more than {self._max_redirects} times",
-                hint="the URL loops or bounces through many addresses: open the page's final "
-                "address directly",
-                status=502,
-            )
-        try:
-            target = current.url.join(location)
-        except (httpx.InvalidURL, ValueError):
-            raise TargetError(
-                "the site redirected to an invalid address",
-                hint="the site's redirect is broken; look for the page's current address",
-                status=502,
-            ) from None
-        try:
-            return check_url(str(target), self._allow)
-        except TargetError as refused:
-            raise _Refused(
-                TargetError(
-                    f"the page redirects to a URL that cannot be fetched: {refused.msg}",
-                    hint=refused.hint,
-                    status=403,
-                )
-            ) from None
 
     async def _addresses(self, current: Checked, hop: int) -> tuple[str, ...]:
         """The checked addresses to connect to for this hop's host."""
@@ -471,7 +462,7 @@ class WebFetcher:
         """Resolve ``host`` once and check every answer.
 
         Raises:
-            _Refused: an answer is not allowed (status 403).
+            Refused: an answer is not allowed (status 403).
             TargetError: the name does not resolve (status 502).
         """
         try:
@@ -487,7 +478,7 @@ class WebFetcher:
         checked = check_addresses(answers, self._allow)
         if checked is None:
             where = "the page redirects to a host that" if hop else "the host name"
-            raise _Refused(
+            raise Refused(
                 TargetError(
                     f"{where} resolves to a private or otherwise non-public address",
                     hint="only public web addresses can be fetched; an operator can allow an "
@@ -497,7 +488,7 @@ class WebFetcher:
             )
         return checked
 
-    async def _read(self, response: httpx.Response, current: Checked, hop: int) -> _Download:
+    async def _read(self, response: httpx.Response, current: Checked, hop: int) -> Download:
         status = response.status_code
         if status in BUSY_STATUSES:
             raise busy_error(
@@ -509,7 +500,7 @@ class WebFetcher:
         error = status_error(status)
         if error is not None:
             raise error
-        mime, charset = _content_type(response.headers.get("content-type", ""))
+        mime, charset = content_type(response.headers.get("content-type", ""))
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_bytes:
             raise too_large(int(declared), limit=self._max_bytes, mime=mime)
@@ -518,7 +509,7 @@ class WebFetcher:
             data += chunk
             if len(data) > self._max_bytes:
                 raise too_large(None, limit=self._max_bytes, mime=mime)
-        return _Download(
+        return Download(
             body=Body(bytes(data), mime, charset, str(current.url)),
             status=status,
             redirects=hop,

@@ -175,6 +175,13 @@ def check_url(url: str, allow: Sequence[Network]) -> Checked:
             f"the URL is {len(url):,} characters; the limit is {MAX_URL_CHARS:,}",
             "shorten the URL, for example by dropping tracking parameters",
         )
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _refuse(
+            "the URL is not valid Unicode text (it has a lone surrogate)",
+            "send the URL as UTF-8 text; percent-encode anything else",
+        ) from None
     if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url) or "\\" in url:
         raise _refuse(
             "the URL contains whitespace, control characters or backslashes",

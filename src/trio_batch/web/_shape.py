@@ -1,8 +1,10 @@
 """Turning a response body into the content an agent asked for (SPEC §6 options).
 
-Pure functions over bytes: the fetcher runs :func:`shape` in a worker thread so a big PDF or
-a jq program never blocks the event loop. Every failure is a ``TargetError`` that says what was
-wrong and what to ask for instead.
+Pure functions over bytes. :func:`shape` runs user code (jq, grep) and parsers with
+superlinear worst cases (``html.parser``, pypdf) on untrusted input, so the fetcher runs it in a
+worker process with CPU and memory limits (``_isolate``); only work that is cheap and bounded
+whatever the input runs in a thread of the service. Every failure is a ``TargetError`` that
+says what was wrong and what to ask for instead.
 """
 
 from __future__ import annotations
@@ -11,10 +13,8 @@ import codecs
 import io
 import json
 import logging
-import math
 import re
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, TypeAlias
@@ -25,28 +25,14 @@ import regex
 from .._errors import TargetError
 from .._model import Options
 from ._html import html_to_text
+from ._options import GREP_HINT, JQ_HINT, check_grep, check_jq, lone_surrogate, parse_pages
+from ._question import answer
 
 Kind: TypeAlias = Literal["html", "json", "pdf", "text"]
 
-MODES: Final = ("text", "markdown", "html", "raw")
 GREP_CONTEXT_LINES: Final = 2
-QUESTION_PASSAGES: Final = 3
 GREP_SECONDS: Final = 2.0
 JQ_MAX_OUTPUTS: Final = 10_000
-_MAX_OPTION_CHARS: Final = 4096
-
-_JQ_DENIED = regex.compile(
-    r"\$ENV\b|\$__prog|(?<![\w$.])(env|import|include|input|inputs|debug|stderr|input_filename"
-    r"|halt|halt_error|get_search_list|modulemeta|get_prog_origin|get_jq_origin)(?!\w)"
-)
-_PAGES = re.compile(r"^\s*\d+\s*(-\s*\d*\s*)?(,\s*\d+\s*(-\s*\d*\s*)?)*$")
-_WORD = re.compile(r"\w+")
-_STOPWORD_TEXT: Final = (
-    "a an and are as at be but by did do does for from had has have how i if in into is it its "
-    "me my of on or our so than that the their them then there these they this to was we were "
-    "what when where which who whom why will with you your"
-)
-_STOPWORDS: Final = frozenset(_STOPWORD_TEXT.split())
 
 
 def _bad(msg: str, hint: str) -> TargetError:
@@ -55,26 +41,6 @@ def _bad(msg: str, hint: str) -> TargetError:
 
 def _not_applicable(msg: str, hint: str) -> TargetError:
     return TargetError(msg, hint=hint, status=422)
-
-
-def parse_pages(spec: str) -> list[tuple[int, int | None]]:
-    """Page ranges ``1-3,7,10-`` as ``[(1, 3), (7, 7), (10, None)]`` (1-based, inclusive).
-
-    Raises:
-        TargetError: not a page list, a page 0, or a range that runs backwards (status 400).
-    """
-    hint = "write page numbers and ranges from 1, such as pages=1-3,7 or pages=10- (to the end)"
-    if not _PAGES.match(spec):
-        raise _bad(f"pages must be page numbers and ranges such as 1-3,7 (got {spec!r})", hint)
-    ranges: list[tuple[int, int | None]] = []
-    for part in spec.replace(" ", "").split(","):
-        first, dash, last = part.partition("-")
-        start = int(first)
-        end: int | None = start if not dash else (int(last) if last else None)
-        if start < 1 or (end is not None and end < start):
-            raise _bad(f"pages has an invalid range {part!r} in {spec!r}", hint)
-        ranges.append((start, end))
-    return ranges
 
 
 class JqProgram(Protocol):
@@ -90,97 +56,33 @@ class JqProgram(Protocol):
 
 
 def compile_jq(program: str) -> JqProgram:
-    """The compiled jq program.
+    """The compiled jq program (user code: this runs in a shaping worker only).
 
     Raises:
-        TargetError: the program does not compile, or uses a builtin that reads the server's
-            environment or files (``env``, ``$ENV``, ``input``, ``import``...) (status 400).
+        TargetError: the program uses a refused builtin, or does not compile (status 400).
     """
-    denied = _JQ_DENIED.search(program)
-    if denied:
-        raise _bad(
-            f"the jq program uses {denied.group(0)!r}, which is not available here",
-            "jq runs on the response only: environment, input and module builtins are off",
-        )
+    check_jq(program)
     try:
         compiled: JqProgram = jq.compile(program)
     except ValueError as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
-        raise _bad(
-            f"the jq program does not compile: {detail}",
-            "check it against the jq manual; for example jq=.items[].name",
-        ) from None
+        raise _bad(f"the jq program does not compile: {detail}", JQ_HINT) from None
     return compiled
 
 
 def compile_grep(pattern: str) -> regex.Pattern[str]:
-    """The compiled ``grep`` pattern (Python ``re`` syntax).
+    """The compiled ``grep`` pattern, Python ``re`` syntax (user code: this runs in a shaping
+    worker only, after :func:`check_grep` bounded its repeats).
 
     Raises:
         TargetError: not a valid regular expression (status 400).
     """
+    check_grep(pattern)
     try:
         return regex.compile(pattern, flags=regex.VERSION0)
-    except regex.error as exc:
-        raise _bad(
-            f"grep is not a valid regular expression: {exc}",
-            "grep takes a Python regular expression such as price|cost or (?i)total; "
-            "escape special characters such as ( [ . with a backslash",
-        ) from None
-
-
-def validate_options(options: Options) -> None:
-    """Check a target's options before it is accepted; the HTTP API calls it at submit.
-
-    Refuses an unknown ``mode``, an invalid ``grep`` regular expression, a ``jq`` program that
-    does not compile (or reads the environment), a malformed ``pages`` list, options that cannot
-    go together (``jq`` with ``pages``, ``grep`` with ``question``, ``context`` without either),
-    and option values over 4,096 characters. Whether an option fits the response's content type
-    is only known at fetch time.
-
-    Raises:
-        trio_batch.TargetError: ``status`` 400, the message names the option and the problem.
-    """
-    if options.mode and options.mode not in MODES:
-        raise _bad(
-            f"unknown mode {options.mode!r}",
-            "mode is one of text (the default), markdown, html, raw",
-        )
-    for name in ("question", "pages", "grep", "jq"):
-        value: str = getattr(options, name)
-        if len(value) > _MAX_OPTION_CHARS:
-            raise _bad(
-                f"{name} is {len(value):,} characters; the limit is {_MAX_OPTION_CHARS:,}",
-                f"shorten {name}",
-            )
-    if options.question and not options.question.strip():
-        raise _bad("question is blank", "ask a question in words, or leave question out")
-    if options.grep:
-        compile_grep(options.grep)
-    if options.jq:
-        compile_jq(options.jq)
-    if options.pages:
-        parse_pages(options.pages)
-    if options.jq and options.pages:
-        raise _bad(
-            "jq and pages cannot be used together: jq reads JSON and pages reads a PDF",
-            "use jq for a JSON URL, or pages for a PDF URL",
-        )
-    if options.grep and options.question:
-        raise _bad(
-            "grep and question cannot be used together",
-            "use grep for exact lines, or question for the most relevant passages",
-        )
-    if options.jq and options.mode in ("html", "markdown"):
-        raise _bad(
-            f"mode={options.mode} does not apply with jq, whose output is JSON",
-            "leave mode out when using jq",
-        )
-    if options.context and not (options.grep or options.question):
-        raise _bad(
-            "context applies with grep or question only",
-            "add grep= or question=, or leave context out",
-        )
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        detail = str(exc) if isinstance(exc, regex.error) else type(exc).__name__
+        raise _bad(f"grep is not a valid regular expression: {detail}", GREP_HINT) from None
 
 
 # -- content types ------------------------------------------------------------------------------
@@ -254,6 +156,12 @@ def kind_of(body: Body) -> Kind:
     )
 
 
+_NOT_CHARSETS: Final = frozenset(
+    {"punycode", "idna", "unicode-escape", "raw-unicode-escape", "undefined"}
+)
+"""Python codecs a page may name but that are no web charset; punycode decodes in quadratic
+time in pure Python (40 KB: 0.3 s), so a hostile page could stall a thread with it."""
+
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 
 
@@ -276,10 +184,11 @@ def decode(body: Body, kind: Kind) -> str:
         if not name:
             continue
         try:
-            codecs.lookup(name)
-        except LookupError:
+            if codecs.lookup(name).name in _NOT_CHARSETS:
+                continue
+            return data.decode(name, errors="replace")
+        except LookupError:  # unknown, or a transform such as zlib that bytes.decode refuses
             continue
-        return data.decode(name, errors="replace")
     return data.decode("utf-8", errors="replace")
 
 
@@ -384,77 +293,6 @@ def _grep(text: str, pattern: str, context: bool, seconds: float) -> tuple[str, 
     return "\n".join(out) + ("\n" if out else ""), {"matches": len(matched)}
 
 
-def _paragraphs(text: str) -> list[str]:
-    paragraphs: list[str] = []
-    for block in re.split(r"\n\s*\n", text):
-        block = block.strip()
-        if not block:
-            continue
-        if len(block) <= 1200:
-            paragraphs.append(block)
-            continue
-        chunk = ""
-        for sentence in re.split(r"(?<=[.!?])\s+|\n", block):
-            if chunk and len(chunk) + len(sentence) > 600:
-                paragraphs.append(chunk)
-                chunk = ""
-            chunk = f"{chunk} {sentence}".strip()
-        if chunk:
-            paragraphs.append(chunk)
-    return paragraphs
-
-
-def _terms(text: str) -> list[str]:
-    terms = []
-    for word in _WORD.findall(text.lower()):
-        if word in _STOPWORDS:
-            continue
-        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-            word = word[:-1]
-        terms.append(word)
-    return terms
-
-
-def _question(text: str, question: str, context: bool) -> tuple[str, dict[str, object]]:
-    """The passages most relevant to ``question``: BM25 over paragraphs, in document order."""
-    paragraphs = _paragraphs(text)
-    docs = [Counter(_terms(p)) for p in paragraphs]
-    query = set(_terms(question))
-    n = len(docs)
-    avg = sum(sum(d.values()) for d in docs) / n if n else 0.0
-    k1, b = 1.5, 0.75
-    scores: list[float] = []
-    for doc in docs:
-        length = sum(doc.values())
-        score = 0.0
-        for term in query:
-            tf = doc.get(term, 0)
-            if not tf:
-                continue
-            df = sum(1 for d in docs if term in d)
-            idf = math.log((n - df + 0.5) / (df + 0.5) + 1)
-            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / (avg or 1)))
-        scores.append(score)
-    top = max(scores, default=0.0)
-    # Passages far below the best one only add noise: keep those within half of its score.
-    best = sorted(
-        (i for i in range(n) if scores[i] > 0 and scores[i] >= top / 2),
-        key=lambda i: (-scores[i], i),
-    )[:QUESTION_PASSAGES]
-    around = 1 if context else 0
-    keep = sorted({j for i in best for j in range(max(i - around, 0), min(i + around + 1, n))})
-    out: list[str] = []
-    for k, index in enumerate(keep):
-        if k and index != keep[k - 1] + 1:
-            out.append("[...]")
-        out.append(paragraphs[index])
-    passages = [{"paragraph": i + 1, "score": round(scores[i], 3)} for i in sorted(best)]
-    return "\n\n".join(out) + ("\n" if out else ""), {
-        "passages": passages,
-        "paragraphs": n,
-    }
-
-
 def shape(
     body: Body, options: Options, *, grep_seconds: float = GREP_SECONDS
 ) -> tuple[str, dict[str, object]]:
@@ -512,9 +350,11 @@ def shape(
             content = text
     if options.question:
         context = True if options.context is None else options.context
-        content, extra = _question(content, options.question, context)
+        content, extra = answer(content, options.question, context)
         meta.update(extra)
     elif options.grep:
         content, extra = _grep(content, options.grep, bool(options.context), grep_seconds)
         meta.update(extra)
+    if lone_surrogate(content) is not None:  # e.g. from a PDF's broken UTF-16 text strings
+        content = content.encode("utf-8", errors="replace").decode("utf-8")
     return content, meta

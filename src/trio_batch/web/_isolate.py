@@ -1,0 +1,351 @@
+"""Shaping outside the event loop and the GIL: worker processes with CPU and memory limits.
+
+A target's options run code the caller wrote (a jq program, a grep pattern) on a body a site
+wrote, through parsers whose worst case is superlinear (``html.parser`` takes 12 s on 64 KiB of
+``<a b='``; pypdf and jq allocate without bound). So :meth:`Shaper.run` sends such work to a
+``trio-parallel`` worker process that
+
+- has an address-space limit (``RLIMIT_AS``, ``memory`` bytes) and no core dumps, so a memory
+  bomb ends the worker, never the service;
+- gets ``cpu_seconds`` of CPU time per job (a CPU-time timer, ``ITIMER_PROF``, set afresh
+  before each job: its SIGPROF ends the worker even inside C code; ``RLIMIT_CPU`` one second
+  later is the kernel's backstop), and twice that plus 5 s of wall time, after which the job is
+  cancelled and ``kill_on_cancel`` kills the worker;
+- runs at a lower priority (nice 10), so on a busy machine the event loop gets the CPU first;
+- writes nothing to the service's stdout or stderr (jq prints its errors there).
+
+A dead worker is replaced by the next job (about 0.4 s to start one here). Only work that is
+cheap and bounded whatever the bytes say stays in the service, in a thread: decoding text, JSON
+without ``jq``, HTML source (``mode=html``/``raw``), and ``question`` on at most 64 KiB. Why
+trio-parallel, and the numbers behind these choices, are in ``docs/web.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Final, Protocol, TypeVar, final
+
+import trio
+import trio_parallel  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+from .._errors import TargetError
+from .._model import Options
+from ._shape import Body, kind_of, shape
+
+logger = logging.getLogger("trio_batch.web")
+T = TypeVar("T")
+
+IN_PROCESS_BYTES: Final = 64 * 1024
+"""Largest body ``question`` scores in the service's own thread (BM25 is linear: ~5 ms)."""
+MIN_MEMORY: Final = 256 * 2**20
+"""Smallest address-space limit a worker starts with (Python, jq and regex take ~50 MiB)."""
+NICE: Final = 10
+_IDLE_SECONDS: Final = 600.0
+_GRACE_SECONDS: Final = 5.0
+_LIMIT_HINT: Final = (
+    "ask for less: a smaller page (a section, or an API), fewer PDF pages (pages=1-5), "
+    "a jq program that keeps fewer values (limit(100; ...)), or a simpler grep pattern"
+)
+
+
+def in_process(body: Body, options: Options) -> bool:
+    """Whether shaping ``body`` is cheap and bounded whatever its bytes, so it may run in a
+    thread of the service: no user code (``grep``, ``jq``), no parser with a superlinear worst
+    case (HTML to text or Markdown, PDF), and ``question`` only on a body of at most
+    ``IN_PROCESS_BYTES``.
+    """
+    if options.grep or options.jq:
+        return False
+    try:
+        kind = kind_of(body)
+    except TargetError:
+        return True  # refused at once (415)
+    if kind == "pdf" or (kind == "html" and options.mode in ("", "text", "markdown")):
+        return False
+    return not options.question or len(body.data) <= IN_PROCESS_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeLimits:
+    """What one shaping job may use, and how many run at once."""
+
+    workers: int
+    """Worker processes, so at most this many jobs at once; one caller gets ``workers - 1``
+    of them (at least 1), so a single caller never holds every worker."""
+    cpu_seconds: float
+    """CPU time per job."""
+    memory: int
+    """Address space per worker process, in bytes."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"WebFetcher shape_workers must be >= 1 (got {self.workers!r})")
+        if not self.cpu_seconds > 0:
+            raise ValueError(f"WebFetcher shape_cpu_seconds must be > 0 (got {self.cpu_seconds!r})")
+        if self.memory < MIN_MEMORY:
+            raise ValueError(
+                f"WebFetcher shape_memory must be at least {MIN_MEMORY} bytes (256 MiB; "
+                f"got {self.memory!r})"
+            )
+
+    @property
+    def wall_seconds(self) -> float:
+        """Wall time per job: twice the CPU time (the worker may wait for a core), plus 5 s
+        (a worker that has to start first)."""
+        return 2 * self.cpu_seconds + 5
+
+    def over_time(self) -> TargetError:
+        """The error for a job stopped for time (status 422)."""
+        return TargetError(
+            f"shaping this response took more than {self.cpu_seconds:g} s of CPU time "
+            "(the limit per target)",
+            hint=_LIMIT_HINT,
+            status=422,
+        )
+
+    def over_memory(self) -> TargetError:
+        """The error for a job stopped for memory (status 422)."""
+        return TargetError(
+            f"shaping this response needed more than {_memory_text(self.memory)} of memory "
+            "(the limit per target)",
+            hint=_LIMIT_HINT,
+            status=422,
+        )
+
+
+def _memory_text(n: int) -> str:
+    """``n`` bytes as an operator writes them: ``1 GiB``, ``512 MiB``."""
+    if n % 2**30 == 0:
+        return f"{n // 2**30} GiB"
+    return f"{n / 2**20:.0f} MiB"
+
+
+# -- in the worker ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Shaped:
+    content: str
+    meta: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    msg: str
+    hint: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Broke:
+    what: str
+    """``memory``, or the type name of an unexpected exception."""
+
+
+_retire = False
+
+
+def _lower(which: int, value: int) -> None:
+    import resource
+
+    _soft, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(which, (value, value))
+
+
+def _worker_init(memory: int) -> None:
+    """Run once in each new worker, before its first job: limits, priority, quiet output."""
+    import resource
+
+    _lower(resource.RLIMIT_CORE, 0)
+    _lower(resource.RLIMIT_AS, memory)
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
+def _worker_retire() -> bool:
+    """Run after each job: a worker that ran out of memory is not trusted with another."""
+    return _retire
+
+
+def _job(body: Body, options: Options, cpu_seconds: float) -> _Shaped | _Failed | _Broke:
+    """Shape ``body`` in a worker, within ``cpu_seconds`` of CPU time from now."""
+    global _retire
+    import resource
+
+    # SIGPROF (its default action ends the process, even inside jq's C loop) after exactly
+    # cpu_seconds of CPU time; RLIMIT_CPU (whole seconds) is the kernel's backstop.
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + cpu_seconds) + 1
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
+    try:
+        content, meta = shape(body, options)
+    except TargetError as exc:
+        return _Failed(exc.msg, exc.hint, exc.status)
+    except MemoryError:
+        _retire = True
+        return _Broke("memory")
+    except RecursionError:
+        return _Failed(
+            "the response is nested too deeply to read",
+            hint="fetch another format of this content (an HTML page instead of a PDF, say)",
+            status=422,
+        )
+    except Exception as exc:
+        return _Broke(type(exc).__name__)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+    return _Shaped(content, meta)
+
+
+# -- in the service -----------------------------------------------------------------------------
+
+
+class WorkerContext(Protocol):
+    """What is used of ``trio_parallel.WorkerContext`` (trio-parallel ships no types)."""
+
+    async def run_sync(
+        self,
+        sync_fn: Callable[..., T],
+        *args: object,
+        kill_on_cancel: bool,
+        limiter: trio.CapacityLimiter,
+    ) -> T:
+        """``sync_fn(*args)`` in a worker process."""
+        ...
+
+
+def _exit_codes(*names: str) -> frozenset[int]:
+    """The exit codes of a process ended by these signals (those this platform has)."""
+    return frozenset(-int(getattr(signal, name)) for name in names if hasattr(signal, name))
+
+
+_TIME_SIGNALS: Final = _exit_codes("SIGPROF", "SIGXCPU", "SIGKILL")
+_MEMORY_SIGNALS: Final = _exit_codes("SIGABRT", "SIGSEGV", "SIGBUS")
+
+
+@final
+class Shaper:
+    """Shapes bodies: cheap ones in a thread, the rest in limited worker processes.
+
+    Made by :func:`open_shaper`, which owns the workers.
+    """
+
+    def __init__(self, context: WorkerContext, limits: ShapeLimits) -> None:
+        self._context = context
+        self._limits = limits
+        self._threads = trio.CapacityLimiter(2)  # in-process work is short: 2 at a time
+        self._workers = trio.CapacityLimiter(limits.workers)
+        self._per_caller = max(1, limits.workers - 1)
+        self._callers: dict[str, trio.CapacityLimiter] = {}
+        self._unlimited = trio.CapacityLimiter(math.inf)  # the slot is taken before the clock
+
+    async def run(self, caller: str, body: Body, options: Options) -> tuple[str, dict[str, object]]:
+        """The content ``options`` ask for from ``body``, and what they add to ``meta``.
+
+        Raises:
+            TargetError: what :func:`shape` raises, or the job went over its CPU time, wall
+                time or memory (status 422); the worker was killed and will be replaced.
+            RuntimeError: a worker died for another reason, or shaping hit a bug (logged with
+                the exception type only).
+
+        Cancellation: work in a thread is not abandoned (it is short: see
+        :func:`in_process`); a job in a worker process is killed at once.
+        """
+        if in_process(body, options):
+            return await trio.to_thread.run_sync(
+                functools.partial(shape, body, options), limiter=self._threads
+            )
+        limiter = self._callers.get(caller)
+        if limiter is None:
+            limiter = self._callers[caller] = trio.CapacityLimiter(self._per_caller)
+        try:
+            async with limiter, self._workers:
+                outcome = await self._in_worker(body, options)
+        finally:
+            stats = limiter.statistics()
+            if not stats.borrowed_tokens and not stats.tasks_waiting:
+                self._callers.pop(caller, None)
+        if isinstance(outcome, _Shaped):
+            return outcome.content, outcome.meta
+        if isinstance(outcome, _Failed):
+            raise TargetError(outcome.msg, hint=outcome.hint, status=outcome.status)
+        if outcome.what == "memory":
+            logger.info("a shaping job went over its memory limit")
+            raise self._limits.over_memory()
+        logger.error("shaping failed with %s", outcome.what, extra={"error_type": outcome.what})
+        raise RuntimeError(f"shaping failed with {outcome.what}")
+
+    async def _in_worker(self, body: Body, options: Options) -> _Shaped | _Failed | _Broke:
+        limits = self._limits
+        with trio.move_on_after(limits.wall_seconds):
+            try:
+                outcome = await self._context.run_sync(
+                    _job,
+                    body,
+                    options,
+                    limits.cpu_seconds,
+                    kill_on_cancel=True,
+                    limiter=self._unlimited,
+                )
+            except trio_parallel.BrokenWorkerError as exc:
+                raise self._broken(exc) from None
+            except MemoryError:  # the result was too big to pickle within the worker's limit
+                logger.info("a shaping job's result went over its memory limit")
+                raise limits.over_memory() from None
+            return outcome
+        logger.info("a shaping job went over its wall time; its worker was killed")
+        raise limits.over_time()
+
+    def _broken(self, exc: BaseException) -> Exception:
+        process = exc.args[-1] if exc.args else None
+        code = getattr(process, "exitcode", None)
+        if code in _TIME_SIGNALS:
+            logger.info("a shaping job went over its CPU time; its worker was killed")
+            return self._limits.over_time()
+        if code in _MEMORY_SIGNALS:
+            logger.info("a shaping job ran out of memory; its worker ended")
+            return self._limits.over_memory()
+        logger.warning(
+            "a shaping worker ended with exit code %s; if this repeats, check the memory "
+            "limit (shape_memory)",
+            code,
+        )
+        return RuntimeError(f"a shaping worker ended with exit code {code}")
+
+
+@contextlib.asynccontextmanager
+async def open_shaper(limits: ShapeLimits) -> AsyncIterator[Shaper]:
+    """A :class:`Shaper` whose worker processes live as long as the block.
+
+    No worker starts until the first job needs one. Leaving the block waits for jobs still
+    running in workers (each within its wall time), then ends the idle workers; one that does
+    not end within 5 s is killed and logged, never raised.
+    """
+    try:
+        async with trio_parallel.open_worker_context(
+            init=functools.partial(_worker_init, limits.memory),
+            retire=_worker_retire,
+            idle_timeout=_IDLE_SECONDS,
+            grace_period=_GRACE_SECONDS,
+        ) as context:
+            yield Shaper(context, limits)
+    except trio_parallel.BrokenWorkerError as exc:
+        logger.warning("a shaping worker did not end cleanly (%s)", type(exc).__name__)

@@ -1,0 +1,356 @@
+"""Checking a target's options at submit, without compiling or running any of them.
+
+:func:`validate_options` runs on the event loop (the HTTP API calls it for every target of a
+submit), so it must cost microseconds whatever it is sent. It never compiles a ``grep`` pattern
+or a ``jq`` program: compiling is user code too (``a{9999999}`` took 9.5 s and 2.7 GiB in the
+``regex`` module; ``jq.compile`` takes 1.6 ms for a trivial program). It checks their syntax
+with bounds in one linear scan instead; the real compile happens in a shaping worker, and a
+program the scan let through but the compiler refuses fails its target with the same 400.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Final
+
+from .._errors import TargetError
+from .._model import Options
+
+MODES: Final = ("text", "markdown", "html", "raw")
+MAX_OPTION_CHARS: Final = 4096
+MAX_GREP_REPEAT: Final = 1000
+"""Largest count in a ``{m,n}`` repeat of ``grep`` (RE2's limit too)."""
+MAX_GREP_SIZE: Final = 100_000
+"""Most items a ``grep`` pattern expands to when its counted repeats are unrolled, as the
+``regex`` module compiles them (``(a{1000}){100}`` is 100,000; compiling it takes ~70 ms)."""
+MAX_NESTING: Final = 100
+"""Deepest nesting of groups in ``grep`` or brackets in ``jq``."""
+
+GREP_HINT: Final = (
+    "grep takes a Python regular expression such as price|cost or (?i)total; "
+    "escape special characters such as ( [ . with a backslash"
+)
+JQ_HINT: Final = "check it against the jq manual; for example jq=.items[].name"
+
+JQ_DENIED = re.compile(
+    r"\$ENV\b|\$__prog|(?<![\w$.])(env|import|include|input|inputs|debug|stderr|input_filename"
+    r"|halt|halt_error|get_search_list|modulemeta|get_prog_origin|get_jq_origin)(?!\w)"
+)
+_PAGES = re.compile(r"^\s*\d+\s*(-\s*\d*\s*)?(,\s*\d+\s*(-\s*\d*\s*)?)*$")
+_REPEAT = re.compile(r"\{(\d*)(,?)(\d*)\}")
+_BRACED_NAME = re.compile(r"\{[^{}()\[\]\\|]*\}")
+_POSIX_CLASS = re.compile(r"\[:\^?\w+:\]")
+_FLAGS = re.compile(r"\(\?([a-zA-Z01]*)(?:-([a-zA-Z01]*))?([:)])")
+_UNICODE_HINT: Final = (
+    "send the text as UTF-8; a \\uD800-\\uDFFF escape in JSON must be one half of a surrogate pair"
+)
+
+
+def _bad(msg: str, hint: str) -> TargetError:
+    return TargetError(msg, hint=hint, status=400)
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in ``text`` (not valid Unicode text), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def check_text(name: str, value: str) -> None:
+    """Refuse a string that is not valid Unicode text (a lone surrogate such as ``\\ud800``).
+
+    Raises:
+        TargetError: status 400; the message names ``name``, never quotes the value.
+    """
+    at = lone_surrogate(value)
+    if at is not None:
+        raise _bad(
+            f"{name} is not valid Unicode text: character {at + 1} is a lone surrogate",
+            _UNICODE_HINT,
+        )
+
+
+def parse_pages(spec: str) -> list[tuple[int, int | None]]:
+    """Page ranges ``1-3,7,10-`` as ``[(1, 3), (7, 7), (10, None)]`` (1-based, inclusive).
+
+    Raises:
+        TargetError: not a page list, a page 0, or a range that runs backwards (status 400).
+    """
+    hint = "write page numbers and ranges from 1, such as pages=1-3,7 or pages=10- (to the end)"
+    if not _PAGES.match(spec):
+        raise _bad(f"pages must be page numbers and ranges such as 1-3,7 (got {spec!r})", hint)
+    ranges: list[tuple[int, int | None]] = []
+    for part in spec.replace(" ", "").split(","):
+        first, dash, last = part.partition("-")
+        start = int(first)
+        end: int | None = start if not dash else (int(last) if last else None)
+        if start < 1 or (end is not None and end < start):
+            raise _bad(f"pages has an invalid range {part!r} in {spec!r}", hint)
+        ranges.append((start, end))
+    return ranges
+
+
+def _grep_error(detail: str, at: int) -> TargetError:
+    return _bad(f"grep is not a valid regular expression: {detail} at position {at}", GREP_HINT)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index after the character class that opens at ``start`` (``[``); -1 if unclosed."""
+    i = start + 1
+    if i < len(pattern) and pattern[i] == "^":
+        i += 1
+    if i < len(pattern) and pattern[i] == "]":
+        i += 1  # a ] first in the class is a literal
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+        elif c == "]":
+            return i + 1
+        elif c == "[" and (posix := _POSIX_CLASS.match(pattern, i)):
+            i = posix.end()
+        else:
+            i += 1
+    return -1
+
+
+def check_grep(pattern: str) -> None:
+    """Check a ``grep`` pattern's syntax with bounds, in one pass, without compiling it.
+
+    Refuses unbalanced parentheses, an unterminated ``[...]``, a trailing backslash, a repeat
+    count over ``MAX_GREP_REPEAT``, counted repeats that unroll to more than ``MAX_GREP_SIZE``
+    items, groups nested deeper than ``MAX_NESTING``, and the ``(?V0)``/``(?V1)`` flags (grep
+    is Python ``re`` syntax; VERSION1 sets make the ``regex`` module raise a ``ValueError``).
+    What it lets through may still fail to compile, in the shaping worker.
+
+    Raises:
+        TargetError: status 400, naming the problem and its position.
+    """
+    sizes = [0]  # items in each open group (and the whole pattern), repeats unrolled
+    last = 0  # items of the atom a quantifier would repeat (0: nothing to repeat)
+    verbose = False
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        atom = 1
+        if verbose and c in " \t\n\r\f\v":
+            i += 1
+            continue
+        if verbose and c == "#":
+            newline = pattern.find("\n", i)
+            i = n if newline < 0 else newline + 1
+            continue
+        if c == "\\":
+            if i + 1 >= n:
+                raise _grep_error("the pattern ends with a lone backslash", i)
+            end = i + 2
+            if pattern[i + 1] in "pPN" and (name := _BRACED_NAME.match(pattern, end)):
+                end = name.end()  # \p{Letter}, \N{EM DASH}: one atom
+            i = end
+        elif c == "[":
+            end = _class_end(pattern, i)
+            if end < 0:
+                raise _grep_error("missing ], unterminated character set", i)
+            i = end
+        elif c == "(":
+            flags = _FLAGS.match(pattern, i)
+            if flags and "V" in (flags.group(1) + (flags.group(2) or "")):
+                raise _bad(
+                    "grep cannot use the (?V0) or (?V1) flags: it is a Python re pattern",
+                    "remove the flag; set operations such as [[a-z]--[aeiou]] are not available",
+                )
+            if flags and "x" in flags.group(1):
+                verbose = True  # may over-reach for a scoped (?x:...): never refuses wrongly
+            if flags and flags.group(3) == ")":
+                i = flags.end()  # global flags: not a group, nothing to repeat
+                continue
+            if pattern.startswith("(?#", i):
+                close = pattern.find(")", i)
+                if close < 0:
+                    raise _grep_error("missing ), unterminated comment", i)
+                i = close + 1
+                continue
+            sizes.append(0)
+            if len(sizes) > MAX_NESTING + 1:
+                raise _bad(
+                    f"grep nests groups more than {MAX_NESTING} deep",
+                    "flatten the pattern",
+                )
+            last = 0
+            i += 1
+            continue
+        elif c == ")":
+            if len(sizes) == 1:
+                raise _grep_error("unbalanced parenthesis", i)
+            atom = max(sizes.pop(), 1)
+            i += 1
+        elif c == "|":
+            last = 0
+            i += 1
+            continue
+        elif c in "*+?":
+            i += 1  # no unrolling (and *? +? ?? *+ are lazy or possessive forms)
+            continue
+        elif c == "{" and (repeat := _REPEAT.match(pattern, i)) and repeat.group(1, 3) != ("", ""):
+            count = max(_count(repeat.group(1)), _count(repeat.group(3)))
+            if count > MAX_GREP_REPEAT:
+                raise _bad(
+                    f"grep repeats more than {MAX_GREP_REPEAT:,} times at position {i}; the "
+                    f"limit is {MAX_GREP_REPEAT:,}",
+                    "use * or + for long runs, such as a+ instead of a{5000}",
+                )
+            sizes[-1] += last * (max(count, 1) - 1)
+            _check_size(sizes[-1])
+            last = 0
+            i = repeat.end()
+            continue
+        else:
+            i += 1
+        sizes[-1] += atom
+        _check_size(sizes[-1])
+        last = atom
+    if len(sizes) > 1:
+        raise _grep_error("missing ), unterminated subpattern", n)
+
+
+def _count(digits: str) -> int:
+    return int(digits or 0) if len(digits) <= 6 else 10**6  # never int() thousands of digits
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_GREP_SIZE:
+        raise _bad(
+            f"grep's counted repeats unroll to more than {MAX_GREP_SIZE:,} items",
+            "use smaller counts, or * and + instead of nested counts such as (a{100}){1000}",
+        )
+
+
+_JQ_CLOSERS: Final = {"(": ")", "[": "]", "{": "}", '"': '"', "\\(": ")"}
+
+
+def check_jq(program: str) -> None:
+    """Check a ``jq`` program without compiling it: the builtins it may not use, and that its
+    strings end and its brackets balance (nested at most ``MAX_NESTING`` deep).
+
+    Raises:
+        TargetError: a refused builtin (``env``, ``$ENV``, ``input``, ``import``...), or a
+            string or bracket that is never closed (status 400).
+    """
+    denied = JQ_DENIED.search(program)
+    if denied:
+        raise _bad(
+            f"the jq program uses {denied.group(0)!r}, which is not available here",
+            "jq runs on the response only: environment, input and module builtins are off",
+        )
+    stack: list[tuple[str, int]] = []  # what is open ("(", "[", "{", '"', "\\(") and where
+    i, n = 0, len(program)
+    while i < n:
+        c = program[i]
+        if stack and stack[-1][0] == '"':
+            if program.startswith("\\(", i):
+                stack.append(("\\(", i))
+            elif c == '"':
+                stack.pop()
+            i += 2 if c == "\\" else 1
+            continue
+        if c == "#":
+            i = _comment_end(program, i)
+            continue
+        if c in '([{"':
+            stack.append((c, i))
+            if len(stack) > MAX_NESTING:
+                raise _bad(f"the jq program nests more than {MAX_NESTING} deep", JQ_HINT)
+        elif c in ")]}":
+            if not stack or _JQ_CLOSERS[stack[-1][0]] != c:
+                raise _bad(
+                    f"the jq program does not compile: unexpected {c!r} at character {i + 1}",
+                    JQ_HINT,
+                )
+            stack.pop()
+        i += 1
+    if stack:
+        opener, at = stack[-1]
+        what = "the string" if opener == '"' else repr(opener)
+        raise _bad(
+            f"the jq program does not compile: {what} at character {at + 1} is never closed",
+            JQ_HINT,
+        )
+
+
+def _comment_end(program: str, start: int) -> int:
+    """The index after a jq comment: it ends at a newline, unless an odd number of
+    backslashes comes before it (jq 1.7.1 continues the comment on the next line then)."""
+    i = start
+    while True:
+        newline = program.find("\n", i)
+        if newline < 0:
+            return len(program)
+        before = program[i:newline].rstrip("\r")
+        if (len(before) - len(before.rstrip("\\"))) % 2 == 0:
+            return newline + 1
+        i = newline + 1
+
+
+def _strings(options: Options) -> Iterable[tuple[str, str]]:
+    return ((name, getattr(options, name)) for name in ("mode", "question", "pages", "grep", "jq"))
+
+
+def validate_options(options: Options) -> None:
+    """Check a target's options before it is accepted; the HTTP API calls it at submit.
+
+    Cheap and bounded, whatever it is sent: it compiles and runs nothing. Refuses text that is
+    not valid Unicode (a lone surrogate), option values over 4,096 characters, an unknown
+    ``mode``, a ``grep`` that is not a valid pattern by a bounded syntax check (unbalanced,
+    repeats over 1,000 or unrolling past 100,000 items, the ``(?V1)`` flag), a ``jq`` program
+    that uses a refused builtin or leaves a string or bracket open, a malformed ``pages`` list,
+    and options that cannot go together (``jq`` with ``pages``, ``grep`` with ``question``,
+    ``context`` without either). Whether an option fits the response's content type is only
+    known at fetch time, and a program the checks let through may still fail to compile then.
+
+    Raises:
+        trio_batch.TargetError: ``status`` 400, the message names the option and the problem.
+    """
+    for name, value in _strings(options):
+        check_text(name, value)
+        if len(value) > MAX_OPTION_CHARS:
+            raise _bad(
+                f"{name} is {len(value):,} characters; the limit is {MAX_OPTION_CHARS:,}",
+                f"shorten {name}",
+            )
+    if options.mode and options.mode not in MODES:
+        raise _bad(
+            f"unknown mode {options.mode!r}",
+            "mode is one of text (the default), markdown, html, raw",
+        )
+    if options.question and not options.question.strip():
+        raise _bad("question is blank", "ask a question in words, or leave question out")
+    if options.grep:
+        check_grep(options.grep)
+    if options.jq:
+        check_jq(options.jq)
+    if options.pages:
+        parse_pages(options.pages)
+    if options.jq and options.pages:
+        raise _bad(
+            "jq and pages cannot be used together: jq reads JSON and pages reads a PDF",
+            "use jq for a JSON URL, or pages for a PDF URL",
+        )
+    if options.grep and options.question:
+        raise _bad(
+            "grep and question cannot be used together",
+            "use grep for exact lines, or question for the most relevant passages",
+        )
+    if options.jq and options.mode in ("html", "markdown"):
+        raise _bad(
+            f"mode={options.mode} does not apply with jq, whose output is JSON",
+            "leave mode out when using jq",
+        )
+    if options.context and not (options.grep or options.question):
+        raise _bad(
+            "context applies with grep or question only",
+            "add grep= or question=, or leave context out",
+        )
