@@ -1,25 +1,32 @@
-"""Fixtures for the HTTP API tests: an engine on a MemoryStore, the app, and an httpx client."""
+"""Fixtures for the HTTP API tests: an engine on a MemoryStore, the app, and an httpx client.
+
+The app runs its ASGI lifespan, as under a server (hypercorn sends it; httpx's ASGI transport
+does not, so :func:`lifespan` plays the server's part).
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import trio
 
 pytest.importorskip("starlette")
 pytest.importorskip("hypercorn")
 pytest.importorskip("prometheus_client")
 
 import httpx
+from starlette.types import ASGIApp, Message
 
 from tests.support import WallClock
 from trio_batch import BatchEngine, Config, open_engine
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
 from trio_batch.metrics import PrometheusMetrics
-from trio_batch.stores import MemoryStore
+from trio_batch.stores import MemoryStore, Store
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
@@ -59,11 +66,37 @@ class Api:
 
 
 @asynccontextmanager
+async def lifespan(app: ASGIApp) -> AsyncIterator[None]:
+    """Run ``app``'s ASGI lifespan as a server does: startup before the block, shutdown after."""
+    to_app, inbox = trio.open_memory_channel[Message](2)
+    started, stopped = trio.Event(), trio.Event()
+
+    async def send(message: Message) -> None:
+        kind = message["type"]
+        if kind.endswith(".failed"):
+            raise AssertionError(f"lifespan {kind}: {message.get('message', '')}")
+        (started if kind == "lifespan.startup.complete" else stopped).set()
+
+    scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(app, scope, inbox.receive, send)
+        await to_app.send({"type": "lifespan.startup"})
+        await started.wait()
+        try:
+            yield
+        finally:
+            await to_app.send({"type": "lifespan.shutdown"})
+            await stopped.wait()
+
+
+@asynccontextmanager
 async def open_api(
     config: Config | None = None,
     *,
     fetch: ScriptedFetch | None = None,
     with_fetch: bool = True,
+    store: Store | None = None,
+    with_lifespan: bool = True,
     **app_kwargs: Any,
 ) -> AsyncIterator[Api]:
     fetch = fetch if fetch is not None else ScriptedFetch()
@@ -78,7 +111,8 @@ async def open_api(
         workers=base.workers,
         hooks=metrics.hooks(),
     )
-    async with open_engine(MemoryStore(), fetch, config, wall_clock=wall) as engine:
+    store = store if store is not None else MemoryStore()
+    async with open_engine(store, fetch, config, wall_clock=wall) as engine:
         app_kwargs.setdefault("precheck", precheck)
         app = create_app(
             engine,
@@ -89,7 +123,12 @@ async def open_api(
             **app_kwargs,
         )
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+        async with contextlib.AsyncExitStack() as stack:
+            if with_lifespan:
+                await stack.enter_async_context(lifespan(app))
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(transport=transport, base_url="http://api.test")
+            )
             yield Api(client, engine, fetch, metrics, wall)
 
 

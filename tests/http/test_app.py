@@ -358,12 +358,14 @@ class TestRead:
         job_id = (await api.submit(A)).json()["id"]
         await settle()
         first = (await api.get(f"/v1/batch/{job_id}")).json()["expires_at"]
+        await settle()  # the touch is written in the background, after the answer
         api.wall.advance(600)
         await api.get(f"/v1/batch/{job_id}", key=BOB)
         snap = await api.engine.status(job_id)
         assert snap is not None
         lease_after_bob = snap.job.lease
         second = (await api.get(f"/v1/batch/{job_id}")).json()["expires_at"]
+        await settle()
         snap = await api.engine.status(job_id)
         assert snap is not None
 

@@ -100,7 +100,10 @@ def _site() -> Starlette:
             f"<html><body><h1>Page {n}</h1><p>Hello from page {n}.</p></body></html>"
         )
 
-    return Starlette(routes=[Route("/page/{n:int}", page)])
+    async def data(request: Request) -> Response:
+        return Response(b'{"n": 1}', media_type="application/json")
+
+    return Starlette(routes=[Route("/page/{n:int}", page), Route("/data.json", data)])
 
 
 async def _read_port(stream: trio.abc.ReceiveStream, log: bytearray) -> int:
@@ -117,7 +120,10 @@ async def _read_port(stream: trio.abc.ReceiveStream, log: bytearray) -> int:
 @pytest.mark.slow
 class TestServeCommand:
     async def test_end_to_end_submit_poll_results_sigterm(self, tmp_path: Path) -> None:
-        """The real service: submit pages of a local site, poll to done, read, SIGTERM, exit 0."""
+        """The real service: submit pages of a local site, poll to done, read, SIGTERM, exit 0.
+
+        A fourth target's jq never ends: --shape-cpu-seconds bounds it, and it fails alone.
+        """
         keys_file = tmp_path / "keys.toml"
         db = tmp_path / "jobs.sqlite"
         _, key = add_key(keys_file, "alice")
@@ -139,6 +145,7 @@ class TestServeCommand:
                 f"--keys={keys_file}",
                 "--allow-net=127.0.0.0/8",
                 "--workers=2",
+                "--shape-cpu-seconds=1",
             ]
             env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
             proc = await trio.lowlevel.open_process(cmd, stderr=subprocess.PIPE, env=env)
@@ -157,8 +164,12 @@ class TestServeCommand:
                 async with httpx.AsyncClient(
                     base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}
                 ) as client:
+                    forever = {
+                        "url": f"http://127.0.0.1:{site_port}/data.json",
+                        "options": {"jq": "def f: f; f"},
+                    }
                     sub = await client.post(
-                        "/v1/batch", json={"targets": [{"url": u} for u in urls]}
+                        "/v1/batch", json={"targets": [*({"url": u} for u in urls), forever]}
                     )
                     assert sub.status_code == 202, sub.text
                     job_id = sub.json()["id"]
@@ -181,19 +192,22 @@ class TestServeCommand:
 
         text = log.decode()
         assert code == 0, text
-        assert summary["status"] == "done", results
-        assert [t["result"]["content"].split("\n")[0].strip() for t in results["targets"]] == [
+        assert summary["status"] == "partial", results
+        assert [t["result"]["content"].split("\n")[0].strip() for t in results["targets"][:3]] == [
             "Page 0",
             "Page 1",
             "Page 2",
         ]
+        assert results["targets"][3]["status"] == "failed"
+        assert "more than 1 s of CPU time" in results["targets"][3]["error"]
         assert "127.0.0.1:" + str(site_port) not in text  # no target URL in the logs
         assert key not in text
         assert ALICE not in text
         async with SQLiteStore.open(db, readonly=True) as store:
             snap = await store.snapshot(job_id)
         assert snap is not None
-        assert (snap.job.status, snap.job.targets_done) == ("done", 3)
+        job = snap.job
+        assert (job.status, job.targets_done) == ("partial", 4)
 
     @pytest.mark.parametrize(
         ("args", "env", "words"),

@@ -14,6 +14,10 @@ with underscores, e.g. max_bytes = 1000000) or an environment variable ({ENV_PRE
 {ENV_PREFIX}PORT=9000). Flags win over the environment, which wins over the file. An invalid
 value stops start-up with a message naming the setting.
 
+A database that is down, or slower than --store-timeout, gets 503 with Retry-After (never a
+hung request), and GET /healthz answers 503 "unhealthy". The --pg-* settings apply only to a
+postgresql:// --db (docs/postgres.md).
+
 SIGINT/SIGTERM: stop accepting, let requests in flight finish (--graceful-timeout), close the
 engine (live jobs become failed/interrupted), exit 0. A second signal stops at once.
 API reference: docs/http.md, or GET /openapi.json on the running server."""

@@ -26,8 +26,15 @@ _log = logging.getLogger("trio_batch.http")
 
 
 @contextlib.asynccontextmanager
-async def open_store(db: str) -> AsyncIterator[Store]:
-    """The store ``db`` names: a ``postgresql://`` DSN, or a SQLite file path."""
+async def open_store(settings: Settings) -> AsyncIterator[Store]:
+    """The store ``settings.db`` names: a ``postgresql://`` DSN, or a SQLite file path.
+
+    A PostgreSQL store gets the ``pg_*`` settings; a SQLite store has none of them.
+
+    Raises:
+        StoreError: the store cannot be opened (the message says why).
+    """
+    db = settings.db
     if db.startswith(("postgresql://", "postgres://")):
         try:
             from ..stores import PostgresStore
@@ -36,11 +43,43 @@ async def open_store(db: str) -> AsyncIterator[Store]:
                 "--db is a PostgreSQL DSN but the PostgreSQL store is not installed: "
                 "pip install 'trio-batch[postgres]'"
             ) from exc
-        async with PostgresStore.open(db) as pg:
+        async with PostgresStore.open(
+            with_statement_timeout(db, settings.pg_statement_timeout),
+            instance_timeout=settings.pg_instance_timeout,
+            heartbeat=settings.pg_heartbeat or None,
+            pool_size=settings.pg_pool_size,
+            schema=settings.pg_schema,
+        ) as pg:
             yield pg
     else:
         async with SQLiteStore.open(db) as sqlite:
             yield sqlite
+
+
+def with_statement_timeout(dsn: str, seconds: float) -> str:
+    """``dsn`` with ``-c statement_timeout=...`` added to its ``options`` (``seconds`` > 0).
+
+    The options the DSN has already are kept; the setting comes last, so it wins over a
+    ``statement_timeout`` in them. With ``seconds == 0`` the DSN is returned as it is.
+
+    Raises:
+        StoreError: the DSN cannot be parsed (the message does not repeat it: it may hold a
+            password).
+    """
+    if not seconds:
+        return dsn
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise StoreError(
+            "--db is not a valid PostgreSQL DSN: use postgresql://USER@HOST:PORT/DATABASE"
+        ) from None
+    milliseconds = max(1, round(seconds * 1000))
+    options = f"{params.get('options') or ''} -c statement_timeout={milliseconds}".strip()
+    return make_conninfo("", **{**params, "options": options})
 
 
 @contextlib.asynccontextmanager
@@ -60,6 +99,9 @@ async def _open_fetcher(
         allow=_networks(settings),
         restricted=restricted,
         pool_size=settings.effective_fetch_slots,
+        shape_workers=settings.shape_workers,
+        shape_cpu_seconds=settings.shape_cpu_seconds,
+        shape_memory=settings.shape_memory,
     )
     async with fetcher as fetch:
         yield fetch
@@ -89,7 +131,7 @@ async def run_service(
     metrics = PrometheusMetrics()
     config = settings.engine_config(hooks=metrics.hooks())
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_store(settings.db) as store, contextlib.AsyncExitStack() as stack:
+        async with open_store(settings) as store, contextlib.AsyncExitStack() as stack:
             if fetch is None:
                 fetch = await stack.enter_async_context(_open_fetcher(settings, store, keys))
                 if precheck is None:
@@ -134,6 +176,7 @@ async def _serve_engine(
         metrics=metrics,
         retry_after=settings.retry_after,
         access_log_enabled=settings.access_log,
+        store_timeout=settings.store_timeout,
     )
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:

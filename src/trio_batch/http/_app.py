@@ -1,7 +1,8 @@
 """The ASGI app of SPEC §5: ``create_app``, authentication and the routes.
 
-Reading requests is in ``_parse``, writing answers in ``_render``, error answers in ``_errors``
-and the access log with the request metrics in ``_observe``.
+Reading requests is in ``_parse``, writing answers in ``_render``, error answers in ``_errors``,
+the store calls' deadline in ``_deadline`` and the access log with the request metrics in
+``_observe``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import final
 
+import trio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -25,6 +27,7 @@ from .._errors import SubmitError, TargetError, classify_failure
 from .._model import Snapshot
 from ..metrics import PrometheusMetrics
 from . import _render as render
+from ._deadline import StoreBudget, StoreCalls, StoreTimeout
 from ._errors import (
     ApiError,
     answer_errors,
@@ -32,6 +35,7 @@ from ._errors import (
     refusal,
     retry_after_header,
     routing_error,
+    store_failure,
 )
 from ._keys import KeyRecord, KeyRing
 from ._observe import CALLER_KEY, Observe
@@ -77,6 +81,7 @@ class _Ctx:
     retry_after: int
     max_body: int
     wall_clock: Callable[[], float]
+    calls: StoreCalls
 
     def busy_headers(self, after: float | None = None) -> dict[str, str]:
         """``Retry-After``: ``after`` rounded up to a whole second (at least 1), or the default."""
@@ -96,6 +101,7 @@ def create_app(
     access_log_enabled: bool = True,
     max_body: int = MAX_BODY,
     wall_clock: Callable[[], float] = time.time,
+    store_timeout: float = 5.0,
 ) -> ASGIApp:
     """The ASGI app of the batch API (SPEC §5) over ``engine``, letting in the callers in ``keys``.
 
@@ -114,6 +120,15 @@ def create_app(
         access_log_enabled: log one line per request on ``trio_batch.http.access``.
         max_body: largest request body in bytes (256 KiB).
         wall_clock: unix time, for ``expires_at`` (the engine's wall clock).
+        store_timeout: seconds a request may wait for the store in all; after that it answers
+            503 with ``Retry-After``, and ``/healthz`` answers 503 when its check of the store
+            takes longer. Store calls run in a nursery of the app's ASGI lifespan (hypercorn,
+            and so :func:`serve`, runs it), so that a write the store has queued, which cannot
+            be cancelled, is left to finish in the background; an app driven without lifespan
+            events waits for such writes.
+
+    Raises:
+        ValueError: ``store_timeout`` is not > 0.
     """
     ctx = _Ctx(
         engine=engine,
@@ -128,6 +143,7 @@ def create_app(
         retry_after=retry_after,
         max_body=max_body,
         wall_clock=wall_clock,
+        calls=StoreCalls(store_timeout),
     )
     document = openapi_document(
         with_fetch=fetch is not None, max_body=max_body, retry_after=retry_after
@@ -152,7 +168,11 @@ def create_app(
     if fetch is not None:
         routes.append(route("/v1/fetch", _fetch, "POST"))
 
-    app = Starlette(routes=routes, exception_handlers={HTTPException: routing_error})
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: routing_error},
+        lifespan=lambda _: ctx.calls.running(),
+    )
     return Observe(app, routes, ctx.metrics, access_log_enabled)
 
 
@@ -172,13 +192,20 @@ def _authenticate(ctx: _Ctx, request: Request) -> KeyRecord:
     return record
 
 
-async def _owned(ctx: _Ctx, request: Request, record: KeyRecord, *, touch: bool) -> Snapshot:
-    """The job in the path, if it is ``record``'s; ``touch`` moves its expiry, as a read does."""
+async def _owned(
+    ctx: _Ctx, store: StoreBudget, request: Request, record: KeyRecord, *, touch: bool
+) -> Snapshot:
+    """The job in the path, if it is ``record``'s; ``touch`` moves its expiry, as a read does.
+
+    The touch is a write, and a read must not wait for the writer: it runs in the background
+    (at most one per job at a time) and the answer shows the lease it sets.
+    """
     job_id = request.path_params["id"]
-    snap = await ctx.engine.status(job_id)
+    snap = await store.read(ctx.engine.status, job_id)
     if snap is None or snap.job.caller != record.name:
         raise not_found()
-    if touch and await ctx.engine.touch(job_id):
+    if touch:
+        await store.write_soon(ctx.engine.touch, job_id, key=("touch", job_id))
         snap = render.with_lease(snap, ctx.wall_clock())
     return snap
 
@@ -193,8 +220,9 @@ async def _submit(ctx: _Ctx, request: Request) -> Response:
         check_target(
             target, f"targets[{i}]", precheck=ctx.precheck, check_options=ctx.check_options
         )
+    store = ctx.calls.request()
     try:
-        sub = await ctx.engine.submit(record.caller(), record.caller_class, targets)
+        sub = await store.write(ctx.engine.submit, record.caller(), record.caller_class, targets)
     except SubmitError as exc:
         raise refusal(
             exc,
@@ -203,8 +231,8 @@ async def _submit(ctx: _Ctx, request: Request) -> Response:
             retry_after_seconds=ctx.retry_after,
         ) from None
     if sub.reused:
-        await ctx.engine.touch(sub.id)
-    snap = await ctx.engine.status(sub.id)
+        await store.write_soon(ctx.engine.touch, sub.id, key=("touch", sub.id))
+    snap = await store.read(ctx.engine.status, sub.id)
     if snap is None:  # evicted or swept in between: vanishingly rare
         raise not_found()
     if sub.reused:
@@ -222,7 +250,7 @@ async def _get_batch(ctx: _Ctx, request: Request) -> Response:
     states = query_states(request)
     offset = query_int(request, "offset", 0, 0) or 0
     limit = query_int(request, "limit", None, 1)
-    snap = await _owned(ctx, request, record, touch=True)
+    snap = await _owned(ctx, ctx.calls.request(), request, record, touch=True)
     body = render.summary(snap, ctx.ttl)
     if results:
         chosen = [t for t in snap.targets if states is None or t.status.value in states]
@@ -235,7 +263,7 @@ async def _get_batch(ctx: _Ctx, request: Request) -> Response:
 
 async def _get_target(ctx: _Ctx, request: Request) -> Response:
     record = _authenticate(ctx, request)
-    snap = await _owned(ctx, request, record, touch=True)
+    snap = await _owned(ctx, ctx.calls.request(), request, record, touch=True)
     idx: int = request.path_params["idx"]
     if not 0 <= idx < len(snap.targets):
         raise ApiError(
@@ -248,9 +276,10 @@ async def _get_target(ctx: _Ctx, request: Request) -> Response:
 
 async def _cancel(ctx: _Ctx, request: Request) -> Response:
     record = _authenticate(ctx, request)
-    snap = await _owned(ctx, request, record, touch=False)
-    if not await ctx.engine.cancel(snap.job.id):
-        now = await ctx.engine.status(snap.job.id)
+    store = ctx.calls.request()
+    snap = await _owned(ctx, store, request, record, touch=False)
+    if not await store.write(ctx.engine.cancel, snap.job.id):
+        now = await store.read(ctx.engine.status, snap.job.id)
         status = (now or snap).job.status.value
         raise ApiError(
             409,
@@ -258,7 +287,7 @@ async def _cancel(ctx: _Ctx, request: Request) -> Response:
             "read its results instead",
             extra={"status": status},
         )
-    after = await ctx.engine.status(snap.job.id)
+    after = await store.read(ctx.engine.status, snap.job.id)
     return JSONResponse(render.summary(after or snap, ctx.ttl))
 
 
@@ -287,10 +316,41 @@ async def _fetch(ctx: _Ctx, request: Request) -> Response:
 
 
 async def _healthz(ctx: _Ctx, request: Request) -> Response:
+    """200 when the store answers a read, and the API's writes are not stuck, in time; else 503.
+
+    The check writes nothing: it reads a job that does not exist, then waits for the writes the
+    API started longer than ``store_timeout`` ago, if any (a writer stuck behind a lock shows
+    there).
+    """
     stats = ctx.engine.statistics()
-    return JSONResponse(
-        {"status": "ok", "live_jobs": stats.live_jobs, "inflight_targets": stats.inflight_targets}
-    )
+    store = ctx.calls.request()
+    problem: tuple[str, str] | None = None
+    try:
+        await store.read(ctx.engine.status, "")
+        if not await ctx.calls.wait_stale_writes(store.deadline):
+            problem = (
+                f"writes to the database have not finished for over {ctx.calls.timeout:g} s",
+                "the database is slow or a lock holds the writer; requests get 503 meanwhile",
+            )
+    except StoreTimeout:
+        problem = (
+            f"the database did not answer within {ctx.calls.timeout:g} s",
+            "the database is slow or unreachable; requests get 503 meanwhile",
+        )
+    except trio.ClosedResourceError:
+        problem = ("the server is shutting down", "send requests to another instance")
+    except Exception as exc:
+        failure = store_failure(exc)
+        if failure is None:
+            raise
+        problem = (
+            "the database is unavailable",
+            f"the store reported {type(failure).__name__}; requests get 503 meanwhile",
+        )
+    body = render.health(stats, problem)
+    if problem is None:
+        return JSONResponse(body)
+    return JSONResponse(body, status_code=503, headers=ctx.busy_headers())
 
 
 async def _metrics(ctx: _Ctx, request: Request) -> Response:

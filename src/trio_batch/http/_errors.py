@@ -1,13 +1,14 @@
 """Error answers: ``ApiError``, the wrapper that turns exceptions into them, and the refusals.
 
 Every error the API answers is JSON, ``{"error", "hint"}`` plus a ``field`` when an input is at
-fault (SPEC §5). A route raises :class:`ApiError`; :func:`answer_errors` turns it, a shutdown or
-a bug into the response.
+fault (SPEC §5). A route raises :class:`ApiError`; :func:`answer_errors` turns it, a shutdown, a
+database that is down or slow, or a bug into the response.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import final
@@ -17,8 +18,17 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from .._errors import Busy, CallerBusy, NoTargets, SubmitError, TooManyTargets
+from .._errors import (
+    Busy,
+    CallerBusy,
+    NoTargets,
+    StoreError,
+    SubmitError,
+    TooManyTargets,
+    iter_chain,
+)
 from .._model import JSONValue
+from ._deadline import StoreTimeout
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -57,12 +67,56 @@ def retry_after_header(seconds: int) -> dict[str, str]:
     return {"Retry-After": str(seconds)}
 
 
+def store_failure(exc: BaseException) -> BaseException | None:
+    """The database failure in ``exc``'s chain, if it holds one, else None.
+
+    A database failure is a :class:`~trio_batch.StoreError` or one of the driver's operational
+    errors (``psycopg.OperationalError`` and its subclasses: a connection lost, the server
+    shutting down, a query cancelled by ``statement_timeout``, a pool that has no connection).
+    psycopg is not imported for this: if it was never loaded, none of its errors exist.
+    """
+    kinds: tuple[type[BaseException], ...] = (StoreError,)
+    if "psycopg" in sys.modules:
+        import psycopg
+
+        kinds += (psycopg.OperationalError,)
+    return next((e for e in iter_chain(exc) if isinstance(e, kinds)), None)
+
+
+def store_unavailable(retry_after_seconds: int) -> ApiError:
+    """The 503 of a store call that failed because the database is down or refused it."""
+    return ApiError(
+        503,
+        "the database is unavailable",
+        "try again after Retry-After seconds; if it persists, tell the operator (the server "
+        "log says what failed)",
+        headers=retry_after_header(retry_after_seconds),
+    )
+
+
+def store_timed_out(exc: StoreTimeout, retry_after_seconds: int) -> ApiError:
+    """The 503 of a request whose store calls did not finish within its deadline."""
+    if exc.backlog:
+        error = "the database is not keeping up: too many writes are waiting for it"
+    else:
+        error = f"the database did not answer within {exc.seconds:g} s"
+    hint = "the database is slow or unreachable; try again after Retry-After seconds"
+    if exc.write:
+        hint += (
+            "; the change may still be made: repeating the same request is safe (the same "
+            "batch submitted again is the same job)"
+        )
+    return ApiError(503, error, hint, headers=retry_after_header(retry_after_seconds))
+
+
 def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
     """``endpoint``, answering every exception it raises with a JSON error.
 
-    An :class:`ApiError` is its own answer; a closed engine is 503 with ``Retry-After``; a
-    client that hangs up mid-body is 400; anything else is a bug: 500, logged by type only
-    (never the message, which may hold a URL or a key).
+    An :class:`ApiError` is its own answer; a closed engine is 503 with ``Retry-After``; so is a
+    store call that failed because the database is down (:func:`store_failure`) or that did not
+    finish within the request's deadline (:class:`StoreTimeout`); a client that hangs up
+    mid-body is 400; anything else is a bug: 500. Failures are logged by type only (never the
+    message, which may hold a URL, a key or a DSN).
     """
 
     async def answered(request: Request) -> Response:
@@ -77,14 +131,23 @@ def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
                 "try again in a moment",
                 headers=retry_after_header(retry_after_seconds),
             ).response()
+        except StoreTimeout as exc:
+            _log.warning(
+                "request gave up on the store after %g s%s",
+                exc.seconds,
+                " (too many writes waiting)" if exc.backlog else "",
+                extra={"error_type": "StoreTimeout"},
+            )
+            return store_timed_out(exc, retry_after_seconds).response()
         except ClientDisconnect:
             return ApiError(400, "the client went away while sending the body").response()
         except Exception as exc:
-            _log.error(
-                "request failed with %s",
-                type(exc).__name__,
-                extra={"error_type": type(exc).__name__},
-            )
+            failure = store_failure(exc)
+            kind = type(failure if failure is not None else exc).__name__
+            if failure is not None:
+                _log.warning("store unavailable: %s", kind, extra={"error_type": kind})
+                return store_unavailable(retry_after_seconds).response()
+            _log.error("request failed with %s", kind, extra={"error_type": kind})
             return ApiError(
                 500, "internal error", "try again; if it persists, tell the operator"
             ).response()

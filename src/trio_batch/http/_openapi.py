@@ -43,9 +43,9 @@ def _json(schema: JSONValue, description: str, **extra: JSONValue) -> dict[str, 
 
 
 def _error(
-    description: str, *, retry_after: bool = False, auth: bool = False
+    description: str, *, retry_after: bool = False, auth: bool = False, schema: str = "Error"
 ) -> dict[str, JSONValue]:
-    response = _json(_ref("Error"), description)
+    response = _json(_ref(schema), description)
     if retry_after:
         response["headers"] = {
             "Retry-After": {
@@ -229,6 +229,20 @@ _SCHEMAS: dict[str, JSONValue] = {
         },
         "additionalProperties": False,
     },
+    "Unhealthy": {
+        "type": "object",
+        "description": "The database did not answer a read, or the writes of the API did not "
+        "finish, within the deadline (`store_timeout`); or the server is shutting down.",
+        "required": ["status", "error", "hint", "live_jobs", "inflight_targets"],
+        "properties": {
+            "status": {"type": "string", "enum": ["unhealthy"]},
+            "error": {"type": "string", "description": "What is wrong."},
+            "hint": {"type": "string", "description": "What it means for callers."},
+            "live_jobs": {"type": "integer", "minimum": 0},
+            "inflight_targets": {"type": "integer", "minimum": 0},
+        },
+        "additionalProperties": False,
+    },
 }
 
 # -- operations ---------------------------------------------------------------------------------
@@ -243,7 +257,11 @@ _JOB_ID: dict[str, JSONValue] = {
 
 _AUTH_401 = _error("Missing or unknown API key.", auth=True)
 _SHUTTING_DOWN = "The server is shutting down"
-_503 = _error(f"{_SHUTTING_DOWN}.", retry_after=True)
+_DATABASE = (
+    "The database is unavailable, or did not answer within the deadline (`store_timeout`; a "
+    "change may still be made, and repeating the request is safe)"
+)
+_503 = _error(f"{_DATABASE}. {_SHUTTING_DOWN}.", retry_after=True)
 _500 = _error("Internal error (a bug); the log has its type.")
 _NO_JOB_404 = _error("No such job, or it is another caller's.")
 
@@ -293,7 +311,7 @@ def _submit_batch(kib: int) -> dict[str, JSONValue]:
             "429": _error("You have your maximum of live batches.", retry_after=True),
             "500": _500,
             "503": _error(
-                f"The server has its maximum of live batches. {_SHUTTING_DOWN}.",
+                f"The server has its maximum of live batches. {_DATABASE}. {_SHUTTING_DOWN}.",
                 retry_after=True,
             ),
         },
@@ -372,9 +390,19 @@ def _get_target() -> dict[str, JSONValue]:
 def _health() -> dict[str, JSONValue]:
     return {
         "operationId": "health",
-        "summary": "Liveness",
+        "summary": "Liveness and readiness: the server is up and its database answers",
+        "description": "Reads nothing but a job that does not exist, and writes nothing.",
         "security": [],
-        "responses": {"200": _json(_ref("Health"), "The server is up."), "500": _500},
+        "responses": {
+            "200": _json(_ref("Health"), "The server is up and the database answers in time."),
+            "500": _500,
+            "503": _error(
+                "Unhealthy: the database is unavailable or slow, or the server is shutting "
+                "down; other requests get 503 meanwhile.",
+                retry_after=True,
+                schema="Unhealthy",
+            ),
+        },
     }
 
 
@@ -412,7 +440,8 @@ def _fetch_one(kib: int) -> dict[str, JSONValue]:
             "4XX": _error("The fetch failed the way a client error would."),
             "500": _500,
             "503": _error(
-                f"The fetch pool or the target is busy. {_SHUTTING_DOWN}.",
+                f"The fetch pool or the target is busy. The database is unavailable. "
+                f"{_SHUTTING_DOWN}.",
                 retry_after=True,
             ),
             "5XX": _error("The fetch failed upstream (for example 502 or 504)."),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .._engine import EngineStatistics
 from .._model import JSONValue, Result, Snapshot, Submitted, TargetState, TargetStatus, target_json
 
 
@@ -70,3 +71,13 @@ def with_lease(snap: Snapshot, now: float) -> Snapshot:
     """``snap`` as a touch at ``now`` leaves it, without reading the store again."""
     job = dataclasses.replace(snap.job, lease=max(snap.job.lease, now))
     return Snapshot(job, snap.targets)
+
+
+def health(stats: EngineStatistics, problem: tuple[str, str] | None) -> dict[str, JSONValue]:
+    """``/healthz``: ``ok`` with the engine's counts, or ``unhealthy`` with what and what to do."""
+    body: dict[str, JSONValue] = {"status": "ok" if problem is None else "unhealthy"}
+    if problem is not None:
+        body["error"], body["hint"] = problem
+    body["live_jobs"] = stats.live_jobs
+    body["inflight_targets"] = stats.inflight_targets
+    return body

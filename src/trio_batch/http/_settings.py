@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,6 +54,15 @@ class Settings:
     graceful_timeout: float = 10.0
     log_level: str = "info"
     access_log: bool = True
+    store_timeout: float = 5.0
+    pg_instance_timeout: float = 30.0
+    pg_heartbeat: float = 0.0
+    pg_pool_size: int = 4
+    pg_statement_timeout: float = 0.0
+    pg_schema: str = "trio_batch"
+    shape_workers: int = 2
+    shape_cpu_seconds: float = 10.0
+    shape_memory: int = 2**30
 
     def engine_config(self, *, hooks: Hooks | None = None) -> Config:
         """The engine's :class:`~trio_batch.Config` for these settings."""
@@ -112,6 +122,30 @@ def _positive_float(name: str, raw: object) -> object:
     if not isinstance(raw, (int, float)) or not raw > 0 or raw == float("inf"):
         raise ValueError("must be a number > 0")
     return float(raw)
+
+
+def _seconds_or_zero(name: str, raw: object) -> object:
+    if isinstance(raw, bool):
+        raise ValueError("must be a number of seconds >= 0")
+    if isinstance(raw, str):
+        try:
+            raw = float(raw.strip())
+        except ValueError:
+            raise ValueError("must be a number of seconds >= 0") from None
+    if not isinstance(raw, (int, float)) or not 0 <= raw < float("inf"):
+        raise ValueError("must be a number of seconds >= 0")
+    return float(raw)
+
+
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")  # what PostgresStore.open(schema=) accepts
+
+
+def _schema(name: str, raw: object) -> object:
+    if not isinstance(raw, str) or not _SCHEMA.match(raw.strip()):
+        raise ValueError(
+            "must be a lower-case SQL identifier (letters, digits, underscores; at most 63)"
+        )
+    return raw.strip()
 
 
 def _str(name: str, raw: object) -> object:
@@ -254,6 +288,70 @@ SPECS: tuple[_Spec, ...] = (
         "log one line per request: method, route, status, duration, caller (default true)",
         "BOOL",
     ),
+    _Spec(
+        "store_timeout",
+        _positive_float,
+        f"seconds a request may wait for the database in all before it answers 503 with "
+        f"Retry-After; also the deadline of /healthz's check of the database "
+        f"(default {_D.store_timeout:g})",
+        "SECONDS",
+    ),
+    _Spec(
+        "pg_instance_timeout",
+        _positive_float,
+        f"PostgreSQL only: seconds without a heartbeat after which other instances fail this "
+        f"instance's live jobs (default {_D.pg_instance_timeout:g})",
+        "SECONDS",
+    ),
+    _Spec(
+        "pg_heartbeat",
+        _seconds_or_zero,
+        "PostgreSQL only: seconds between heartbeats, less than pg_instance_timeout; "
+        "0 means pg_instance_timeout / 3 (default 0)",
+        "SECONDS",
+    ),
+    _Spec(
+        "pg_pool_size",
+        _int(2, 1024),
+        f"PostgreSQL only: connections (and threads) this instance uses at most "
+        f"(default {_D.pg_pool_size})",
+        "N",
+    ),
+    _Spec(
+        "pg_statement_timeout",
+        _seconds_or_zero,
+        "PostgreSQL only: the server cancels a statement of this instance that runs longer "
+        "(statement_timeout); 0 leaves the server's setting (default 0)",
+        "SECONDS",
+    ),
+    _Spec(
+        "pg_schema",
+        _schema,
+        f"PostgreSQL only: the schema that holds the tables; deployments sharing a database "
+        f"use different ones (default {_D.pg_schema})",
+        "NAME",
+    ),
+    _Spec(
+        "shape_workers",
+        _int(1, 256),
+        f"worker processes that shape responses (HTML to text, PDF, jq, grep, question), so "
+        f"targets shaped at once (default {_D.shape_workers})",
+        "N",
+    ),
+    _Spec(
+        "shape_cpu_seconds",
+        _positive_float,
+        f"CPU seconds one target's shaping may take before its worker is killed and the "
+        f"target fails (default {_D.shape_cpu_seconds:g})",
+        "SECONDS",
+    ),
+    _Spec(
+        "shape_memory",
+        _int(256 * 2**20),
+        f"bytes of address space per shaping worker, at least 268435456 (256 MiB) "
+        f"(default {_D.shape_memory})",
+        "BYTES",
+    ),
 )
 _BY_NAME = {s.name: s for s in SPECS}
 assert set(_BY_NAME) == {f.name for f in dataclasses.fields(Settings)}
@@ -322,9 +420,11 @@ def load_settings(
     given = dict(vars(flags) if isinstance(flags, argparse.Namespace) else (flags or {}))
     path = config_file or _as_str(given.get("config")) or env.get(CONFIG_ENV) or None
     values: dict[str, object] = {}
+    sources: dict[str, str] = {}
     if path:
         for name, raw in _read_file(path).items():
-            values[name] = _parse(name, raw, f"config file {path}")
+            sources[name] = f"config file {path}"
+            values[name] = _parse(name, raw, sources[name])
     for key, raw in env.items():
         if not key.startswith(ENV_PREFIX) or key == CONFIG_ENV:
             continue
@@ -332,11 +432,19 @@ def load_settings(
         if name not in _BY_NAME:
             # Other parts of trio-batch (tests, tools) read their own TRIO_BATCH_* variables.
             continue
-        values[name] = _parse(name, raw, f"environment variable {key}")
+        sources[name] = f"environment variable {key}"
+        values[name] = _parse(name, raw, sources[name])
     for name, raw in given.items():
         if name in _BY_NAME and raw is not None:
-            values[name] = _parse(name, raw, f"flag {flag(name)}")
+            sources[name] = f"flag {flag(name)}"
+            values[name] = _parse(name, raw, sources[name])
     settings = Settings(**values)  # type: ignore[arg-type]  # checked by each spec's parser
+    if settings.pg_heartbeat and not settings.pg_heartbeat < settings.pg_instance_timeout:
+        raise SettingsError(
+            f"setting pg_heartbeat ({sources['pg_heartbeat']}) must be less than "
+            f"pg_instance_timeout ({settings.pg_instance_timeout:g}) "
+            f"(got {settings.pg_heartbeat:g})"
+        )
     try:
         settings.engine_config()
     except (TypeError, ValueError) as exc:  # pragma: no cover - the parsers are stricter
