@@ -30,7 +30,7 @@ import secrets
 import statistics
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,7 +38,7 @@ import trio
 
 from trio_batch import Caller, Hooks, Result, Snapshot, Target, TargetState, open_engine
 from trio_batch.stores import Store
-from trio_batch.stores._protocol import Limits, NewJob, Outcome, Stored
+from trio_batch.stores._protocol import FinishItem, Limits, NewJob, Outcome, Stored
 
 from ._harness import (
     RESULT,
@@ -264,13 +264,14 @@ class _WatchedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def finish_target(
-        self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
-    ) -> Stored:
-        stored = await self._inner.finish_target(job_id, idx, outcome, now, max_bytes)
-        if stored.terminal is not None:
-            self._on_terminal(job_id)
-        return stored
+    async def finish_targets(
+        self, items: Sequence[FinishItem], now: float, max_bytes: int
+    ) -> list[Stored | Exception]:
+        results = await self._inner.finish_targets(items, now, max_bytes)
+        for (job_id, _, _), stored in zip(items, results, strict=True):
+            if isinstance(stored, Stored) and stored.terminal is not None:
+                self._on_terminal(job_id)
+        return results
 
 
 async def fairness_run(

@@ -1,11 +1,14 @@
 """The engine: a rotation of live jobs, drained fairly by a few worker tasks.
 
 A live job sits in the rotation channel only while it has a pending target and none in flight.
-A worker takes the next job, fetches one target, hands the outcome to a short finishing task
-and goes straight back to the channel; the finishing task stores the outcome and, once the store
-has acknowledged it, puts the job back at the end of the rotation. So a job is serial (target
-i+1 never starts before i is stored), jobs alternate (a1 b1 a2 b2 ...), workers never wait on the
-disk, and taking the next job is O(1) in the number of live jobs.
+A worker takes the next job, fetches one target, puts the outcome on the outcomes channel and
+goes straight back to the rotation. One finisher drains the outcomes into groups, stores each
+group with one ``Store.finish_targets`` call (a few groups in flight, so a store with latency
+keeps pipelining) and acknowledges them strictly in the order the outcomes were produced:
+hooks, settling and putting each job back at the end of the rotation happen in that order. So a
+job is serial (target i+1 never starts before i is stored), jobs alternate (a1 b1 a2 b2 ...)
+however the store groups its commits, workers never wait on the disk, and taking the next job is
+O(1) in the number of live jobs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import trio
 
 from ._config import Config
 from ._errors import NoTargets, RetryLater, TargetError, classify_failure
+from ._groups import drain_in_groups
 from ._hooks import SafeHooks
 from ._model import (
     CALLER_CLASSES,
@@ -44,6 +48,10 @@ FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
 
 # Bookkeeping that must land even while the engine is being cancelled, but never forever.
 _CLEANUP_SECONDS = 5.0
+# Outcomes stored by one Store.finish_targets call at most.
+_MAX_GROUP = 512
+# Groups whose store call may be in flight at once: group k+1 is sent while k commits.
+_GROUPS_IN_FLIGHT = 2
 
 
 @final
@@ -76,6 +84,10 @@ class _LiveJob:
         self.cancelled = False
 
 
+# A fetched target waiting to be stored: job, index, outcome, the fetch's error, fetch seconds.
+_Fetched = tuple[_LiveJob, int, Outcome, "BaseException | None", float]
+
+
 @final
 class BatchEngine(metaclass=NoPublicConstructor):
     """Runs batch jobs fairly over a store. Obtain one from :func:`open_engine`."""
@@ -105,10 +117,11 @@ class BatchEngine(metaclass=NoPublicConstructor):
         # Unbounded is safe: a job is in the channel at most once, so it holds at most
         # jobs_total items, and submit must never block on it.
         self._send, self._recv = trio.open_memory_channel[_LiveJob](math.inf)
+        # Outcomes in the order their fetches ended; bounded like the rotation (one a job).
+        self._fetched_send, self._fetched_recv = trio.open_memory_channel[_Fetched](math.inf)
         self._inflight = 0
         self._retrying = 0
         self._tasks: trio.Nursery | None = None  # workers and retry timers; closing cancels it
-        self._finishers: trio.Nursery | None = None  # storing outcomes; closing lets it drain
         self._runner_done = trio.Event()
         self._closing = False
         self._closed = trio.Event()
@@ -295,16 +308,19 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            # Outcomes already fetched are stored even while closing: the finishing tasks live
-            # in an outer nursery that aclose() does not cancel, so it waits for them instead.
+            # Outcomes already fetched are stored even while closing: the finisher lives in an
+            # outer nursery that aclose() does not cancel; it drains the channel, then ends.
             async with trio.open_nursery() as finishers:
-                self._finishers = finishers
-                async with trio.open_nursery() as tasks:
-                    self._tasks = tasks
-                    for _ in range(self._workers):
-                        await tasks.start(self._worker)
-                    task_status.started()
-                    await trio.sleep_forever()
+                finishers.start_soon(self._finisher)
+                try:
+                    async with trio.open_nursery() as tasks:
+                        self._tasks = tasks
+                        for _ in range(self._workers):
+                            await tasks.start(self._worker)
+                        task_status.started()
+                        await trio.sleep_forever()
+                finally:
+                    self._fetched_send.close()
         finally:
             self._runner_done.set()
 
@@ -364,9 +380,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         finally:
             self._inflight -= 1
             self._report_inflight()
-        seconds = trio.current_time() - t0
-        assert self._finishers is not None
-        self._finishers.start_soon(self._finish, live, idx, outcome, error, seconds)
+        self._fetched_send.send_nowait((live, idx, outcome, error, trio.current_time() - t0))
 
     async def _retry(self, live: _LiveJob, idx: int, wait: float) -> None:
         try:
@@ -391,24 +405,41 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if not live.cancelled and not self._closing:
             self._send.send_nowait(live)
 
-    async def _finish(
-        self,
-        live: _LiveJob,
-        idx: int,
-        outcome: Outcome,
-        error: BaseException | None,
-        seconds: float,
-    ) -> None:
+    async def _finisher(self) -> None:
+        await drain_in_groups(
+            self._fetched_recv,
+            self._store_group,
+            self._acknowledge_group,
+            max_group=_MAX_GROUP,
+            in_flight=_GROUPS_IN_FLIGHT,
+        )
+
+    async def _store_group(self, group: list[_Fetched]) -> Sequence[Stored | Exception]:
+        items = [(live.id, idx, outcome) for live, idx, outcome, _, _ in group]
         try:
-            stored = await self._store.finish_target(
-                live.id, idx, outcome, self._wall(), self._config.max_bytes
-            )
+            return await self._store.finish_targets(items, self._wall(), self._config.max_bytes)
         except Exception as exc:
-            self._store_error("finish_target", live.id, exc)
+            return [exc] * len(group)
+
+    async def _acknowledge_group(
+        self, group: list[_Fetched], results: Sequence[Stored | Exception]
+    ) -> None:
+        unfinished = [
+            live
+            for fetched, stored in zip(group, results, strict=True)
+            if (live := self._acknowledge(fetched, stored)) is not None
+        ]
+        for live in unfinished:
+            await self._interrupt_unfinished(live)
+
+    def _acknowledge(self, fetched: _Fetched, stored: Stored | Exception) -> _LiveJob | None:
+        """Hooks, then settle or requeue the job; return it if its last outcome was not stored."""
+        live, idx, outcome, error, seconds = fetched
+        if isinstance(stored, Exception):
+            self._store_error("finish_targets", live.id, stored)
             stored = Stored(None)
         if (hook := self._hooks.target) is not None:
-            size = outcome.size
-            hook(error, seconds, size)
+            hook(error, seconds, outcome.size)
         if stored.evicted and (evicted := self._hooks.evicted) is not None:
             evicted(stored.evicted)
         live.busy_since = None
@@ -418,17 +449,21 @@ class BatchEngine(metaclass=NoPublicConstructor):
         elif live.next_idx < len(live.targets):
             self._requeue(live)
         elif not live.cancelled and live.id in self._live:
-            # The last outcome did not finish the job (a store error): free its cap.
-            failed: list[str] = []
-            with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                try:
-                    failed = await self._store.interrupt([live.id], self._wall())
-                except Exception as exc:
-                    self._store_error("interrupt", live.id, exc)
-            if failed:
-                self._settle(live, JobStatus.FAILED)
-            elif self._live.pop(live.id, None) is not None:
-                self._report_depth()
+            return live
+        return None
+
+    async def _interrupt_unfinished(self, live: _LiveJob) -> None:
+        # The last outcome did not finish the job (a store error): free its cap.
+        failed: list[str] = []
+        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                failed = await self._store.interrupt([live.id], self._wall())
+            except Exception as exc:
+                self._store_error("interrupt", live.id, exc)
+        if failed:
+            self._settle(live, JobStatus.FAILED)
+        elif self._live.pop(live.id, None) is not None:
+            self._report_depth()
 
     def _settle(self, live: _LiveJob, status: JobStatus) -> None:
         self._live.pop(live.id, None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,7 +29,7 @@ from trio_batch import (
     TooManyTargets,
     open_engine,
 )
-from trio_batch.stores import MemoryStore, Outcome, Store, Stored
+from trio_batch.stores import FinishItem, MemoryStore, Store, Stored
 from trio_batch.testing import ScriptedFetch
 
 from ..support import Recorder, WallClock, targets, url
@@ -757,13 +757,13 @@ class TestStoreErrors:
 
         store = MemoryStore()
 
-        async def finish_target(
-            job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
-        ) -> Stored:
+        async def finish_targets(
+            items: Sequence[FinishItem], now: float, max_bytes: int
+        ) -> list[Stored | Exception]:
             await trio.lowlevel.checkpoint()
             raise OSError("disk full")
 
-        store.finish_target = finish_target  # type: ignore[method-assign]  # a failing disk
+        store.finish_targets = finish_targets  # type: ignore[method-assign]  # a failing disk
         rec = Recorder()
         async with engine_on(store, ScriptedFetch(), rec, jobs_per_caller=1) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
@@ -777,5 +777,5 @@ class TestStoreErrors:
             assert snap is not None
             assert "interrupted" == snap.job.error
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-        assert any(getattr(r, "op", "") == "finish_target" for r in warnings)
+        assert any(getattr(r, "op", "") == "finish_targets" for r in warnings)
         assert all("disk full" not in r.getMessage() for r in caplog.records)

@@ -16,6 +16,7 @@ from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import (
     CacheEntry as CacheEntry,
+    FinishItem as FinishItem,
     Limits as Limits,
     NewJob as NewJob,
     Outcome as Outcome,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 # psycopg; `from trio_batch.stores import PostgresStore` names the extra to install.
 __all__ = [
     "CacheEntry",
+    "FinishItem",
     "Limits",
     "MemoryStore",
     "NewJob",

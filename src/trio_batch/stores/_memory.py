@@ -22,7 +22,7 @@ from .._model import (
     TargetState,
     TargetStatus,
 )
-from ._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from ._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
 from ._rules import check_caps, terminal_status
 
 
@@ -161,10 +161,23 @@ class MemoryStore:
             row.targets[idx].status = TargetState.PENDING
             row.updated_at = now
 
+    async def finish_targets(
+        self, items: Sequence[FinishItem], now: float, max_bytes: int
+    ) -> list[Stored | Exception]:
+        await self._checkpoint()
+        return [
+            self._finish(job_id, idx, outcome, now, max_bytes) for job_id, idx, outcome in items
+        ]
+
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
     ) -> Stored:
         await self._checkpoint()
+        return self._finish(job_id, idx, outcome, now, max_bytes)
+
+    def _finish(
+        self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
+    ) -> Stored:
         row = self._jobs.get(job_id)
         if row is None:
             return Stored(None)

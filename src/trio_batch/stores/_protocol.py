@@ -60,6 +60,10 @@ class Outcome:
         return 0 if self.result_json is None else len(self.result_json.encode())
 
 
+FinishItem = tuple[str, int, Outcome]
+"""One outcome to store: ``(job_id, idx, outcome)``."""
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class Stored:
@@ -123,7 +127,8 @@ class Store(Protocol):
         Returns False, writing nothing, when the job is no longer live (cancelled, interrupted
         or gone): the engine then starts nothing more for it. A store may return before the
         mark is committed (SQLite does), but the mark is then committed no later than the next
-        write, and always before this target's outcome.
+        write, and always before this target's outcome; a store may also drop the mark when the
+        same transaction stores the target's outcome, since no reader could have seen it.
         """
         ...
 
@@ -140,6 +145,20 @@ class Store(Protocol):
         ``now``. Then the finished jobs with the oldest lease are evicted while the stored
         result bytes exceed ``max_bytes``; live jobs never are. Storing the same target twice
         does not count it twice.
+
+        The one-item form of :meth:`finish_targets`, for tests and simple callers.
+        """
+        ...
+
+    async def finish_targets(
+        self, items: Sequence[FinishItem], now: float, max_bytes: int
+    ) -> list[Stored | Exception]:
+        """Store many outcomes at once (the engine's write path); one result per item, in order.
+
+        Each item is stored as :meth:`finish_target` would store it, and the items are applied
+        in order (a store may commit them in one transaction). An item that cannot be stored
+        gets its exception in its place and the others still land. Evictions may be reported on
+        any item of the call; their sum is what was evicted.
         """
         ...
 

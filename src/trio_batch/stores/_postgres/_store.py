@@ -29,7 +29,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..._errors import StoreError
 from ..._model import LIVE_STATUSES, Job, JobStatus, Snapshot, Submitted
 from ..._util import NoPublicConstructor, raise_single_exception_from_group
-from .._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
 from .._rules import check_caps, job_from_row, options_json
 from . import _sql
 from ._batch import WriteQueue
@@ -332,6 +332,26 @@ class PostgresStore(metaclass=NoPublicConstructor):
         Once queued, the write is not cancellable: it commits and this returns.
         """
         await self._queue.execute(_sql.RELEASE, (job_id, idx, now), lambda cur: None)
+
+    async def finish_targets(
+        self, items: Sequence[FinishItem], now: float, max_bytes: int
+    ) -> list[Stored | Exception]:
+        """:meth:`finish_target` for each item, all queued at once so one group commit takes them.
+
+        Cancellation: as :meth:`finish_target`, item by item.
+        """
+        results: list[Stored | Exception] = [Stored(None)] * len(items)
+
+        async def one(n: int, job_id: str, idx: int, outcome: Outcome) -> None:
+            try:
+                results[n] = await self.finish_target(job_id, idx, outcome, now, max_bytes)
+            except Exception as exc:
+                results[n] = exc
+
+        async with trio.open_nursery() as nursery:
+            for n, (job_id, idx, outcome) in enumerate(items):
+                nursery.start_soon(one, n, job_id, idx, outcome)
+        return results
 
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int

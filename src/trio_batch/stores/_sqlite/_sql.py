@@ -15,7 +15,7 @@ from ..._model import (
     Submitted,
     TargetState,
 )
-from .._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
 from .._rules import (
     JOB_COLUMNS,
     LIVE_SQL,
@@ -172,6 +172,22 @@ def finish_target(
         terminal = terminal_status(states)
         _end(conn, job_id, caller, terminal.value, now)
     return Stored(terminal, _evict(conn, max_bytes, stored))
+
+
+def finish_targets(
+    conn: sqlite3.Connection, items: Sequence[FinishItem], now: float, max_bytes: int
+) -> list[Stored | Exception]:
+    """:func:`finish_target` for each item, each in a savepoint so a failing one lands alone."""
+    results: list[Stored | Exception] = []
+    for job_id, idx, outcome in items:
+        conn.execute("SAVEPOINT item")
+        try:
+            results.append(finish_target(conn, job_id, idx, outcome, now, max_bytes))
+        except Exception as exc:
+            conn.execute("ROLLBACK TO item")
+            results.append(exc)
+        conn.execute("RELEASE item")
+    return results
 
 
 def cancel(conn: sqlite3.Connection, job_id: str, now: float) -> Job | None:

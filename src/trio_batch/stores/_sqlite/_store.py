@@ -18,7 +18,7 @@ from ..._model import (
     Submitted,
 )
 from ..._util import NoPublicConstructor
-from .._protocol import CacheEntry, Limits, NewJob, Outcome, Stored
+from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
 from . import _sql as sql
 from ._schema import connect, lock_file, open_writer
 from ._writer import Writer
@@ -174,6 +174,15 @@ class SQLiteStore(metaclass=NoPublicConstructor):
 
     async def release_target(self, job_id: str, idx: int, now: float) -> None:
         await self._write(lambda conn: sql.release_target(conn, job_id, idx, now))
+
+    async def finish_targets(
+        self, items: Sequence[FinishItem], now: float, max_bytes: int
+    ) -> list[Stored | Exception]:
+        results = await self._write(lambda conn: sql.finish_targets(conn, items, now, max_bytes))
+        for (job_id, _, _), stored in zip(items, results, strict=True):
+            if isinstance(stored, Stored) and stored.terminal is not None:
+                self._live.discard(job_id)
+        return results
 
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
