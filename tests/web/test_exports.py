@@ -24,6 +24,7 @@ class TestSurface:
             "WebFetcher",
             "WebFetcherStatistics",
             "precheck",
+            "shape",
             "validate_options",
         ]
 

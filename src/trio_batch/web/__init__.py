@@ -8,6 +8,7 @@ Needs the ``web`` extra (``pip install trio-batch[web]``)::
         async with open_engine(store, fetch) as engine:
             ...
 
+:func:`shape` shapes a body already in hand, as the fetcher would.
 :func:`precheck` and :func:`validate_options` are the submit-time checks the HTTP API runs;
 :class:`WebFetcher` repeats them and adds the fetch-time guard (every resolved address must be
 public; the connection goes to the checked address), busy handling, limits, options and cache.
@@ -16,6 +17,7 @@ public; the connection goes to the checked address), busy handling, limits, opti
 from __future__ import annotations
 
 from .._util import fixup_module_metadata as _fixup_module_metadata
+from ._convert import shape as shape
 from ._fetcher import (
     DEFAULT_USER_AGENT as DEFAULT_USER_AGENT,
     WebFetcher as WebFetcher,
@@ -30,6 +32,7 @@ __all__ = [
     "WebFetcher",
     "WebFetcherStatistics",
     "precheck",
+    "shape",
     "validate_options",
 ]
 

@@ -1,89 +1,57 @@
 """HTML to readable text or Markdown, with the standard library's ``html.parser`` only.
 
-Scripts, styles, navigation and other non-content elements are dropped; headings, paragraphs,
-lists, tables, quotes and preformatted blocks keep their shape. Markdown adds heading marks,
-links (made absolute), emphasis and code.
+Scripts, styles, navigation, sidebars, footers and permalink marks are dropped; headings,
+paragraphs, lists, tables, quotes and preformatted blocks keep their shape. Markdown adds
+heading marks, links (made absolute), emphasis and code, and keeps them well formed: no markup
+inside code, no emphasis that starts or ends with a space, no link without text, and one fence
+per code block.
 """
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from typing import Final
 
-_DROP: Final = frozenset(
-    {
-        "script",
-        "style",
-        "noscript",
-        "template",
-        "svg",
-        "math",
-        "canvas",
-        "iframe",
-        "object",
-        "embed",
-        "nav",
-        "head",
-        "button",
-        "select",
-        "datalist",
-        "dialog",
-    }
+from ._html_tags import (
+    AUTOCLOSE,
+    BLANK_LINES,
+    BLOCK,
+    BREAK,
+    DROP,
+    DROP_CLASSES,
+    DROP_ROLES,
+    HEADINGS,
+    INLINE_MARKS,
+    LAYOUT,
+    MAX_MARKS,
+    PERMALINK_CLASSES,
+    SPACE,
+    SPAN_CELLS,
+    VOID,
+    WS,
+    language,
+    span,
 )
-_VOID: Final = frozenset(
-    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
-)
-_BLOCK: Final = frozenset(
-    {
-        "address",
-        "article",
-        "aside",
-        "blockquote",
-        "body",
-        "dd",
-        "details",
-        "div",
-        "dl",
-        "dt",
-        "fieldset",
-        "figcaption",
-        "figure",
-        "footer",
-        "form",
-        "header",
-        "hr",
-        "li",
-        "main",
-        "ol",
-        "p",
-        "pre",
-        "section",
-        "summary",
-        "table",
-        "tr",
-        "ul",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-    }
-)
-_AUTOCLOSE: Final = frozenset({"p", "li", "dt", "dd", "tr", "td", "th", "option"})
-_HEADINGS: Final = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
-_INLINE_MARKS: Final = {"strong": "**", "b": "**", "em": "*", "i": "*", "code": "`"}
-"""Markdown marks that open and close an inline element (``code`` only outside ``<pre>``)."""
-_SPACE = re.compile(r"\s+")
 
 
 @dataclass
 class _List:
     ordered: bool
     count: int = 0
+
+
+@dataclass
+class _Mark:
+    """An open inline element's Markdown: written only once text follows it (so an element
+    with no text leaves no mark), and closed with the whitespace around it moved outside."""
+
+    tag: str
+    opening: str
+    closing: str
+    buffer: list[str] | None = None
+    """Where the opening mark went; ``None`` while it waits for text."""
+    index: int = 0
 
 
 @dataclass
@@ -99,12 +67,32 @@ class _Converter(HTMLParser):
     _tight: bool = False
     _heading: int = 0
     _pre: int = 0
+    _inside: int = 0
+    """Elements open inside the ``<pre>``."""
+    _codes: int = 0
+    """``<code>`` elements seen directly inside the ``<pre>``."""
+    _language: str = ""
+    _highlight: str = ""
     _quote: int = 0
     _in_title: bool = False
-    _links: list[str | None] = field(default_factory=list)
-    _cells: list[str] | None = None
+    _marks: list[_Mark] = field(default_factory=list)
+    _waiting: int = 0
+    """How many of ``_marks`` wait for text."""
+    _code: int = 0
+    _cells: list[list[str]] | None = None
+    _paragraphs: int = 0
     _header_row: bool = False
     _rows: int = 0
+    _tables: int = 0
+    _spans: dict[int, int] = field(default_factory=dict)
+    """Columns that cells of earlier rows span into, and for how many more rows."""
+    _next_spans: dict[int, int] = field(default_factory=dict)
+    _pad: int = 0
+    """Empty cells the open cell's ``colspan`` adds after it."""
+    _budget: int = SPAN_CELLS
+    """Empty cells that spans may still add to this page."""
+    _layout: list[int] = field(default_factory=list)
+    """Depths of the open tables found to be layout tables."""
 
     def __post_init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -112,13 +100,24 @@ class _Converter(HTMLParser):
     # -- output -------------------------------------------------------------------------------
 
     def _flush(self) -> None:
+        if not self._pieces:
+            return
+        if self._marks:
+            self._settle(self._pieces)
         raw = "".join(self._pieces)
         self._pieces.clear()
         if self._pre:
-            text = raw.strip("\n")
+            text = BLANK_LINES.sub("", raw).rstrip()
+            if text and self.markdown:
+                fence = "```"
+                while fence in text:
+                    fence += "`"
+                text = f"{fence}{self._language}\n{text}\n{fence}"
         else:
-            text = _SPACE.sub(" ", raw)
-            text = re.sub(r" ?\x00 ?", "\n", text).strip()
+            text = SPACE.sub(" ", raw)
+            if "\x00" in text:
+                text = BREAK.sub("\n", text)
+            text = text.strip()
         if not text:
             return
         if self._heading and self.markdown:
@@ -132,58 +131,207 @@ class _Converter(HTMLParser):
             text = "\n".join("> " + line for line in text.split("\n"))
         self.blocks.append((text, self._tight))
 
+    def _buffer(self) -> list[str] | None:
+        """Where text goes now: the open table cell, or the block; ``None`` to drop it."""
+        if self._cells is not None:
+            return self._cells[-1] if self._cells else None
+        return self._pieces
+
     def _emit(self, text: str) -> None:
         if self._in_title:
             self.title += text
             return
         if self._drop:
             return
-        if self._cells is not None:
-            if self._cells:
-                self._cells[-1] += text
+        buffer = self._buffer()
+        if buffer is None:
             return
-        self._pieces.append(text)
+        if self.markdown and "*" in text and not (self._pre or self._code):
+            text = text.replace("*", "\\*")  # a literal star, never emphasis
+        if self._waiting and not self._pre:
+            body = text.lstrip(WS)
+            if not body:
+                buffer.append(text)
+                return
+            if len(body) < len(text):
+                buffer.append(text[: len(text) - len(body)])
+            for mark in self._marks:
+                if mark.buffer is None:
+                    mark.buffer, mark.index = buffer, len(buffer)
+                    buffer.append(mark.opening)
+            self._waiting = 0
+            text = body
+        buffer.append(text)
 
-    def _inline_mark(self, tag: str) -> str:
-        """The Markdown mark ``tag`` opens and closes here; "" for none."""
-        if not self.markdown or (tag == "code" and self._pre):
-            return ""
-        return _INLINE_MARKS.get(tag, "")
+    # -- inline marks -------------------------------------------------------------------------
+
+    def _open(self, tag: str, opening: str, closing: str) -> None:
+        if self._drop or self._in_title or len(self._marks) >= MAX_MARKS:
+            return
+        self._marks.append(_Mark(tag, opening, closing))
+        self._waiting += 1
+
+    def _close(self, mark: _Mark) -> None:
+        """Write ``mark``'s closing, or remove its opening if nothing but space followed."""
+        buffer = mark.buffer
+        if buffer is None:
+            self._waiting -= 1
+            return
+        mark.buffer = None
+        start = mark.index + 1
+        tail = ""
+        while len(buffer) > start:
+            piece = buffer[-1]
+            kept = piece.rstrip(WS)
+            if kept == piece:
+                break
+            tail = piece[len(kept) :] + tail
+            if kept:
+                buffer[-1] = kept
+                break
+            buffer.pop()
+        if len(buffer) == start:
+            buffer.pop()
+        else:
+            closing = mark.closing
+            if mark.tag == "code" and "`" in "".join(buffer[start:]):
+                buffer[mark.index], closing = "`` ", " ``"
+            buffer.append(closing)
+        if tail:
+            buffer.append(tail)
+
+    def _end_mark(self, tag: str) -> None:
+        for i in range(len(self._marks) - 1, -1, -1):
+            if self._marks[i].tag == tag:
+                for mark in reversed(self._marks[i:]):
+                    self._close(mark)
+                del self._marks[i:]
+                return
+
+    def _settle(self, buffer: list[str]) -> None:
+        """Close the marks written into ``buffer``, as a block or cell ends there: emphasis
+        or a link that spans blocks covers the first one only, never leaves a mark open, and
+        cannot be repeated in every block it spans."""
+        kept = []
+        for mark in reversed(self._marks):
+            if mark.buffer is buffer:
+                self._close(mark)
+            else:
+                kept.append(mark)
+        if len(kept) < len(self._marks):
+            self._marks[:] = reversed(kept)
+
+    # -- tables -------------------------------------------------------------------------------
+
+    def _spanned(self, *, end: bool = False) -> None:
+        """Add the empty cells of the open cell's ``colspan``, then those that ``rowspan``
+        cells of earlier rows fill here (all of them at the row's ``end``)."""
+        cells = self._cells
+        assert cells is not None
+        cells.extend([] for _ in range(self._pad))
+        self._pad = 0
+        last = max(self._spans) if end and self._spans else -1
+        while self._spans and self._budget > 0:
+            column = len(cells)
+            left = self._spans.get(column)
+            if left is None and column >= last:
+                return
+            cells.append([])
+            self._budget -= 1
+            if left is not None:
+                if left > 1:
+                    self._spans[column] = left - 1
+                else:
+                    del self._spans[column]
+        self._spans.clear()
+
+    def _in_layout(self) -> bool:
+        return bool(self._layout) and self._layout[-1] == self._tables
+
+    def _unrow(self) -> None:
+        """The open row's table is a layout table: its cells so far become blocks."""
+        assert self._cells is not None
+        for cell in self._cells:
+            self._settle(cell)
+            text = SPACE.sub(" ", "".join(cell).replace("\x00", " ")).strip()
+            if text:
+                self.blocks.append((text, False))
+        self._cells = None
+        if not self._in_layout():
+            self._layout.append(self._tables)
 
     # -- parser callbacks ---------------------------------------------------------------------
+
+    def _dropped(self, tag: str, attributes: dict[str, str | None]) -> bool:
+        if tag in DROP or "hidden" in attributes or attributes.get("aria-hidden") == "true":
+            return True
+        if attributes.get("role") in DROP_ROLES or (tag == "footer" and not self._quote):
+            return True
+        classes = (attributes.get("class") or "").split()
+        if not classes:
+            return False
+        if not DROP_CLASSES.isdisjoint(classes):
+            return True
+        return (
+            tag == "a"
+            and (attributes.get("href") or "").startswith("#")
+            and not PERMALINK_CLASSES.isdisjoint(classes)
+        )
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attributes = dict(attrs)
         if tag == "title":
             self._in_title = True
             return
-        if self._drop == [tag] and tag in _AUTOCLOSE:
+        if self._drop == [tag] and tag in AUTOCLOSE:
             self._drop.clear()  # a hidden <p> or <li> left open ends where the next one starts
         elif self._drop:
-            if tag not in _VOID:
+            if tag not in VOID:
                 self._drop.append(tag)
             return
-        if (
-            tag in _DROP
-            or "hidden" in attributes
-            or attributes.get("aria-hidden") == "true"
-            or attributes.get("role") in ("navigation", "menu", "menubar")
-        ):
-            if tag not in _VOID:
+        if self._dropped(tag, attributes):
+            if tag not in VOID:
                 self._drop.append(tag)
             return
         if tag == "br":
-            self._emit("\n" if self._pre else " \x00 ")
+            buffer = self._buffer()
+            if buffer is not None and not self._in_title:
+                buffer.append("\n" if self._pre else " \x00 ")
+            return
+        if self._cells is not None and (tag in LAYOUT or (tag == "p" and self._paragraphs)):
+            self._unrow()
+        if self._in_layout() and tag in ("tr", "td", "th"):
+            self._flush()
             return
         if tag in ("td", "th"):
             if self._cells is not None:
-                self._cells.append("")
+                if self._cells:
+                    self._settle(self._cells[-1])
+                self._spanned()
+                self._cells.append([])
+                self._paragraphs = 0
                 self._header_row = self._header_row or tag == "th"
+                column = len(self._cells) - 1
+                rows = span(attributes.get("rowspan"), 100)
+                self._pad = min(span(attributes.get("colspan"), 50) - 1, max(self._budget, 0))
+                self._budget -= self._pad
+                if rows > 1:
+                    for extra in range(self._pad + 1):
+                        self._next_spans[column + extra] = rows - 1
             return
-        if tag in _BLOCK:
+        if tag == "p" and self._cells is not None:
+            self._paragraphs += 1
+            return
+        if tag == "table":
+            self._tables += 1
+            self._spans.clear()
+            self._next_spans.clear()
+        elif tag == "sup":
+            self._emit("^")
+        if tag in BLOCK:
             self._flush()
-        if tag in _HEADINGS:
-            self._heading = _HEADINGS[tag]
+        if tag in HEADINGS:
+            self._heading = HEADINGS[tag]
         elif tag in ("ul", "ol"):
             self._lists.append(_List(ordered=tag == "ol"))
             self._tight = True
@@ -196,24 +344,46 @@ class _Converter(HTMLParser):
             self._tight = True
         elif tag == "pre":
             self._pre += 1
-            if self.markdown:
-                self._pieces.append("```\n")
+            classes = (attributes.get("class") or "").split()
+            found = language(classes, ("language-", "lang-"))
+            self._language = self._highlight if found is None else found
+        elif tag == "div" and self.markdown:
+            found = language((attributes.get("class") or "").split(), ("highlight-",))
+            if found is not None:
+                self._highlight = found
         elif tag == "blockquote":
             self._quote += 1
         elif tag == "tr":
             self._cells = []
+            self._pad = 0
             self._header_row = False
         elif tag == "hr" and self.markdown:
             self.blocks.append(("---", False))
-        elif self.markdown and tag == "a":
+        elif self._pre:
+            if tag == "code" and not self._inside:
+                if self._codes:
+                    self._flush()  # a second <code> in one <pre> (Node's ESM/CJS pair): a block
+                self._codes += 1
+                classes = (attributes.get("class") or "").split()
+                found = language(classes, ("language-", "lang-"))
+                if found is not None:
+                    self._language = found
+            if tag not in VOID:
+                self._inside += 1
+        elif not self.markdown or self._code:
+            return
+        elif tag == "a":
             href = attributes.get("href") or ""
             if href and not href.lower().startswith(("javascript:", "data:", "#")):
-                self._links.append(urllib.parse.urljoin(self.base_url, href))
-                self._emit("[")
-            else:
-                self._links.append(None)
-        elif mark := self._inline_mark(tag):
-            self._emit(mark)
+                self._open("a", "[", f"]({urllib.parse.urljoin(self.base_url, href)})")
+        elif tag == "img":
+            alt = SPACE.sub(" ", attributes.get("alt") or "").strip()
+            if alt and self._marks and self._marks[-1].tag == "a":
+                self._emit(alt)  # an image-only link keeps the image's text
+        elif sign := INLINE_MARKS.get(tag):
+            self._open(tag, sign, sign)
+            if tag == "code":
+                self._code += 1
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "title":
@@ -224,12 +394,24 @@ class _Converter(HTMLParser):
                 while self._drop.pop() != tag:
                     pass
             return
-        if tag in ("td", "th"):
+        if tag in ("td", "th") or (tag == "p" and self._cells is not None):
+            return
+        if tag == "tr" and self._in_layout():
+            self._flush()
             return
         if tag == "tr" and self._cells is not None:
-            cells = [_SPACE.sub(" ", c.replace("\x00", " ")).strip() for c in self._cells]
+            self._spanned(end=True)
+            self._spans.update(self._next_spans)
+            self._next_spans.clear()
+            for cell in self._cells:
+                self._settle(cell)
+            cells = [SPACE.sub(" ", "".join(c).replace("\x00", " ")).strip() for c in self._cells]
+            if self.markdown:
+                cells = [cell.replace("|", "\\|") for cell in cells]
             self._cells = None
-            if any(cells):
+            if len(cells) == 1:  # a one-cell row is a box around a block, not a table
+                self.blocks.append((cells[0], False))
+            elif any(cells):
                 line = "| " + " | ".join(cells) + " |" if self.markdown else " | ".join(cells)
                 self.blocks.append((line, True))
                 if self.markdown and self._header_row and self._rows == 0:
@@ -237,19 +419,23 @@ class _Converter(HTMLParser):
                 self._rows += 1
             return
         if tag == "table":
+            if self._in_layout():
+                self._layout.pop()
+            self._tables = max(self._tables - 1, 0)
+            self._cells = None
             self._rows = 0
             self.blocks.append(("", False))
-        if self.markdown and tag == "a" and self._links:
-            href = self._links.pop()
-            if href is not None:
-                self._emit(f"]({href})")
-        elif mark := self._inline_mark(tag):
-            self._emit(mark)
-        if tag in _BLOCK:
-            if tag == "pre" and self.markdown:
-                self._pieces.append("\n```")
+        if self._pre and self._inside and tag != "pre":
+            self._inside -= 1
+        if self.markdown and not self._pre and (tag == "a" or tag in INLINE_MARKS):
+            if tag == "code" and self._code:
+                self._code -= 1
+                self._end_mark(tag)
+            elif not self._code:
+                self._end_mark(tag)
+        if tag in BLOCK:
             self._flush()
-        if tag in _HEADINGS:
+        if tag in HEADINGS:
             self._heading = 0
         elif tag in ("ul", "ol") and self._lists:
             self._lists.pop()
@@ -258,6 +444,9 @@ class _Converter(HTMLParser):
                 self.blocks.append(("", False))
         elif tag == "pre" and self._pre:
             self._pre -= 1
+            if not self._pre:
+                self._language = self._highlight = ""
+                self._inside = self._codes = 0
         elif tag == "blockquote" and self._quote:
             self._quote -= 1
 
@@ -293,4 +482,4 @@ def html_to_text(html: str, *, base_url: str = "", markdown: bool = False) -> tu
     converter = _Converter(markdown=markdown, base_url=base_url)
     converter.feed(html)
     converter.close()
-    return _join(converter.blocks), _SPACE.sub(" ", converter.title).strip()
+    return _join(converter.blocks), SPACE.sub(" ", converter.title).strip()

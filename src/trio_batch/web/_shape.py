@@ -26,6 +26,7 @@ from .._errors import TargetError
 from .._model import Options
 from ._html import html_to_text
 from ._options import GREP_HINT, JQ_HINT, check_grep, check_jq, lone_surrogate, parse_pages
+from ._pdf import document_title, page_text
 from ._question import answer
 
 Kind: TypeAlias = Literal["html", "json", "pdf", "text"]
@@ -223,8 +224,11 @@ def _pdf_pages(body: Body, spec: str, markdown: bool) -> tuple[str, dict[str, ob
                 status=416,
             )
         sections = []
+        title = document_title(reader)
         for number in wanted:
-            text = reader.pages[number - 1].extract_text() or ""
+            text = page_text(reader.pages[number - 1])
+            if not title and number == 1:
+                title = next((line.strip() for line in text.splitlines() if line.strip()), "")
             header = f"## Page {number}" if markdown else f"[page {number}]"
             sections.append(f"{header}\n\n{text.strip()}".rstrip())
     except TargetError:
@@ -233,7 +237,10 @@ def _pdf_pages(body: Body, spec: str, markdown: bool) -> tuple[str, dict[str, ob
         raise TargetError(
             f"the PDF could not be read ({type(exc).__name__})", hint=hint, status=422
         ) from None
-    return "\n\n".join(sections) + "\n", {"page_count": count, "pages": wanted}
+    meta: dict[str, object] = {"page_count": count, "pages": wanted}
+    if title:
+        meta["title"] = title[:300]
+    return "\n\n".join(sections) + "\n", meta
 
 
 def _jq(text: str, program: str) -> tuple[str, dict[str, object]]:

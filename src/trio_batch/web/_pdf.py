@@ -1,0 +1,76 @@
+"""PDF text with pypdf: pages in reading order, and the document's title.
+
+pypdf gives text in content-stream order. That is the reading order for most producers, but
+Chromium paints positioned boxes (the code examples of most documentation themes) after the
+text around them, so an example came out paragraphs after the sentence that introduces it.
+:func:`page_text` keeps pypdf's lines as they are and only puts them in order from the top of
+the page down; pages that look like two columns keep the stream order, which is right there.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pypdf import PageObject, PdfReader
+
+SAME_LINE: Final = 2.0
+"""Points within which two lines count as one row of the page (table cells, say)."""
+_SPACE = re.compile(r"\s+")
+
+
+def page_text(page: PageObject) -> str:
+    """The page's text, its lines ordered top to bottom (left to right within a row)."""
+    chunks: list[tuple[str, float, float]] = []
+
+    def visit(text: str, cm: list[float], tm: list[float], *_: object) -> None:
+        x = tm[4] * cm[0] + tm[5] * cm[2] + cm[4]
+        y = tm[4] * cm[1] + tm[5] * cm[3] + cm[5]
+        chunks.append((text, x, y))
+
+    text = page.extract_text(visitor_text=visit) or ""
+    lines: list[tuple[float, float, int, str]] = []  # y, x, position in the stream, text
+    parts: list[str] = []
+    where: tuple[float, float] | None = None
+    for chunk, x, y in [*chunks, ("\n", 0.0, 0.0)]:
+        pieces = chunk.split("\n")
+        for i, piece in enumerate(pieces):
+            if i:  # a line ends here
+                joined = "".join(parts)
+                if joined.strip() and where is not None:
+                    lines.append((where[1], where[0], len(lines), joined))
+                parts, where = [], None
+            if piece:
+                parts.append(piece)
+                if where is None and piece.strip():
+                    where = (x, y)
+    if not lines or _two_columns(lines, float(page.mediabox.width)):
+        return text
+    lines.sort(key=lambda line: (-line[0], line[2]))
+    rows: list[list[tuple[float, float, int, str]]] = []
+    for line in lines:
+        if rows and rows[-1][0][0] - line[0] <= SAME_LINE:
+            rows[-1].append(line)
+        else:
+            rows.append([line])
+    return "\n".join(
+        "\n".join(line[3] for line in sorted(row, key=lambda line: (line[1], line[2])))
+        for row in rows
+    )
+
+
+def _two_columns(lines: list[tuple[float, float, int, str]], width: float) -> bool:
+    """Whether the page looks like two columns: many lines start right of its middle."""
+    right = sum(1 for line in lines if line[1] > width * 0.5)
+    return right >= 5 and 0.25 * len(lines) <= right
+
+
+def document_title(reader: PdfReader) -> str:
+    """The title in the document's metadata, or ""."""
+    try:
+        metadata = reader.metadata
+        title = metadata.title if metadata is not None else None
+    except Exception:  # a damaged info dictionary only costs the title
+        return ""
+    return _SPACE.sub(" ", title).strip() if isinstance(title, str) else ""

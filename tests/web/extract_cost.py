@@ -1,0 +1,84 @@
+"""CPU per page of the extractor on the fixture pages (issue 13: before and after).
+
+Run from the repository root::
+
+    python -m tests.web.extract_cost                  # this checkout
+    git show HEAD:src/trio_batch/web/_html.py > /tmp/old_html.py && \\
+        python -m tests.web.extract_cost /tmp/old_html.py   # another _html.py, same pages
+
+Each page is decoded once, then converted ``ROUNDS`` times in each mode with
+``html_to_text`` (the PDF with ``shape``); the best round's ``time.process_time`` is printed,
+in milliseconds per page. An argument names another ``_html.py`` to measure instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+import time
+from collections.abc import Callable
+
+from tests.web.pages import pages
+from trio_batch import Options
+from trio_batch.web import shape
+from trio_batch.web._shape import Body, decode
+
+ROUNDS = 20
+Convert = Callable[..., tuple[str, str]]
+
+
+def _converter(path: str | None) -> Convert:
+    if path is None:
+        from trio_batch.web._html import html_to_text
+
+        return html_to_text
+    spec = importlib.util.spec_from_file_location("_html_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    convert: Convert = module.html_to_text
+    return convert
+
+
+def _best(work: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(ROUNDS):
+        start = time.process_time()
+        work()
+        best = min(best, time.process_time() - start)
+    return best * 1000
+
+
+def main() -> None:
+    convert = _converter(sys.argv[1] if len(sys.argv) > 1 else None)
+    totals = {"text": 0.0, "markdown": 0.0}
+    print(f"{'page':32} {'KiB':>6} {'text ms':>8} {'md ms':>8}")
+    for page in pages():
+        if page.name.endswith(".pdf"):
+            ms = _best(
+                functools.partial(
+                    shape,
+                    page.body,
+                    url=page.url,
+                    content_type=page.content_type,
+                    options=Options(),
+                )
+            )
+            print(f"{page.name:32} {len(page.body) / 1024:6.1f} {ms:8.2f} {'':>8}")
+            continue
+        html = decode(Body(page.body, "text/html", None, page.url), "html")
+        row = []
+        for mode in totals:
+            ms = _best(
+                functools.partial(convert, html, base_url=page.url, markdown=mode == "markdown")
+            )
+            totals[mode] += ms
+            row.append(ms)
+        print(f"{page.name:32} {len(page.body) / 1024:6.1f} {row[0]:8.2f} {row[1]:8.2f}")
+    print(f"{'all HTML pages':32} {'':6} {totals['text']:8.2f} {totals['markdown']:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Each Markdown fix of issue 13, on the smallest page that shows it, through ``shape``."""
+
+from __future__ import annotations
+
+import pytest
+
+from trio_batch import Options, TargetError
+from trio_batch.web import shape
+
+
+def md(html: str) -> str:
+    result = shape(
+        html.encode(),
+        url="https://a.example/d/",
+        content_type="text/html",
+        options=Options(mode="markdown"),
+    )
+    return result.content
+
+
+def text(html: str) -> str:
+    return shape(
+        html.encode(), url="https://a.example/d/", content_type="text/html", options=Options()
+    ).content
+
+
+class TestPermalinks:
+    def test_sphinx_headerlink_is_dropped(self) -> None:
+        """Sphinx's ¶ anchor after a heading is not part of the heading."""
+        html = (
+            '<h2>Menus<a class="headerlink" href="#menus" title="Link to this heading">¶</a></h2>'
+        )
+
+        assert md(html) == "## Menus\n"
+
+    def test_node_mark_is_dropped(self) -> None:
+        """Node.js docs' # mark after a heading is not part of it."""
+        html = '<h2>DNS<span><a class="mark" href="#dns" id="dns">#</a></span></h2>'
+
+        assert (md(html), text(html)) == ("## DNS\n", "DNS\n")
+
+
+class TestCode:
+    def test_no_markup_inside_a_fence(self) -> None:
+        """Bold and links inside <pre> come out as plain text, with no blank first line."""
+        html = '<pre>\n<strong>item  </strong> ::= <a href="#size"><code>size</code></a>+</pre>'
+
+        assert md(html) == "```\nitem   ::= size+\n```\n"
+
+    def test_no_markup_inside_inline_code(self) -> None:
+        """Emphasis inside <code> is dropped, the code span stays."""
+        assert md("<p>Call <code><em>f</em>(x)</code>.</p>") == "Call `f(x)`.\n"
+
+    def test_sibling_code_blocks_each_get_a_fence(self) -> None:
+        """Two <code> in one <pre> (Node's ESM and CJS variants) are two code blocks."""
+        html = (
+            '<pre><code class="language-js mjs">import a from "a";</code>'
+            '<code class="language-js cjs">const a = require("a");</code></pre>'
+        )
+
+        assert md(html) == '```js\nimport a from "a";\n```\n\n```js\nconst a = require("a");\n```\n'
+        assert text(html) == 'import a from "a";\n\nconst a = require("a");\n'
+
+    def test_sphinx_highlight_gives_the_language(self) -> None:
+        """A Sphinx highlight-LANG wrapper names the fence's language."""
+        html = (
+            '<div class="highlight-pycon"><div class="highlight">'
+            "<pre><span>&gt;&gt;&gt; 1</span></pre></div></div>"
+        )
+
+        assert md(html) == "```pycon\n>>> 1\n```\n"
+
+    def test_code_with_backticks_uses_a_longer_mark(self) -> None:
+        """Inline code that holds a backtick is wrapped in double backticks."""
+        assert md("<p><code>a`b</code></p>") == "`` a`b ``\n"
+
+
+class TestEmphasis:
+    @pytest.mark.parametrize(
+        ("html", "expected"),
+        [
+            ('<em class="property">exception </em>copy.Error', "*exception* copy.Error\n"),
+            ("in <strong> both </strong>directions", "in **both** directions\n"),
+            ("a<em> </em>b", "a b\n"),
+            ("a<b></b>b", "ab\n"),
+        ],
+    )
+    def test_space_goes_outside_the_marks(self, html: str, expected: str) -> None:
+        """Emphasis never starts or ends with a space; an empty one leaves no marks."""
+        assert md(f"<p>{html}</p>") == expected
+
+    def test_literal_stars_are_escaped(self) -> None:
+        """A star in the text is not read as emphasis."""
+        assert md("<p>start+2*step, a * b</p>") == "start+2\\*step, a \\* b\n"
+
+    def test_emphasis_across_blocks_is_closed_in_the_first(self) -> None:
+        """Bold around two paragraphs is closed where the first ends, never left open (nor
+        repeated in every block, which unclosed tags could multiply)."""
+        assert md("<b><p>one</p><p>two</p></b>") == "**one**\n\ntwo\n"
+
+    def test_block_link_keeps_its_first_block(self) -> None:
+        """A link around a card (heading and text) links the heading."""
+        html = '<a href="/w"><h3>Widgets</h3><p>All of them.</p></a>'
+
+        assert md(html) == "### [Widgets](https://a.example/w)\n\nAll of them.\n"
+
+
+class TestLinks:
+    def test_image_only_link_uses_the_alt_text(self) -> None:
+        """An image link keeps the image's alt text as its text."""
+        assert (
+            md('<a href="next.html"><img src="r.png" alt="Next"></a>')
+            == "[Next](https://a.example/d/next.html)\n"
+        )
+
+    def test_image_link_without_alt_is_dropped(self) -> None:
+        """An image link without alt text leaves no empty []()."""
+        assert md('<p>x <a href="feed/"><img src="rss.png" alt=""></a></p>') == "x\n"
+
+
+class TestBoilerplate:
+    @pytest.mark.parametrize(
+        "html",
+        [
+            '<div class="sphinxsidebar"><h4>Previous topic</h4></div>',
+            '<div class="related"><a href="i.html">index</a></div>',
+            '<div class="footer">Created using Sphinx 7.2.6.</div>',
+            "<footer>Proudly powered by WordPress</footer>",
+            '<div role="contentinfo">© 2026</div>',
+            '<aside role="complementary"><h2>Recent Posts</h2></aside>',
+            '<div role="search"><h3>Quick search</h3></div>',
+            '<table class="navigation"><tr><td><a href="p.html">Prev</a></td><td>Up</td></tr>'
+            "</table>",
+        ],
+    )
+    def test_page_chrome_is_dropped(self, html: str) -> None:
+        """Sidebars, footers, search boxes and navigation bars are not content."""
+        assert md(f"<main><p>Body.</p>{html}</main>") == "Body.\n"
+
+    def test_a_quote_keeps_its_footer(self) -> None:
+        """A <footer> inside a quote is its attribution, and stays."""
+        assert text("<blockquote><p>Q.</p><footer>Ada</footer></blockquote>") == "Q.\n\nAda\n"
+
+
+class TestTables:
+    def test_layout_table_cells_become_blocks(self) -> None:
+        """A table whose cell holds a heading, list or code is layout: its cells are blocks."""
+        html = "<table><tr><td>Menu</td><td><h1>Title</h1><pre>code</pre></td></tr></table>"
+
+        assert md(html) == "Menu\n\n# Title\n\n```\ncode\n```\n"
+
+    def test_spans_keep_columns_aligned(self) -> None:
+        """colspan and rowspan add the empty cells that keep each row as wide as the header."""
+        html = (
+            '<table><tr><th rowspan="2">P</th><th colspan="2">Size</th></tr>'
+            "<tr><th>max</th><th>default</th></tr><tr><td>a</td><td>1</td><td>2</td></tr></table>"
+        )
+
+        assert (
+            md(html)
+            == "| P | Size |  |\n| --- | --- | --- |\n|  | max | default |\n| a | 1 | 2 |\n"
+        )
+
+    def test_pipes_in_cells_are_escaped(self) -> None:
+        """A | inside a cell does not split it."""
+        assert md("<table><tr><td>a|b</td><td>c</td></tr></table>") == "| a\\|b | c |\n"
+
+
+class TestShape:
+    def test_meta_and_charset(self) -> None:
+        """shape() decodes with the Content-Type charset and reports the title."""
+        result = shape(
+            "<title>Café</title><p>Crème</p>".encode("iso-8859-1"),
+            url="https://a.example/",
+            content_type="text/html; charset=ISO-8859-1",
+            options=Options(),
+        )
+
+        assert (result.content, result.meta) == ("Crème\n", {"mode": "text", "title": "Café"})
+
+    def test_invalid_options_are_refused(self) -> None:
+        """Options are checked as at submit: a bad one is a 400."""
+        with pytest.raises(TargetError) as caught:
+            shape(
+                b"x",
+                url="https://a.example/",
+                content_type="text/plain",
+                options=Options(mode="pdf"),
+            )
+
+        assert caught.value.status == 400
