@@ -109,10 +109,19 @@ def bench_peers(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the documentation site with warnings as errors, then run its code samples.
 
-    ``mkdocs build --strict`` into ``site/`` (``-- --site-dir DIR`` to put it elsewhere; the
-    arguments go to mkdocs), then ``tests/cli/test_docs.py``: every Python sample of the pages
-    runs as written.
+    First ``trio-batch demo --timeline docs/timeline.svg`` draws the timeline picture of
+    docs/cli.md afresh (about ten seconds, offline). Then ``mkdocs build --strict`` into
+    ``site/`` (``-- --site-dir DIR`` to put it elsewhere; the arguments go to mkdocs): a warning,
+    a broken link or a raw reST role (``:class:`X```) on a page fails it. Then
+    ``tests/cli/test_docs.py``: every Python sample of the pages runs as written.
     """
     session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "docs", "test"))
+    db = os.path.join(session.create_tmp(), "timeline-demo.sqlite")
+    for stale in (db, db + "-wal", db + "-shm", db + "-lock"):
+        if os.path.exists(stale):
+            os.remove(stale)
+    session.run(
+        "trio-batch", "demo", "--db", db, "--timeline", "docs/timeline.svg", "--progress", "off"
+    )
     session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("pytest", "tests/cli/test_docs.py", "-q", "-p", "no:cacheprovider")

@@ -7,6 +7,7 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import trio
@@ -14,6 +15,7 @@ import trio
 from trio_batch._cli import main
 from trio_batch.stores import SQLiteStore
 
+SVG = "{http://www.w3.org/2000/svg}"
 ROW = re.compile(r"^(alice|bob|carol)\s+([0-9a-f]{32})\s+(\w+)\s+(\d+)/(\d+)\s+(\d+)\s+[\d.]+$")
 
 
@@ -47,7 +49,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     db = tmp_path_factory.mktemp("demo") / "demo.sqlite"
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["demo", "--quick", "--db", str(db)])
+        code = main(["demo", "--quick", "--db", str(db), "--timeline", str(db.with_suffix(".svg"))])
     return DemoRun(code, out.getvalue(), err.getvalue(), db)
 
 
@@ -77,3 +79,21 @@ class TestDemo:
         assert "/redirect-private:" in failures
         assert "/articles/99:" in failures
         assert failures.count("carol") == 2
+
+    def test_the_timeline_has_a_bar_for_every_target_of_every_job(self, demo: DemoRun) -> None:
+        """`--timeline` draws each fetch as a bar, in at most two worker lanes, for every job."""
+        svg = ElementTree.parse(demo.db.with_suffix(".svg")).getroot()
+        bars = svg.findall(f"{SVG}rect[@class='bar']")
+        tips = [bar.findtext(f"{SVG}title") or "" for bar in bars]
+        ids = [m.group(2) for line in demo.out.splitlines() if (m := ROW.match(line))]
+        held = trio.run(_read, demo.db, ids)
+        lanes = {
+            text.text for text in svg.findall(f"{SVG}text") if (text.text or "")[:7] == "worker "
+        }
+
+        assert lanes == {"worker 1", "worker 2"}
+        # Every target has a bar; the busy pages are fetched three times (two 429s, then 200).
+        assert len(bars) == sum(total for _, _, total, _ in held.values()) + 4
+        for job_id in ids:
+            assert sum(f" {job_id[:8]}: " in tip for tip in tips) >= held[job_id][2]
+        assert f"the timeline is in {demo.db.with_suffix('.svg')}" in demo.out

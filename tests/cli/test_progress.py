@@ -34,7 +34,7 @@ class TestRender:
         tracker = ProgressTracker(total=10, clock=lambda: 0.0)
         view = tracker.add_job("a" * 32, "alice", 6)
         view.done, view.failed, view.status = 2, 1, "running"
-        view.current = "http://127.0.0.1:8000/articles/3"
+        view.current = "http://127.0.0.1:8080/articles/3"
         tracker.add_job("b" * 32, "bob", 4).status = "done"
         tracker.rotation.extend(["alice", "bob", "alice"])
         tracker.callers.update({"alice", "bob"})
@@ -114,3 +114,19 @@ class TestShowProgress:
         lines = stream.getvalue().splitlines()
         assert len(lines) == 3  # at 3 s and 6 s while it runs, then the final line
         assert lines[-1].startswith("trio-batch: 3/3 targets (3 done, 0 failed)")
+
+    async def test_the_first_frame_comes_within_a_second_even_before_the_engine(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """While a large input is checked (no engine yet), a plain line says so after 1 s."""
+        tracker = ProgressTracker(total=100_000)
+        tracker.phase, tracker.checked = "checking", 2000
+        stream = io.StringIO()
+
+        async with show_progress(tracker, None, stream=stream, mode="plain"):
+            await trio.sleep(1.5)  # virtual time: the frame is due at 1 s, the next at 6 s
+            first = stream.getvalue()
+
+        assert first == (
+            "trio-batch: checking the input: 2,000/100,000 targets checked, 0:01 elapsed\n"
+        )

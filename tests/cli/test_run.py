@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import ipaddress
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -134,6 +135,133 @@ class TestRunInProcess:
         assert parsed[0]["hint"]
 
 
+class TestEveryLine:
+    @pytest.mark.parametrize("job_size", [1, 2, 32])
+    async def test_a_refused_url_between_accepted_ones_keeps_its_line_and_fails_the_run(
+        self, site: DemoSite, tmp_path: Path, job_size: int
+    ) -> None:
+        """Refused URLs inside a job's span get their lines in place; the exit status is 1."""
+        urls = [
+            site.url("/articles/1"),
+            site.url("/articles/2").replace("127.0.0.1", "127.0.0.2"),
+            site.url("/articles/3"),
+            "http://10.0.0.1/",
+            site.url("/articles/4"),
+        ]
+        lines: list[str] = []
+        err = io.StringIO()
+
+        code = await run_batch(
+            [Target(u) for u in urls],
+            db=str(tmp_path / "run.sqlite"),
+            out=lines.append,
+            err=err,
+            job_size=job_size,
+            allow=[ipaddress.ip_network("127.0.0.1/32")],
+            progress="off",
+            handle_sigint=False,
+        )
+
+        parsed = [json.loads(line) for line in lines]
+        assert code == 1
+        assert [(p["idx"], p["url"]) for p in parsed] == list(enumerate(urls))
+        assert [p["status"] for p in parsed] == ["done", "failed", "done", "failed", "done"]
+        assert "3 done, 2 failed" in err.getvalue()
+
+    async def test_refused_lines_after_the_last_job_are_written(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """Refused URLs at the end of the input, and an input of refused URLs only, get lines."""
+        lines: list[str] = []
+
+        code = await run_batch(
+            [Target(site.url("/articles/1")), Target("http://10.0.0.1/"), Target("ftp://x/")],
+            db=str(tmp_path / "run.sqlite"),
+            out=lines.append,
+            err=io.StringIO(),
+            allow=[LOOPBACK],
+            progress="off",
+            handle_sigint=False,
+        )
+
+        assert code == 1
+        assert [json.loads(line)["idx"] for line in lines] == [0, 1, 2]
+
+    async def test_the_summary_counts_what_the_progress_display_counts(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """The last progress line and the summary agree on done and failed."""
+        err = io.StringIO()
+
+        await run_batch(
+            [Target(site.url("/articles/1")), Target("http://10.0.0.1/"), Target(site.url("/x"))],
+            db=str(tmp_path / "run.sqlite"),
+            out=lambda line: None,
+            err=err,
+            allow=[LOOPBACK],
+            progress="plain",
+            handle_sigint=False,
+        )
+
+        progress, summary = err.getvalue().splitlines()[-2:]
+        assert "(1 done, 2 failed)" in progress
+        assert "3 targets: 1 done, 2 failed." in summary
+
+
+class TestHints:
+    @pytest.mark.parametrize(
+        ("url", "flag"),
+        [
+            ("http://127.0.0.2:9/", "--allow-net 127.0.0.0/8"),
+            ("http://localhost:9/", "--allow-net 127.0.0.0/8"),
+            ("http://10.1.2.3/", "--allow-net 10.1.2.3/32"),
+        ],
+    )
+    async def test_a_refused_private_address_names_the_flag_that_allows_it(
+        self, tmp_path: Path, url: str, flag: str
+    ) -> None:
+        """The hint of a refused private address speaks the command line, not the Python API."""
+        lines: list[str] = []
+
+        await run_batch(
+            [Target(url)],
+            db=str(tmp_path / "run.sqlite"),
+            out=lines.append,
+            err=io.StringIO(),
+            progress="off",
+            handle_sigint=False,
+        )
+
+        hint = json.loads(lines[0])["hint"]
+        assert flag in hint
+        assert "WebFetcher" not in hint
+
+
+class TestIds:
+    async def test_every_job_id_is_reported_as_it_is_submitted(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """`on_submit` (what `--ids FILE` writes) gets every job's id; the summary counts them."""
+        ids: list[str] = []
+        err = io.StringIO()
+
+        await run_batch(
+            [Target(site.url(f"/articles/{n}")) for n in range(1, 10)],
+            db=str(tmp_path / "run.sqlite"),
+            out=lambda line: None,
+            err=err,
+            job_size=2,
+            allow=[LOOPBACK],
+            progress="off",
+            handle_sigint=False,
+            on_submit=ids.append,
+        )
+
+        jobs, _ = await trio.to_thread.run_sync(_db_rows, tmp_path / "run.sqlite")
+        assert len(ids) == len(set(ids)) == len(jobs) == 5
+        assert "5 jobs in" in err.getvalue()
+
+
 async def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
         [*CLI, *args], cwd=cwd, capture_stdout=True, capture_stderr=True, check=False
@@ -161,7 +289,7 @@ class TestRunCommand:
     async def test_exit_1_when_some_target_failed_and_stdin_works(
         self, site: DemoSite, tmp_path: Path
     ) -> None:
-        """Reading `-` (stdin), a run with a failed target exits 1 and writes --out."""
+        """Reading `-` (stdin), a failed target exits 1; --out and --ids get written and named."""
         urls = f"{site.url('/articles/1')}\n{site.url('/nope')}\n".encode()
 
         done = await trio.run_process(
@@ -175,6 +303,8 @@ class TestRunCommand:
                 "x.sqlite",
                 "--allow-net",
                 "127.0.0.1",
+                "--ids",
+                "ids.txt",
             ],
             cwd=tmp_path,
             stdin=urls,
@@ -184,9 +314,12 @@ class TestRunCommand:
         )
 
         lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+        jobs, _ = await trio.to_thread.run_sync(_db_rows, tmp_path / "x.sqlite")
         assert done.returncode == 1, done.stderr.decode()
         assert done.stdout == b""
         assert [line["status"] for line in lines] == ["done", "failed"]
+        assert len((tmp_path / "ids.txt").read_text().split()) == len(jobs) == 1
+        assert b"2 targets: 1 done, 1 failed. Lines in out.jsonl. Jobs in x.sqlite: " in done.stderr
 
     @pytest.mark.parametrize(
         ("args", "content", "message"),
@@ -231,7 +364,26 @@ class TestRunCommand:
             done = await _cli(["run", "urls.txt", "--db", "busy.sqlite"], tmp_path)
 
         assert done.returncode == 2
-        assert b"already open for writing" in done.stderr
+        assert re.fullmatch(
+            rb"trio-batch run: another process \(pid \d+, \S+\) is writing busy\.sqlite: stop "
+            rb"it, or pass --db with another file \(status, results and jobs can read it "
+            rb"meanwhile\)\n",
+            done.stderr,
+        )
+        assert done.stdout == b""
+
+    async def test_a_database_in_a_missing_folder_is_a_usage_error(self, tmp_path: Path) -> None:
+        """`--db` in a folder that does not exist exits 2 with one line naming the folder."""
+        (tmp_path / "urls.txt").write_text("https://example.org/\n")
+
+        done = await _cli(["run", "urls.txt", "--db", "no/such/x.sqlite"], tmp_path)
+
+        assert done.returncode == 2
+        assert done.stderr.decode() == (
+            f"trio-batch run: cannot open the database no/such/x.sqlite: the folder "
+            f"{tmp_path}/no/such does not exist; create it (mkdir -p {tmp_path}/no/such) or "
+            "pass another --db\n"
+        )
         assert done.stdout == b""
 
     async def test_ctrl_c_writes_what_finished_and_leaves_the_database_consistent(
@@ -268,3 +420,31 @@ def test_cli_module_runs_as_a_script() -> None:
 
     assert done.returncode == 0
     assert b"--allow-net" in done.stdout
+
+
+class TestLargeInput:
+    async def test_ctrl_c_while_checking_says_nothing_was_submitted(self, tmp_path: Path) -> None:
+        """SIGINT while a large input is checked exits 130, submits nothing, and says so."""
+        urls = [f"https://example.org/{i}" for i in range(10_000)]
+        err = io.StringIO()
+
+        def check(url: str) -> None:
+            if url == urls[3000]:
+                signal.raise_signal(signal.SIGINT)
+
+        code = await run_batch(
+            [Target(u) for u in urls],
+            db=str(tmp_path / "run.sqlite"),
+            out=lambda line: pytest.fail("no line may be written"),
+            err=err,
+            progress="off",
+            precheck=check,
+        )
+
+        assert code == 130
+        assert re.fullmatch(
+            r"trio-batch: interrupted while checking the input \(\d,000 of 10,000 targets "
+            r"checked\); nothing was submitted and no line was written\.\n",
+            err.getvalue(),
+        )
+        assert not (tmp_path / "run.sqlite").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import io
 import json
 from pathlib import Path
@@ -52,6 +53,25 @@ async def _make_job(db: Path) -> str:
         sub = await engine.submit(Caller("cli"), "fleet", [Target(u) for u in URLS])
         await finished.wait()
     return sub.id
+
+
+async def _make_jobs(db: Path, n: int) -> list[str]:
+    """``n`` finished jobs of one target each, in one store."""
+    finished = trio.Semaphore(0, max_value=n)
+
+    def on_job(event: str) -> None:
+        if event in TERMINAL:
+            finished.release()
+
+    config = Config(jobs_per_caller=n, jobs_total=n, hooks=Hooks(job=on_job))
+    async with SQLiteStore.open(db) as store, open_engine(store, ScriptedFetch(), config) as engine:
+        subs = [
+            await engine.submit(Caller("cli"), "fleet", [Target(f"https://a.example/{i}")])
+            for i in range(n)
+        ]
+        for _ in subs:
+            await finished.acquire()
+    return [sub.id for sub in subs]
 
 
 @pytest.fixture
@@ -178,3 +198,53 @@ async def _engine_task(
     async with open_engine(MemoryStore(), fetch, Config(retry_wait=0.01, hooks=hooks)) as engine:
         task_status.started(engine)
         await trio.sleep_forever()
+
+
+class TestIdPrefixes:
+    def test_a_unique_prefix_reads_the_job(
+        self, job: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`status` and `results` accept the first characters of an id (as the display shows)."""
+        db, job_id = job
+
+        status_code = main(["status", job_id[:8], "--db", str(db)])
+        summary = json.loads(capsys.readouterr().out)
+        results_code = main(["results", job_id[:4], "--db", str(db)])
+        lines = capsys.readouterr().out.splitlines()
+
+        assert (status_code, results_code) == (0, 0)
+        assert summary["id"] == job_id
+        assert len(lines) == 3
+
+    def test_an_ambiguous_prefix_exits_2_naming_the_candidates(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A prefix of several ids is a usage error that counts them and asks for more."""
+        db = tmp_path / "jobs.sqlite"
+        ids = trio.run(_make_jobs, db, 17)  # 17 hex ids: two share a first digit, at least
+        shared = next(i[0] for i in ids if sum(j.startswith(i[0]) for j in ids) > 1)
+        count = sum(j.startswith(shared) for j in ids)
+
+        code = main(["status", shared, "--db", str(db)])
+        err = capsys.readouterr().err
+        empty = main(["status", "", "--db", str(db)])
+
+        assert (code, empty) == (2, 2)
+        named = f"{count}" if count <= 5 else "more than 5"
+        assert err.startswith(f"trio-batch status: {shared} is the start of {named} job ids (")
+        assert err.endswith("; give more characters\n")
+        assert "the job id is empty" in capsys.readouterr().err
+
+    def test_status_shows_iso_times_beside_epoch_seconds(
+        self, job: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`status` prints `created_at_iso`/`updated_at_iso` (UTC) beside the epoch seconds."""
+        db, job_id = job
+
+        main(["status", job_id, "--db", str(db)])
+        summary = json.loads(capsys.readouterr().out)
+
+        created = datetime.datetime.fromisoformat(summary["created_at_iso"])
+        assert created.utcoffset() == datetime.timedelta(0)
+        assert abs(created.timestamp() - summary["created_at"]) < 0.001
+        assert summary["updated_at_iso"].endswith("Z")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 # Each module defines register(subparsers) and sets a `func(args) -> int` default on its parser.
 # A module whose optional dependencies are missing still registers, and its func says what to
 # install.
-SUBCOMMANDS = ("demo", "run", "status", "serve", "keys")
+SUBCOMMANDS = ("demo", "run", "status", "jobs", "timeline", "serve", "keys")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trio-batch",
         description="Fair, durable batch jobs on Trio: run batches, serve the HTTP API, demo.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:
             module = importlib.import_module(f"trio_batch._cli._{name}")
@@ -36,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        # A bare `trio-batch`: the help, on stderr, and the exit status of a usage error.
+        parser.print_help(sys.stderr)
+        return 2
     code: int = args.func(args)
     return code
 

@@ -25,10 +25,12 @@ from .._config import Config
 from .._engine import BatchEngine, open_engine
 from .._errors import StoreError
 from .._model import Caller, JobStatus, Options, Target, TargetState
-from ..stores import SQLiteStore
+from .._util import raise_single_exception_from_group
+from ._common import open_cli_store
 from ._demo_site import DemoSite, serve_demo_site
 from ._progress import ProgressMode, ProgressTracker, show_progress
 from ._run import UsageError, add_progress_argument, open_web_fetch
+from ._timeline import Recorder, render_svg
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -53,6 +55,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--db",
         metavar="PATH",
         help="the SQLite store to write (default: a new file in a temporary directory)",
+    )
+    parser.add_argument(
+        "--timeline",
+        metavar="FILE.svg",
+        help="also draw which target ran when as an SVG: one lane per worker, bars by job",
     )
     add_progress_argument(parser)
     # For the test suite: the same demo with short delays.
@@ -136,11 +143,14 @@ async def _caller(
     jobs: list[list[Target]],
     rows: list[JobRow],
     poll: float,
+    recorder: Recorder,
 ) -> None:
     caller = Caller(name)
     for targets in jobs:
         t0 = trio.current_time()
+        submitted = recorder.submitting(name)
         sub = await engine.submit(caller, "fleet", targets)
+        submitted(sub.id)
         tracker.add_job(sub.id, name, len(targets))
         row = JobRow(name, sub.id, total=len(targets))
         rows.append(row)
@@ -175,8 +185,13 @@ async def run_demo(
     progress: ProgressMode = "auto",
     pace: Pace = Pace(),
     console: Console | None = None,
+    timeline: str = "",
 ) -> list[JobRow]:
-    """Run the demo, print its summary on ``out``; return the summary's rows."""
+    """Run the demo, print its summary on ``out``; return the summary's rows.
+
+    With ``timeline``, also write an SVG of which target ran when to that file.
+    """
+    recorder = Recorder()
     site = DemoSite(slow_seconds=pace.slow, retry_after=pace.retry_after, latency=pace.latency)
     tracker = ProgressTracker()
     config = Config(
@@ -189,25 +204,51 @@ async def run_demo(
         hooks=tracker.hooks(),
     )
     rows: list[JobRow] = []
-    async with trio.open_nursery() as nursery:
-        await nursery.start(serve_demo_site, site)
-        plan = batches(site)
-        tracker.total = sum(len(t) for jobs in plan.values() for t in jobs)
-        err.write(f"trio-batch demo: site on {site.base_url}; 3 callers, 2 workers; store {db}\n")
-        err.flush()
-        async with (
-            SQLiteStore.open(db) as store,
-            open_web_fetch(store, [LOOPBACK]) as fetch,
-            open_engine(store, tracker.wrap(fetch), config) as engine,
-            show_progress(tracker, engine, stream=err, mode=progress, console=console),
-            trio.open_nursery() as callers,
-        ):
-            for name, jobs in plan.items():
-                callers.start_soon(_caller, engine, tracker, name, jobs, rows, 0.05)
-        nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_demo_site, site)
+            plan = batches(site)
+            tracker.total = sum(len(t) for jobs in plan.values() for t in jobs)
+            err.write(
+                f"trio-batch demo: site on {site.base_url}; 3 callers, 2 workers; store {db}\n"
+            )
+            err.flush()
+            async with (
+                open_cli_store(db) as store,
+                open_web_fetch(store, [LOOPBACK]) as fetch,
+                open_engine(
+                    store, tracker.wrap(recorder.wrap(fetch, label=_path)), config
+                ) as engine,
+                show_progress(tracker, engine, stream=err, mode=progress, console=console),
+                trio.open_nursery() as callers,
+            ):
+                for name, jobs in plan.items():
+                    callers.start_soon(_caller, engine, tracker, name, jobs, rows, 0.05, recorder)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise_single_exception_from_group(group)  # e.g. the UsageError of a bad --db
+        raise
     rows.sort(key=lambda r: r.caller)  # stable: each caller's jobs stay in submit order
     print_summary(rows, db, out)
+    if timeline:
+        svg = render_svg(
+            recorder.bars(),
+            title="trio-batch demo: 3 callers, 2 workers; each bar is one fetch",
+            lane_name="worker",
+        )
+        try:
+            await trio.Path(timeline).write_text(svg, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write --timeline {timeline}: {exc.strerror}") from None
+        out.write(f"the timeline is in {timeline}\n")
     return rows
+
+
+def _path(target: Target) -> str:
+    """A demo target's label in the timeline: its path and the options set."""
+    path = target.url.removeprefix(engine_base(target.url))
+    options = " ".join(f"{k}={v}" for k, v in target.options.to_json().items())
+    return f"{path} ({options})" if options else path
 
 
 def print_summary(rows: Sequence[JobRow], db: str, out: IO[str]) -> None:
@@ -242,10 +283,24 @@ def main(args: argparse.Namespace) -> int:
     """The ``demo`` subcommand."""
     db = args.db or _default_db()
     pace = QUICK if args.quick else Pace()
+    if args.timeline:
+        try:
+            with open(args.timeline, "w", encoding="utf-8"):
+                pass  # fail now rather than after the demo
+        except OSError as exc:
+            sys.stderr.write(f"trio-batch demo: cannot write --timeline {args.timeline}: ")
+            sys.stderr.write(f"{exc.strerror}\n")
+            return 2
     try:
         rows = trio.run(
             functools.partial(
-                run_demo, db=db, out=sys.stdout, err=sys.stderr, progress=args.progress, pace=pace
+                run_demo,
+                db=db,
+                out=sys.stdout,
+                err=sys.stderr,
+                progress=args.progress,
+                pace=pace,
+                timeline=args.timeline or "",
             )
         )
     except (UsageError, StoreError) as exc:

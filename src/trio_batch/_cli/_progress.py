@@ -82,6 +82,12 @@ class ProgressTracker:
         self.rotation: deque[str] = deque(maxlen=_ROTATION_LENGTH)
         """Caller names of the latest fetch starts, oldest first (see :meth:`wrap`)."""
         self.callers: set[str] = set()
+        self.phase = "running"
+        """What the run does now: ``checking`` the input, ``submitting`` or ``running``."""
+        self.checked = 0
+        """Targets checked so far in the ``checking`` phase."""
+        self.engine: BatchEngine | None = None
+        """The engine :func:`show_progress` polls when it was given none (set once it runs)."""
         self._clock = clock
         self._started = clock()
         self._finishes: deque[float] = deque()
@@ -182,8 +188,20 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
+def _phase_text(tracker: ProgressTracker) -> str:
+    """What happens before the first target runs, or "" once the run is under way."""
+    if tracker.phase == "checking":
+        return f"checking the input: {tracker.checked:,}/{tracker.total:,} targets checked"
+    if tracker.phase == "submitting" and not tracker.jobs:
+        return f"submitting the first jobs of {tracker.total:,} targets"
+    return ""
+
+
 def render_plain(tracker: ProgressTracker) -> str:
     """One line of progress, for logs and pipes."""
+    phase = _phase_text(tracker)
+    if phase:
+        return f"trio-batch: {phase}, {_duration(tracker.elapsed)} elapsed"
     live = sum(1 for v in tracker.jobs.values() if v.live)
     return (
         f"trio-batch: {tracker.finished}/{tracker.total} targets "
@@ -207,6 +225,7 @@ def render_rich(tracker: ProgressTracker, *, max_jobs: int = 12) -> RenderableTy
         Text(f"{tracker.finished}/{tracker.total}"),
         Text(f"{tracker.rate():.1f}/s", style="cyan"),
         Text(f"ETA {_duration(tracker.eta())}", style="cyan"),
+        Text(f"{_duration(tracker.elapsed)} elapsed", style="dim"),
     )
     counts = Text.assemble(
         ("done ", "dim"),
@@ -221,6 +240,9 @@ def render_rich(tracker: ProgressTracker, *, max_jobs: int = 12) -> RenderableTy
         (str(tracker.retries), "yellow"),
     )
     parts: list[RenderableType] = [bar, counts]
+    phase = _phase_text(tracker)
+    if phase:
+        parts.append(Text(phase + " ...", style="yellow"))
     if len(tracker.callers) > 1:
         palette = ["magenta", "cyan", "green", "yellow", "blue", "red"]
         colours = {
@@ -235,10 +257,11 @@ def render_rich(tracker: ProgressTracker, *, max_jobs: int = 12) -> RenderableTy
         strip.append(")", style="dim")
         parts.append(strip)
     jobs = Table(box=None, padding=(0, 1), show_edge=False)
-    jobs.add_column("job", no_wrap=True)
+    label_width = max((len(v.label) for v in tracker.jobs.values()), default=0)
+    jobs.add_column("job", no_wrap=True, min_width=label_width + 9)
     jobs.add_column("status", no_wrap=True, min_width=9)
     jobs.add_column("progress", no_wrap=True)
-    jobs.add_column("done", justify="right", no_wrap=True, style="green")
+    jobs.add_column("done", justify="right", no_wrap=True, style="green", min_width=9)
     jobs.add_column("failed", justify="right", no_wrap=True, style="red")
     jobs.add_column("now fetching", overflow="ellipsis", no_wrap=True, ratio=1)
     live = [v for v in tracker.jobs.values() if v.live]
@@ -276,7 +299,7 @@ def _is_terminal(stream: IO[str]) -> bool:
 @asynccontextmanager
 async def show_progress(
     tracker: ProgressTracker,
-    engine: BatchEngine,
+    engine: BatchEngine | None,
     *,
     stream: IO[str],
     mode: ProgressMode = "auto",
@@ -290,7 +313,8 @@ async def show_progress(
     ``every`` seconds, 5 by default); without ``rich`` installed it is ``plain`` too.
     ``console`` replaces the rich console (tests record with one); ``redirect_stdout`` prints
     what is written to stdout above the live display. Polling stops when the block exits; the
-    last frame shows the final counts.
+    last frame shows the final counts. With ``engine=None`` it polls ``tracker.engine`` once
+    that is set, so the display can start before the engine (while a large input is checked).
     """
     if mode == "auto":
         mode = "rich" if console is not None or _is_terminal(stream) else "plain"
@@ -324,11 +348,18 @@ async def show_progress(
             stream.write(render_plain(tracker) + "\n")
             stream.flush()
 
+    async def poll() -> None:
+        current = engine if engine is not None else tracker.engine
+        if current is not None:
+            await tracker.poll(current)
+
     async def loop() -> None:
+        # The first frame within a second: a large input is checked before the first fetch.
+        await trio.sleep(min(interval, 1.0))
         while True:
-            await trio.sleep(interval)
-            await tracker.poll(engine)
+            await poll()
             draw()
+            await trio.sleep(interval)
 
     try:
         try:
@@ -343,7 +374,7 @@ async def show_progress(
             raise_single_exception_from_group(group)
             raise  # pragma: no cover - the loop task raises nothing of its own
         with trio.move_on_after(2, shield=True):
-            await tracker.poll(engine)
+            await poll()
         draw()
     finally:
         if live_display is not None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from ..http._settings import CONFIG_ENV, ENV_PREFIX, SettingsError, add_arguments, load_settings
+
+if TYPE_CHECKING:
+    from ..http import Settings
 
 _EPILOG = f"""\
 Every setting can also come from a TOML config file (--config FILE or ${CONFIG_ENV}; names
@@ -63,18 +68,44 @@ def main(args: argparse.Namespace) -> int:
         cause = _start_up_error(exc, (KeysFileError, StoreError, OSError))
         if cause is None:
             raise
-        if isinstance(cause, OSError):
-            # Binding the port, or opening the database file.
-            what = cause.strerror or type(cause).__name__
-            print(
-                f"trio-batch serve: cannot start on {settings.host} port {settings.port} "
-                f"with db {_safe_db(settings.db)}: {what}",
-                file=sys.stderr,
-            )
-        else:
-            print(f"trio-batch serve: {cause}", file=sys.stderr)
+        print(f"trio-batch serve: {_start_up_message(settings, cause)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _start_up_message(settings: Settings, cause: BaseException) -> str:
+    """One line for a start-up failure: what failed (the database, or the port), what to do."""
+    from ._common import store_open_message
+
+    local_db = "://" not in settings.db
+    if local_db:
+        message = store_open_message(settings.db, cause, flag="--db (or TRIO_BATCH_DB)")
+        if message is not None and (not isinstance(cause, OSError) or cause.filename):
+            return message
+    if isinstance(cause, OSError) and not cause.filename:
+        where = f"{settings.host} port {settings.port}"
+        if cause.errno == errno.EADDRINUSE:
+            return (
+                f"cannot listen on {where}: the port is in use (another server?); stop it, or "
+                "pass another --port (or TRIO_BATCH_PORT), or --port 0 for any free port"
+            )
+        if cause.errno == errno.EACCES:
+            return (
+                f"cannot listen on {where}: permission denied; ports below 1024 need "
+                "privileges, pass --port 8080 or another port above 1023"
+            )
+        if cause.errno == errno.EADDRNOTAVAIL:
+            return (
+                f"cannot listen on {where}: {settings.host} is not an address of this "
+                "machine; pass --host 127.0.0.1 (or 0.0.0.0 for every interface)"
+            )
+        return f"cannot listen on {where}: {cause.strerror or cause}; check --host and --port"
+    if isinstance(cause, OSError):
+        return (
+            f"cannot open {cause.filename}: {cause.strerror or cause}; check --db "
+            f"({_safe_db(settings.db)}) and --keys"
+        )
+    return str(cause)
 
 
 def _start_up_error(

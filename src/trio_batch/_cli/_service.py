@@ -128,6 +128,8 @@ async def run_service(
     keys = load_keys(settings.keys)
     if not len(keys):
         _log.warning("the keys file has no keys: every request will get 401")
+    if fetch is None:
+        _log_allowed_networks(settings)
     metrics = PrometheusMetrics()
     config = settings.engine_config(hooks=metrics.hooks())
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -141,6 +143,22 @@ async def run_service(
                     settings, engine, keys, fetch, precheck, metrics, signals, task_status
                 )
     _log.info("stopped")
+
+
+def _log_allowed_networks(settings: Settings) -> None:
+    # The operator's remedy for "private address" refusals, where the operator reads: the log.
+    if settings.allow_net:
+        _log.info(
+            "the fetcher reaches public addresses and %d allowed private network(s) "
+            "(--allow-net / TRIO_BATCH_ALLOW_NET)",
+            len(settings.allow_net),
+        )
+    else:
+        _log.info(
+            "the fetcher reaches public addresses only and refuses private ones. To "
+            "allow a private network, pass --allow-net CIDR (repeatable) or set "
+            "TRIO_BATCH_ALLOW_NET, e.g. --allow-net 10.0.0.0/8"
+        )
 
 
 def _networks(settings: Settings) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:

@@ -23,9 +23,11 @@ import trio
 from .._errors import StoreError
 from .._model import Snapshot, TargetState
 from ..stores import SQLiteStore
-from ._run import DEFAULT_DB, dump_line, target_line
+from ._catalog import iso, resolve_id
+from ._common import DEFAULT_DB, DEFAULT_SERVER, UsageError, dump_line, target_line
 
 EXIT_OK, EXIT_MISSING, EXIT_USAGE = 0, 1, 2
+_ID_LENGTH = 32  # the engine's job ids: 32 hex digits
 _PAGE = 500  # targets asked for per request when reading results from a server
 
 
@@ -41,7 +43,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("results", "print a job's targets as JSON lines, in input order"),
     ):
         parser = subparsers.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("id", metavar="ID", help="the job id")
+        parser.add_argument(
+            "id",
+            metavar="ID",
+            help="the job id, or its first characters if no other job's id starts with them "
+            "(--db only; a server needs the whole id)",
+        )
         parser.add_argument(
             "--db",
             default=DEFAULT_DB,
@@ -51,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.add_argument(
             "--server",
             metavar="URL",
-            help="read from a trio-batch server instead, e.g. http://127.0.0.1:8000",
+            help=f"read from a trio-batch server instead, e.g. {DEFAULT_SERVER}",
         )
         parser.add_argument(
             "--key", help="the API key for --server (default: the TRIO_BATCH_KEY variable)"
@@ -82,18 +89,34 @@ def summary(snap: Snapshot) -> dict[str, Any]:
     }
 
 
+def with_iso_times(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` with an ISO 8601 UTC time beside each epoch-seconds field (``*_at_iso``)."""
+    out: dict[str, Any] = {}
+    for name, value in summary.items():
+        out[name] = value
+        if name.endswith("_at") and isinstance(value, int | float) and value:
+            out[f"{name}_iso"] = iso(float(value))
+    return out
+
+
 async def _local(command: str, args: argparse.Namespace, out: IO[str]) -> None:
     if not await trio.Path(args.db).exists():
         raise _Problem(
             f"{args.db} does not exist; pass the store with --db, or a server with --server",
             EXIT_USAGE,
         )
-    async with SQLiteStore.open(args.db, readonly=True) as store:
-        snap = await store.snapshot(args.id)
+    try:
+        job_id = await resolve_id(args.db, args.id)
+    except UsageError as exc:
+        raise _Problem(str(exc), EXIT_USAGE) from None
+    snap = None
+    if job_id is not None:
+        async with SQLiteStore.open(args.db, readonly=True) as store:
+            snap = await store.snapshot(job_id)
     if snap is None:
-        raise _Problem(f"no job {args.id} in {args.db}", EXIT_MISSING)
+        raise _Problem(f"no job {args.id} in {args.db} (trio-batch jobs lists them)", EXIT_MISSING)
     if command == "status":
-        out.write(json.dumps(summary(snap), indent=2) + "\n")
+        out.write(json.dumps(with_iso_times(summary(snap)), indent=2) + "\n")
         return
     for target in snap.targets:
         if args.state is None or target.status.value == args.state:
@@ -121,7 +144,8 @@ async def _remote(command: str, args: argparse.Namespace, out: IO[str]) -> None:
                     EXIT_USAGE,
                 ) from None
             if response.status_code == 404:
-                raise _Problem(f"no job {args.id} for this key on {base}", EXIT_MISSING)
+                whole = " (a server needs the whole id)" if len(args.id) < _ID_LENGTH else ""
+                raise _Problem(f"no job {args.id} for this key on {base}{whole}", EXIT_MISSING)
             if response.status_code == 401:
                 raise _Problem(f"{base} refused the key; check --key or TRIO_BATCH_KEY", EXIT_USAGE)
             if response.status_code != 200:
@@ -132,7 +156,7 @@ async def _remote(command: str, args: argparse.Namespace, out: IO[str]) -> None:
             return data
 
         if command == "status":
-            out.write(json.dumps(await get({}), indent=2) + "\n")
+            out.write(json.dumps(with_iso_times(await get({})), indent=2) + "\n")
             return
         offset = 0
         while True:

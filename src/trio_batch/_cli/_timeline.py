@@ -1,0 +1,281 @@
+"""Timeline pictures: which target ran when, one lane per concurrent slot, bars coloured by job.
+
+:func:`render_svg` draws :class:`Bar` s as a self-contained SVG (plain text, no plotting
+library), deterministic for the same bars, every text escaped. Lanes are the concurrent slots
+the bars need: :func:`assign_lanes` puts each bar in the first lane free when it starts, so with
+``N`` workers there are at most ``N`` lanes and the round robin reads left to right.
+
+Where the bars come from:
+
+* ``trio-batch demo --timeline FILE.svg``: a :class:`Recorder` wraps the fetch function and
+  notes each fetch's start and end (retries included), so every bar is one fetch of a target;
+* ``trio-batch timeline JOB... --db PATH``: the store keeps no per-target start or finish time
+  (its ``jobs`` rows have ``created_at`` and ``updated_at``, its targets none), so this draws one
+  bar per job, from its creation to its last update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import final
+
+import trio
+
+from .._engine import FetchFunc
+from .._model import Caller, Result, Target
+from ._catalog import list_jobs, resolve_id
+from ._common import DEFAULT_DB, EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+
+__all__ = ["Bar", "Recorder", "assign_lanes", "render_svg"]
+
+# (strong, light) per caller: a caller's jobs take turns between its two shades.
+_FAMILIES = [
+    ("#1f77b4", "#8fbce6"),
+    ("#e6550d", "#fdae6b"),
+    ("#31a354", "#a1d99b"),
+    ("#756bb1", "#bcbddc"),
+    ("#d62728", "#fc9272"),
+    ("#8c564b", "#c49c94"),
+]
+_WIDTH, _LEFT, _RIGHT, _TOP, _LANE, _GAP = 960, 96, 24, 56, 30, 6
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One interval of work: a fetch of a target, or a whole job."""
+
+    start: float
+    end: float
+    job: str
+    caller: str
+    label: str
+    """What the bar's tooltip names (a URL path, or the job's counts)."""
+
+
+def assign_lanes(bars: Sequence[Bar]) -> list[int]:
+    """The lane of each bar: the first lane free at its start (bars sorted by start, then end)."""
+    order = sorted(range(len(bars)), key=lambda i: (bars[i].start, bars[i].end, i))
+    free_at: list[float] = []
+    lanes = [0] * len(bars)
+    for i in order:
+        bar = bars[i]
+        lane = next((n for n, end in enumerate(free_at) if end <= bar.start + 1e-9), None)
+        if lane is None:
+            lane = len(free_at)
+            free_at.append(0.0)
+        free_at[lane] = bar.end
+        lanes[i] = lane
+    return lanes
+
+
+def _colours(bars: Sequence[Bar]) -> dict[str, str]:
+    """A colour per job: a family per caller (in name order), shades by job order."""
+    callers = sorted({b.caller for b in bars})
+    jobs: dict[str, list[str]] = {}
+    for bar in sorted(bars, key=lambda b: (b.start, b.job)):
+        seen = jobs.setdefault(bar.caller, [])
+        if bar.job not in seen:
+            seen.append(bar.job)
+    colours: dict[str, str] = {}
+    for c, caller in enumerate(callers):
+        family = _FAMILIES[c % len(_FAMILIES)]
+        for j, job in enumerate(jobs[caller]):
+            colours[job] = family[j % 2]
+    return colours
+
+
+def _tick_step(span: float) -> float:
+    steps = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+    for step in steps:
+        if span / step <= 12:
+            return step
+    return 7200.0
+
+
+def render_svg(bars: Sequence[Bar], *, title: str, lane_name: str = "slot") -> str:
+    """The bars as an SVG document: lanes top to bottom, time left to right, a legend by job."""
+    lanes = assign_lanes(bars)
+    count = max(lanes, default=-1) + 1
+    t0 = min((b.start for b in bars), default=0.0)
+    span = max(max((b.end for b in bars), default=t0) - t0, 1e-3)
+    scale = (_WIDTH - _LEFT - _RIGHT) / span
+    colours = _colours(bars)
+    legend = sorted({(b.caller, b.job) for b in bars}, key=lambda cj: (cj[0], _first(bars, cj[1])))
+    legend_rows = (len(legend) + 2) // 3
+    height = _TOP + count * _LANE + 40 + legend_rows * 20 + 12
+
+    def x(t: float) -> str:
+        return f"{_LEFT + (t - t0) * scale:.1f}"
+
+    out = [
+        '<svg xmlns="http://www.w3.org/2000/svg" '
+        f'width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
+        'font-family="system-ui, sans-serif" font-size="12">',
+        f"<title>{escape(title)}</title>",
+        f'<rect width="{_WIDTH}" height="{height}" fill="#ffffff"/>',
+        f'<text x="{_LEFT}" y="24" font-size="15" font-weight="bold">{escape(title)}</text>',
+    ]
+    step = _tick_step(span)
+    axis_y = _TOP + count * _LANE + 4
+    for k in range(int(span / step) + 1):
+        t = k * step
+        tx = x(t0 + t)
+        out.append(
+            f'<line x1="{tx}" y1="{_TOP - 6}" x2="{tx}" y2="{axis_y}" stroke="#dddddd"/>'
+            f'<text x="{tx}" y="{axis_y + 14}" text-anchor="middle" fill="#555555">'
+            f"{t:g} s</text>"
+        )
+    for lane in range(count):
+        y = _TOP + lane * _LANE
+        out.append(
+            f'<text x="{_LEFT - 8}" y="{y + _LANE / 2 + 4:.1f}" text-anchor="end" '
+            f'fill="#333333">{escape(lane_name)} {lane + 1}</text>'
+        )
+    for bar, lane in sorted(zip(bars, lanes, strict=True), key=lambda bl: (bl[1], bl[0].start)):
+        top = _TOP + lane * _LANE + _GAP / 2
+        width = max((bar.end - bar.start) * scale, 1.5)
+        tip = f"{bar.caller} {bar.job[:8]}: {bar.label} ({bar.start - t0:.2f}-{bar.end - t0:.2f} s)"
+        out.append(
+            f'<rect class="bar" x="{x(bar.start)}" y="{top:.1f}" width="{width:.1f}" '
+            f'height="{_LANE - _GAP}" rx="3" fill="{colours[bar.job]}" stroke="#ffffff">'
+            f"<title>{escape(tip)}</title></rect>"
+        )
+    legend_y = axis_y + 36
+    for i, (caller, job) in enumerate(legend):
+        lx = _LEFT + (i % 3) * 260
+        ly = legend_y + (i // 3) * 20
+        out.append(
+            f'<rect x="{lx}" y="{ly - 10}" width="14" height="12" rx="2" '
+            f'fill="{colours[job]}"/><text x="{lx + 20}" y="{ly}">'
+            f"{escape(caller)} job {escape(job[:8])}</text>"
+        )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _first(bars: Sequence[Bar], job: str) -> float:
+    return min(b.start for b in bars if b.job == job)
+
+
+@final
+class Recorder:
+    """Notes each fetch's start and end, to draw the timeline of a run afterwards.
+
+    A fetch is attributed to a job by its caller: :meth:`submitting` marks when each caller
+    submits its next job, and a caller's fetches belong to the job it submitted last before
+    they started. That is exact when each caller has at most one live job (as in the demo).
+    """
+
+    def __init__(self, clock: Callable[[], float] = trio.current_time) -> None:
+        self._clock = clock
+        self._fetches: list[tuple[str, float, float, str]] = []  # caller, start, end, label
+        self._jobs: dict[str, list[tuple[float, str]]] = {}  # caller -> (submitted at, job id)
+
+    def submitting(self, caller: str) -> Callable[[str], None]:
+        """Call before a caller submits a job; call what it returns with the new job's id."""
+        at = self._clock()
+        return lambda job_id: self._jobs.setdefault(caller, []).append((at, job_id))
+
+    def wrap(self, fetch: FetchFunc, label: Callable[[Target], str] = lambda t: t.url) -> FetchFunc:
+        """``fetch``, noting when each call starts and ends (whatever its outcome)."""
+
+        async def recorded(caller: Caller, target: Target) -> Result:
+            start = self._clock()
+            try:
+                return await fetch(caller, target)
+            finally:
+                self._fetches.append((caller.name, start, self._clock(), label(target)))
+
+        return recorded
+
+    def bars(self) -> list[Bar]:
+        """One bar per fetch, in the order they ended."""
+        found: list[Bar] = []
+        for caller, start, end, label in self._fetches:
+            jobs = [job for at, job in self._jobs.get(caller, []) if at <= start]
+            found.append(Bar(start, end, jobs[-1] if jobs else "", caller, label))
+        return found
+
+
+# -- trio-batch timeline -------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "timeline",
+        help="draw jobs of a local store as an SVG timeline",
+        description=(
+            "Draw jobs of a SQLite store as an SVG timeline: one bar per job, from its "
+            "creation to its last update, in as many lanes as jobs overlap, coloured by job. "
+            "The store keeps no per-target times; `trio-batch demo --timeline FILE.svg` draws "
+            "one bar per fetch instead."
+        ),
+    )
+    parser.add_argument(
+        "jobs",
+        metavar="JOB",
+        nargs="*",
+        help="job ids or unique id prefixes (default: every job of the store)",
+    )
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DB,
+        metavar="PATH",
+        help=f"the SQLite store to read, read-only (default ./{DEFAULT_DB})",
+    )
+    parser.add_argument(
+        "--out", metavar="FILE", default="-", help="write the SVG here (default stdout)"
+    )
+    parser.set_defaults(func=main)
+
+
+async def job_bars(db: str, prefixes: Sequence[str]) -> list[Bar]:
+    """One bar per job of ``db`` named by ``prefixes`` (every job when there are none).
+
+    Raises:
+        UsageError: a prefix matches no job or several, or ``db`` cannot be read.
+    """
+    ids: list[str] | None = None
+    if prefixes:
+        ids = []
+        for prefix in prefixes:
+            job_id = await resolve_id(db, prefix)
+            if job_id is None:
+                raise UsageError(f"no job {prefix} in {db} (trio-batch jobs lists them)")
+            ids.append(job_id)
+    return [
+        Bar(
+            row.created_at,
+            max(row.updated_at, row.created_at),
+            row.id,
+            row.caller,
+            f"{row.status}, {row.counts['done']}/{row.targets_total} done",
+        )
+        for row in await list_jobs(db, ids)
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    """The ``timeline`` subcommand."""
+    try:
+        bars = trio.run(job_bars, args.db, args.jobs)
+        if not bars:
+            raise UsageError(f"no jobs in {args.db} to draw")
+        svg = render_svg(bars, title=f"trio-batch jobs in {args.db}", lane_name="lane")
+        if args.out == "-":
+            sys.stdout.write(svg)
+        else:
+            try:
+                with open(args.out, "w", encoding="utf-8") as f:
+                    f.write(svg)
+            except OSError as exc:
+                raise UsageError(f"cannot write --out {args.out}: {exc.strerror}") from None
+    except UsageError as exc:
+        sys.stderr.write(f"trio-batch timeline: {exc}\n")
+        return EXIT_FAILED if str(exc).startswith("no job ") else EXIT_USAGE
+    return EXIT_OK
