@@ -481,8 +481,8 @@ class WebFetcher:
             raise Refused(
                 TargetError(
                     f"{where} resolves to a private or otherwise non-public address",
-                    hint="only public web addresses can be fetched; an operator can allow an "
-                    "internal network with WebFetcher(allow=...)",
+                    hint="only public web addresses can be fetched; the operator can allow "
+                    "this network",
                     status=403,
                 )
             )

@@ -32,8 +32,8 @@ _NUMERIC_PART = re.compile(r"^(0[xX][0-9a-fA-F]*|[0-9]+)$")
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
 _PUBLIC_HINT = (
-    "only public web addresses can be fetched; use the site's public host name "
-    "(an operator can allow an internal network with WebFetcher(allow=...))"
+    "only public web addresses can be fetched; use the site's public host name, or ask the "
+    "operator to allow this network"
 )
 
 
