@@ -53,7 +53,15 @@ from ._harness import (
     sleep_fetch,
 )
 from .report import figure_from_json, render, report
-from .workloads import DrainRun, baseline_drain, engine_drain, fairness_run, floor_drain, scale_run
+from .workloads import (
+    DrainRun,
+    bare_drain,
+    baseline_drain,
+    engine_drain,
+    fairness_run,
+    floor_drain,
+    scale_run,
+)
 
 # -- machine and versions -------------------------------------------------------------------------
 
@@ -152,9 +160,12 @@ def run_w1_w2(
         log(f"W2 {'none':8} {'floor':10} {figures[-1].median:10.3f} efficiency")
     for kind in kinds:
         if "W1" in only:
-            w1: dict[str, list[DrainRun]] = {name: [] for name, _ in systems}
+            w1_systems = list(systems)
+            if baseline and kind == "sqlite":
+                w1_systems.append(("bare", bare_drain))  # the issue's: a hop and a commit a write
+            w1: dict[str, list[DrainRun]] = {name: [] for name, _ in w1_systems}
             for _ in range(s.w1_repeats):
-                for name, drain in systems:
+                for name, drain in w1_systems:
                     w1[name].append(
                         trio.run(
                             functools.partial(

@@ -13,6 +13,8 @@ Nothing here repeats, aggregates or prints; ``bench/run.py`` does that. Each wor
   the store's write path (admit, ``start_target`` awaited, ``finish_target`` in the background
   and the job re-queued once it is committed: the engine's own schedule), so engine/baseline is
   the engine's overhead and nothing else. Both time their drain with :func:`measure_drain`.
+- :func:`bare_drain` is W1's bare baseline on SQLite as the issue states it: no store and no
+  engine, one ``trio.to_thread`` hop and one commit for every job and every result.
 - :func:`floor_drain` is W2 with no store at all: what the machine's timers allow.
 - :func:`fairness_run` is W3: one caller keeps 8 jobs of 32 slow targets live; another submits
   1-target jobs now and then; the small job's submit-to-done times, to be read in target
@@ -25,8 +27,10 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import random
 import secrets
+import sqlite3
 import statistics
 import time
 import tracemalloc
@@ -49,6 +53,7 @@ from ._harness import (
     chunked,
     commit_statistics,
     open_bench_store,
+    remove_sqlite_files,
     sleep_fetch,
     targets_for,
 )
@@ -224,6 +229,99 @@ async def baseline_drain(
             run = await measure_drain(store, jobs, submit, all_done, store.snapshot)
             nursery.cancel_scope.cancel()
     return run
+
+
+_BARE_SCHEMA = (
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",  # SQLiteStore's durability
+    "CREATE TABLE jobs (id TEXT PRIMARY KEY, targets INTEGER NOT NULL)",
+    "CREATE TABLE results (job_id TEXT NOT NULL, idx INTEGER NOT NULL, result TEXT NOT NULL, "
+    "PRIMARY KEY (job_id, idx)) WITHOUT ROWID",
+)
+
+
+async def bare_drain(
+    kind: str,
+    workdir: str,
+    pg_dsn: str,
+    *,
+    n_targets: int,
+    job_size: int,
+    fetch: Callable[[Caller, Target], Awaitable[Result]],
+    workers: int,
+) -> DrainRun:
+    """W1's bare baseline on SQLite, the one the issue states: no store, no engine; every
+    write (a job, a result) is one ``trio.to_thread`` hop and one commit of its own.
+
+    ``workers`` tasks take jobs from a Trio memory channel; a job goes back to the channel once
+    its result is committed (one target at a time, as the engine runs a job).
+    """
+    if kind != "sqlite":
+        raise ValueError("the bare baseline is SQLite's")
+    path = os.path.join(workdir, f"bare-{secrets.token_hex(6)}.sqlite")
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    for statement in _BARE_SCHEMA:
+        conn.execute(statement)
+    one_thread = trio.CapacityLimiter(1)  # one connection: one write at a time
+
+    def write(sql: str, params: Sequence[object]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(sql, params)
+        conn.execute("COMMIT")
+
+    def read(job_id: str) -> int:
+        return int(
+            conn.execute("SELECT count(*) FROM results WHERE job_id = ?", (job_id,)).fetchone()[0]
+        )
+
+    jobs = chunked(targets_for("w1", n_targets), job_size)
+    caller = Caller("bench")
+    send, recv = trio.open_memory_channel[_BareJob](math.inf)
+    remaining = len(jobs)
+    all_done = trio.Event()
+
+    async def worker() -> None:
+        nonlocal remaining
+        async for job in recv:
+            idx = job.next_idx
+            result = (await fetch(caller, job.targets[idx])).to_json()
+            await trio.to_thread.run_sync(
+                write,
+                "INSERT INTO results VALUES (?, ?, ?)",
+                (job.id, idx, result),
+                limiter=one_thread,
+            )
+            job.next_idx = idx + 1
+            if job.next_idx < len(job.targets):
+                send.send_nowait(job)
+            else:
+                remaining -= 1
+                if remaining == 0:
+                    all_done.set()
+
+    t0 = trio.current_time()
+    try:
+        async with trio.open_nursery() as nursery:
+            for _ in range(workers):
+                nursery.start_soon(worker)
+            last = ""
+            for targets in jobs:
+                last = secrets.token_hex(16)
+                await trio.to_thread.run_sync(
+                    write,
+                    "INSERT INTO jobs VALUES (?, ?)",
+                    (last, len(targets)),
+                    limiter=one_thread,
+                )
+                send.send_nowait(_BareJob(last, targets))
+            await all_done.wait()
+            assert len(jobs[-1]) == await trio.to_thread.run_sync(read, last, limiter=one_thread)
+            seconds = trio.current_time() - t0
+            nursery.cancel_scope.cancel()
+    finally:
+        conn.close()
+        remove_sqlite_files(path)
+    return DrainRun(seconds, n_targets)
 
 
 async def floor_drain(

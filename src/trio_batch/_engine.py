@@ -328,7 +328,12 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         task_status.started()
-        async for live in self._recv:
+        recv = self._recv
+        while True:
+            try:  # a waiting job needs no trip through the scheduler: start_target checkpoints
+                live = recv.receive_nowait()
+            except trio.WouldBlock:
+                live = await recv.receive()  # the channel closes only once workers are gone
             if not live.cancelled:
                 await self._run_target(live)
 

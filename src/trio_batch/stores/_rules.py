@@ -56,8 +56,26 @@ def terminal_status(states: Sequence[TargetState]) -> JobStatus:
 
 
 def options_json(options: Options) -> str:
-    """The stored form of a target's options: compact JSON, decoded by :func:`target_from_row`."""
+    """The stored form of a target's options: compact JSON, decoded by :func:`target_from_row`.
+
+    Encoded once per distinct options: most targets of a job share one ``Options`` object
+    (often the default), so the last one is remembered by identity, and others by value.
+    """
+    global _last_options
+    last = _last_options
+    if last[0] is options:
+        return last[1]
+    text = _encode_options(options)
+    _last_options = (options, text)  # one assignment of a pair: safe across threads
+    return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _encode_options(options: Options) -> str:
     return json.dumps(options.to_json(), separators=(",", ":"))
+
+
+_last_options: tuple[Options | None, str] = (None, "")
 
 
 def job_from_row(row: Row) -> Job:

@@ -14,6 +14,10 @@ from ..._errors import StoreError
 
 SCHEMA_VERSION = 2
 
+# The writer connection's own checkpoints (about 32 MiB of WAL): only if the checkpointer
+# thread (_checkpoint) falls far behind.
+BACKSTOP_PAGES = 8000
+
 # Each migration takes the schema from version i to i + 1, inside one transaction.
 MIGRATIONS: list[str] = [
     """
@@ -82,6 +86,8 @@ def connect(path: str, *, readonly: bool) -> sqlite3.Connection:
             conn.close()
             raise StoreError(f"could not switch {path} to WAL mode (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")
+        # The checkpointer thread copies the WAL back (_checkpoint); this is only a backstop.
+        conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
     else:
         conn.execute("PRAGMA query_only = ON")
     return conn

@@ -3,14 +3,16 @@ in a reader thread). Each function is one atomic step of the Store protocol."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 from ..._errors import SubmitError
 from ..._model import (
     LIVE_STATUSES,
     REUSABLE_STATUSES,
     Job,
+    JobStatus,
     Snapshot,
     Submitted,
     TargetState,
@@ -122,17 +124,21 @@ def _evict(conn: sqlite3.Connection, max_bytes: int, stored: int) -> int:
     return evicted
 
 
-def start_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) -> bool:
-    cur = conn.execute(
-        f"UPDATE jobs SET status = 'running', updated_at = ? WHERE id = ? AND status IN {LIVE_SQL}",
-        (now, job_id),
+def start_targets(conn: sqlite3.Connection, marks: list[tuple[str, int, float]]) -> None:
+    """Running marks ``(job_id, idx, now)``, in order: the target and its live job go running.
+
+    A mark of a job that is no longer live writes nothing. Two statements, whatever the number.
+    """
+    conn.executemany(
+        "UPDATE targets SET status = 'running' WHERE job_id = ?1 AND idx = ?2 "
+        f"AND (SELECT status FROM jobs WHERE id = ?1) IN {LIVE_SQL}",
+        [m[:2] for m in marks],
     )
-    if cur.rowcount == 0:
-        return False
-    conn.execute(
-        "UPDATE targets SET status = 'running' WHERE job_id = ? AND idx = ?", (job_id, idx)
+    conn.executemany(
+        "UPDATE jobs SET status = 'running', updated_at = ?3 "
+        f"WHERE id = ?1 AND status IN {LIVE_SQL}",
+        marks,
     )
-    return True
 
 
 def release_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) -> None:
@@ -144,50 +150,186 @@ def release_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) 
         conn.execute("UPDATE jobs SET updated_at = ? WHERE id = ?", (now, job_id))
 
 
-def finish_target(
-    conn: sqlite3.Connection, job_id: str, idx: int, result: Outcome, now: float, max_bytes: int
-) -> Stored:
-    cur = conn.execute(
-        "UPDATE targets SET status = ?, result = ?, error = ?, hint = ? "
-        "WHERE job_id = ? AND idx = ? AND status NOT IN ('done', 'failed')",
-        (result.state.value, result.result_json, result.error, result.hint, job_id, idx),
-    )
-    if cur.rowcount == 0:
-        return Stored(None)
-    size = result.size
-    caller, status, total, done = conn.execute(
-        "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ? "
-        "WHERE id = ? RETURNING caller, status, targets_total, targets_done",
-        (size, now, job_id),
-    ).fetchone()
-    stored = conn.execute(
-        "UPDATE counters SET bytes = bytes + ? WHERE caller = '' RETURNING bytes", (size,)
-    ).fetchone()[0]
-    terminal = None
-    if status in LIVE_STATUSES and done == total:
-        states = [
-            TargetState(r[0])
-            for r in conn.execute("SELECT DISTINCT status FROM targets WHERE job_id = ?", (job_id,))
-        ]
-        terminal = terminal_status(states)
-        _end(conn, job_id, caller, terminal.value, now)
-    return Stored(terminal, _evict(conn, max_bytes, stored))
+# Store an outcome, unless the target already has one (a repeat is not counted twice) ...
+_STORE = (
+    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ? "
+    "WHERE job_id = ? AND idx = ? AND status NOT IN ('done', 'failed')"
+)
+# ... or whatever it has when its running mark was folded in: the mark would have made it running.
+_STORE_MARKED = (
+    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ? WHERE job_id = ? AND idx = ?"
+)
+_COUNT = (
+    "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ? "
+    "WHERE id = ? RETURNING caller, status, targets_total, targets_done"
+)
+# The same, and running if it was queued: the job of a target whose running mark was folded in.
+_COUNT_MARKED = (
+    "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ?, "
+    "status = iif(status = 'queued', 'running', status) "
+    "WHERE id = ? RETURNING caller, status, targets_total, targets_done"
+)
 
 
 def finish_targets(
-    conn: sqlite3.Connection, items: Sequence[FinishItem], now: float, max_bytes: int
+    conn: sqlite3.Connection,
+    items: Sequence[FinishItem],
+    now: float,
+    max_bytes: int,
+    marked: Set[tuple[str, int]],
+    isolate: bool,
 ) -> list[Stored | Exception]:
-    """:func:`finish_target` for each item, each in a savepoint so a failing one lands alone."""
+    """Store outcomes in order, each as ``Store.finish_target`` would; one result each.
+
+    The usual group (distinct targets that all store, bytes under ``max_bytes``) takes a few
+    statements whatever its size (:func:`_finish_group`). Anything else goes item by item: two
+    statements per outcome (its target, its job), eviction as soon as the bytes pass
+    ``max_bytes``. ``marked`` holds the targets whose running mark was folded into this write
+    instead of written (see ``_writer.Finish``). No savepoint: a savepoint makes SQLite copy
+    every page it then touches into a statement journal. If anything raises, the writer rolls
+    the transaction back and calls again with ``isolate``: then each outcome goes in a
+    savepoint of its own, and a failing one gets its exception in its place while the others
+    land.
+    """
+    stored = _stored_bytes(conn)
+    if not isolate and len(items) > 1:
+        sizes = [outcome.size for _, _, outcome in items]
+        if stored + sum(sizes) <= max_bytes:  # else evictions may fall between items
+            grouped = _finish_group(conn, items, sizes, now, marked)
+            if grouped is not None:
+                return grouped
+    added = 0  # bytes stored that the counter does not hold yet
     results: list[Stored | Exception] = []
-    for job_id, idx, outcome in items:
-        conn.execute("SAVEPOINT item")
+    unmarked = set(marked)  # a mark is applied once: a repeat in the group comes after it
+    for job_id, idx, result in items:
+        if isolate:
+            conn.execute("SAVEPOINT item")
         try:
-            results.append(finish_target(conn, job_id, idx, outcome, now, max_bytes))
+            key = (job_id, idx)
+            if key in unmarked:
+                unmarked.discard(key)
+                size, terminal = _finish_one(conn, job_id, idx, result, now, True)
+            else:
+                size, terminal = _finish_one(conn, job_id, idx, result, now, False)
+            evicted = 0
+            if size is not None:
+                stored += size
+                added += size
+                if stored > max_bytes or isolate:
+                    _add_bytes(conn, added)
+                    added = 0
+                if stored > max_bytes:
+                    evicted = _evict(conn, max_bytes, stored)
+                    stored = _stored_bytes(conn)
         except Exception as exc:
+            if not isolate:
+                raise
             conn.execute("ROLLBACK TO item")
             results.append(exc)
-        conn.execute("RELEASE item")
+            added = 0
+            stored = _stored_bytes(conn)
+        else:
+            results.append(Stored(terminal, evicted))
+        if isolate:
+            conn.execute("RELEASE item")
+    if added:
+        _add_bytes(conn, added)
     return results
+
+
+class _Replay(Exception):
+    """A group met a case only the item-by-item path answers exactly: replay it that way."""
+
+
+# One outcome's job, when the group's statements run as executemany (no RETURNING there).
+_ADD = (
+    "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ? "
+    "WHERE id = ?"
+)
+_ADD_MARKED = (
+    "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ?, "
+    "status = iif(status = 'queued', 'running', status) WHERE id = ?"
+)
+_ENDING = (
+    "SELECT id, caller FROM jobs WHERE id IN (SELECT value FROM json_each(?)) "
+    f"AND status IN {LIVE_SQL} AND targets_done = targets_total"
+)
+
+
+def _finish_group(
+    conn: sqlite3.Connection,
+    items: Sequence[FinishItem],
+    sizes: list[int],
+    now: float,
+    marked: Set[tuple[str, int]],
+) -> list[Stored | Exception] | None:
+    """The common case in a few statements whatever the group's size: distinct targets that all
+    store, no eviction. None if a target repeats (the item-by-item path takes it); if one does
+    not store (already stored, or its job is gone), raises :class:`_Replay`."""
+    keys = {(job_id, idx) for job_id, idx, _ in items}
+    if len(keys) != len(items):
+        return None
+    stored = conn.executemany(
+        _STORE,  # a folded mark made its target running: the guard holds all the same
+        [(o.state.value, o.result_json, o.error, o.hint, job_id, idx) for job_id, idx, o in items],
+    ).rowcount
+    if stored != len(items):
+        raise _Replay
+    plain: list[tuple[int, float, str]] = []
+    flipped: list[tuple[int, float, str]] = []
+    for (job_id, idx, _), size in zip(items, sizes, strict=True):
+        (flipped if (job_id, idx) in marked else plain).append((size, now, job_id))
+    if flipped:
+        conn.executemany(_ADD_MARKED, flipped)
+    if plain:
+        conn.executemany(_ADD, plain)
+    _add_bytes(conn, sum(sizes))
+    last = {job_id: n for n, (job_id, _, _) in enumerate(items)}
+    results: list[Stored | Exception] = [_NOT_ENDED] * len(items)
+    for job_id, caller in conn.execute(_ENDING, (json.dumps(list(last)),)).fetchall():
+        results[last[job_id]] = Stored(_end_job(conn, job_id, caller, now))
+    return results
+
+
+_NOT_ENDED = Stored(None)
+
+
+def _end_job(conn: sqlite3.Connection, job_id: str, caller: str, now: float) -> JobStatus:
+    """End a job whose every target has an outcome: done, failed or partial."""
+    states = [
+        TargetState(r[0])
+        for r in conn.execute("SELECT DISTINCT status FROM targets WHERE job_id = ?", (job_id,))
+    ]
+    terminal = terminal_status(states)
+    _end(conn, job_id, caller, terminal.value, now)
+    return terminal
+
+
+def _finish_one(
+    conn: sqlite3.Connection, job_id: str, idx: int, result: Outcome, now: float, marked: bool
+) -> tuple[int | None, JobStatus | None]:
+    """Store one outcome; return its bytes (None: not stored, it was a repeat or the job is
+    gone) and the job's terminal status if it ended."""
+    if not conn.execute(
+        _STORE_MARKED if marked else _STORE,
+        (result.state.value, result.result_json, result.error, result.hint, job_id, idx),
+    ).rowcount:
+        return None, None
+    size = result.size
+    caller, status, total, done = conn.execute(
+        _COUNT_MARKED if marked else _COUNT, (size, now, job_id)
+    ).fetchone()
+    if status not in LIVE_STATUSES or done != total:
+        return size, None
+    return size, _end_job(conn, job_id, caller, now)
+
+
+def _stored_bytes(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT bytes FROM counters WHERE caller = ''").fetchone()[0])
+
+
+def _add_bytes(conn: sqlite3.Connection, delta: int) -> None:
+    conn.execute("UPDATE counters SET bytes = bytes + ? WHERE caller = ''", (delta,))
 
 
 def cancel(conn: sqlite3.Connection, job_id: str, now: float) -> Job | None:

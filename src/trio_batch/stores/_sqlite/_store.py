@@ -20,6 +20,7 @@ from ..._model import (
 from ..._util import NoPublicConstructor
 from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
 from . import _sql as sql
+from ._checkpoint import Checkpointer
 from ._schema import connect, lock_file, open_writer
 from ._writer import Writer
 
@@ -36,11 +37,15 @@ class SQLiteStore(metaclass=NoPublicConstructor):
     opens for reading beside a writer (e.g. ``trio-batch status`` while a server runs).
 
     ``start_target`` does not wait for its commit: being the file's only writer, the store knows
-    which jobs are live without asking the file, and the running mark is queued before the
-    target's outcome, so it always lands first, and a read through this store first waits for
-    the marks already posted (read-your-writes). A reader in another process may see a target
-    ``pending`` for the moment (one group commit) between its fetch starting and the mark
-    landing. Every other write returns only after its commit.
+    which jobs are live without asking the file. The running mark waits for the store's next
+    write and commits with it, before it (or within about 50 ms if no write comes); when that
+    write stores the target's outcome, the mark is folded into it instead of written, since no
+    reader could have seen it. A read through this store first waits for the marks already
+    posted (read-your-writes); a reader on another connection may see a target ``pending`` until
+    then. Outcomes are stored in groups (``finish_targets``): one transaction, a few statements
+    per outcome, no savepoint unless an item fails. Every other write returns only after its
+    commit. Checkpoints run in a thread of their own, so the writer never waits for their
+    fsyncs; durability is WAL with ``synchronous=NORMAL``.
 
     Cancellation: every method is a checkpoint. Under a cancel that is already pending a write
     raises :class:`trio.Cancelled` and has no effect; once queued it is not cancellable and
@@ -102,7 +107,9 @@ class SQLiteStore(metaclass=NoPublicConstructor):
         except BaseException:
             os.close(lock_fd)
             raise
-        writer = Writer(conn)
+        checkpointer = Checkpointer(path)
+        checkpointer.start()
+        writer = Writer(conn, sql.start_targets, checkpointer.committed)
         writer.start()
         store = cls._create(path, writer, readers)
         try:
@@ -110,7 +117,9 @@ class SQLiteStore(metaclass=NoPublicConstructor):
         finally:
             with trio.CancelScope(shield=True):
                 await store._close()
+                writer.send_marks()
                 await trio.to_thread.run_sync(writer.stop)
+                await trio.to_thread.run_sync(checkpointer.stop)
                 conn.close()
                 os.close(lock_fd)
 
@@ -126,12 +135,14 @@ class SQLiteStore(metaclass=NoPublicConstructor):
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(
+        self, fn: Callable[[sqlite3.Connection], T], *, independent: bool = False
+    ) -> T:
         if self._writer is None:
             raise StoreError(f"{self._path} was opened read-only")
         if self._closed:
             raise trio.ClosedResourceError("this SQLiteStore is closed")
-        return await self._writer.run(fn)
+        return await self._writer.run(fn, independent=independent)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
@@ -147,7 +158,9 @@ class SQLiteStore(metaclass=NoPublicConstructor):
     # -- the Store protocol -------------------------------------------------------------------
 
     async def admit(self, job: NewJob, limits: Limits) -> Submitted:
-        submitted = await self._write(lambda conn: sql.admit(conn, job, limits))
+        # An admission touches only its new job (and finished ones in the sweep), so running
+        # marks may be folded past it into their outcome's write.
+        submitted = await self._write(lambda conn: sql.admit(conn, job, limits), independent=True)
         if isinstance(submitted, SubmitError):
             raise submitted
         if not submitted.reused:
@@ -169,7 +182,7 @@ class SQLiteStore(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint()
         if job_id not in self._live:
             return False
-        self._writer.post(lambda conn: sql.start_target(conn, job_id, idx, now))
+        self._writer.post_mark(job_id, idx, now)
         return True
 
     async def release_target(self, job_id: str, idx: int, now: float) -> None:
@@ -178,20 +191,34 @@ class SQLiteStore(metaclass=NoPublicConstructor):
     async def finish_targets(
         self, items: Sequence[FinishItem], now: float, max_bytes: int
     ) -> list[Stored | Exception]:
-        results = await self._write(lambda conn: sql.finish_targets(conn, items, now, max_bytes))
+        """Store the outcomes in one write (one transaction, no savepoint unless one fails).
+
+        A running mark still queued for one of these targets is not written: this write
+        applies it (see ``_writer.Finish``).
+        """
+        if self._writer is None:
+            raise StoreError(f"{self._path} was opened read-only")
+        if self._closed:
+            raise trio.ClosedResourceError("this SQLiteStore is closed")
+        items = list(items)
+        results = await self._writer.run_finish(
+            lambda conn, marked, isolate: sql.finish_targets(
+                conn, items, now, max_bytes, marked, isolate
+            ),
+            {(job_id, idx) for job_id, idx, _ in items},
+        )
+        live = self._live
         for (job_id, _, _), stored in zip(items, results, strict=True):
-            if isinstance(stored, Stored) and stored.terminal is not None:
-                self._live.discard(job_id)
+            if type(stored) is Stored and stored.terminal is not None:
+                live.discard(job_id)
         return results
 
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
     ) -> Stored:
-        stored = await self._write(
-            lambda conn: sql.finish_target(conn, job_id, idx, outcome, now, max_bytes)
-        )
-        if stored.terminal is not None:
-            self._live.discard(job_id)
+        (stored,) = await self.finish_targets([(job_id, idx, outcome)], now, max_bytes)
+        if isinstance(stored, Exception):
+            raise stored
         return stored
 
     async def cancel(self, job_id: str, now: float) -> Job | None:
