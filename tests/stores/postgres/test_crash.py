@@ -68,7 +68,14 @@ class TestCrash:
             with trio.fail_after(30):
                 job_id = (await read_until(proc.stdout, "job ", seen)).split()[1]
                 await read_until(proc.stdout, "started 2", seen)
-            before = await store.snapshot(job_id)
+                # The child's running mark is committed by its writer's next batch, without
+                # the fetch waiting for it: poll the database until it is there.
+                while True:
+                    before = await store.snapshot(job_id)
+                    assert before is not None
+                    if before.targets[2].status is TargetState.RUNNING:
+                        break
+                    await trio.sleep(0.02)  # a real process: poll the real clock
             proc.kill()
             killed_at = time.monotonic()
             await proc.wait()

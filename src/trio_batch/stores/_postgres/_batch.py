@@ -1,70 +1,118 @@
-"""The write path: one queue and one writer task per store, committing writes in groups.
+"""The write path: one queue, one writer task and one connection per store, committing in groups.
 
-Why group commit: each commit costs a round trip and (with ``synchronous_commit``) a WAL flush,
-and an engine under load issues many small writes at once (a target starts, another finishes,
-a caller submits). So each write is queued to one writer task, which takes everything queued
-and commits it at once. The common writes (admission, start, release and finish of a target,
-cancel, interrupt, touch) are single statements, prepared once per connection; a batch of them
-goes to the server as one query of ``EXECUTE`` calls, so one round trip and one implicit
-transaction commit the lot. Writes of several statements (functions of a connection) join the
-batch inside an explicit transaction.
+Every write is queued to one writer task, which takes everything queued and sends it as one
+**pipeline** of prepared statements (``prepare=True``): one round trip, one implicit transaction
+and one WAL flush commit the lot. A group of outcomes (``finish_targets``) is one statement over
+one JSON array parameter (the driver dumps typed arrays element by element in Python,
+``json.dumps`` does it in C); the running marks (``start_target`` does not wait for them) are
+one more, and a mark whose target's outcome is in the same batch is dropped: the outcome's
+statement does its part. Admissions go first (``admit_job``'s advisory lock is then taken before
+any row lock), then the marks; writes of several statements run after the pipeline, each in its
+own transaction.
 
-Ordering: admissions go first in a batch. ``admit_job`` takes an advisory lock before any row
-lock, so taking it first too keeps instances from deadlocking on each other.
+Failure:
 
-Failure: if a batch fails in the database (a deadlock with another instance, say), it is
-rolled back and each write runs again on its own, retried a few times on deadlock or
-serialization failure, so one bad write fails alone and never undoes its neighbours.
+- **A database error** (a deadlock, a value the server refuses): the batch is rolled back and
+  each write runs again on its own, a group of outcomes item by item, deadlocks retried; so one
+  bad write fails alone, with its own exception, and never undoes its neighbours.
+- **A lost connection** (a restart, a failover, ``pg_terminate_backend``): the writer connects
+  again, with backoff and a bounded number of attempts, and sends the whole batch again. Every
+  write is idempotent on such a replay (see ``_sql``): nothing is counted twice, and a replay of
+  a batch that had committed answers as the first run would have. If every attempt fails, the
+  writes get a :class:`StoreError` and the marks wait for the next batch.
+- **No answer in time**: every write has a deadline (``call_timeout``, real time). A write
+  still queued then is never sent, and a batch in flight is stopped on the server (rolled
+  back): a :class:`StoreError`, and nothing written (unless a lost connection came first).
 
 Cancellation: a cancel already pending when a write is queued raises :class:`trio.Cancelled`
 and queues nothing. Once queued, waiting for the write is not cancellable (as with SQLite): its
-caller learns the outcome only after the commit, and no write is silently dropped. The engine
-relies on both: a caller always knows whether its job exists.
+caller learns the outcome only after the commit, and no write is silently dropped.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
-import weakref
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
 import outcome
 import psycopg.errors
 import trio
-from psycopg import sql
-from psycopg_pool import ConnectionPool
 
-from ..._errors import SubmitError
+from ..._errors import StoreError, SubmitError
+from .._protocol import FinishItem
 from ._schema import Conn, Cursor
-from ._sql import Statement, prepare
-from ._threads import run_with_connection
+from ._sql import (
+    FINISH_MANY,
+    START_MANY,
+    FinishReply,
+    Statement,
+    finish_params,
+    finish_reply,
+    marks_params,
+)
+from ._threads import TimedOut, run_with_connection
 
 T = TypeVar("T")
 
+log = logging.getLogger("trio_batch.stores.postgres")
+
 _MAX_BATCH = 256
-"""Writes committed together at most: bounds the size of one query and of one rollback."""
+"""Writes committed together at most: bounds the size of one pipeline and of one rollback."""
 
 _RETRIES = 3
 """Attempts for a write that, run on its own, loses a deadlock or a serialization conflict."""
 
+_RECONNECT_ATTEMPTS = 8
+"""Connection attempts after a lost connection, per batch, before its writes fail."""
+
+_BACKOFF = (0.05, 1.0)
+"""The first wait before connecting again, and the longest (it doubles in between)."""
+
+_MARKS_LINGER = 0.002
+"""Seconds a batch of running marks alone waits for a write to join."""
+
+Params = tuple[object, ...] | dict[str, object]
+
+
+@dataclass(slots=True)
+class Mark:
+    """A running mark that nobody waits for (``start_target``)."""
+
+    job_id: str
+    idx: int
+    now: float
+
 
 @dataclass(slots=True)
 class Write(Generic[T]):
-    """A queued write: a function of several statements, or one prepared statement."""
+    """A queued write: a function of several statements, one prepared statement, a group of
+    outcomes, or nothing (a barrier: it returns once everything queued before it committed)."""
 
     task: trio.lowlevel.Task
+    deadline: float
+    """``time.monotonic()`` after which it is not sent, or is stopped: a StoreError."""
     fn: Callable[[Conn], T] | None = None
     stmt: Statement | None = None
-    params: tuple[object, ...] = ()
+    params: Params = ()
     handle: Callable[[Cursor], object] | None = None
     """Reads the statement's result (positioned on it) into the write's value."""
     after: Callable[[Conn, object], T] | None = None
     """Runs after the commit, on the handled value (eviction, in its own transaction)."""
     admits: bool = False
+    finish: Sequence[FinishItem] = ()
+    now: float = 0.0
     result: outcome.Outcome[T] | None = None
+    gone: bool | None = None
+    """None: not cancellable once queued; False: a barrier; True: its waiter was cancelled."""
+
+
+class ConnectionLost(Exception):
+    """The writer's connection broke; the batch is sent again on a new one."""
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -78,44 +126,89 @@ def _closed_error() -> trio.ClosedResourceError:
 class WriteQueue:
     """The writes of one store: queued by any task, committed in groups by :meth:`run`."""
 
-    def __init__(self, pool: ConnectionPool[Conn], limiter: trio.CapacityLimiter) -> None:
-        self._pool = pool
-        self._limiter = limiter
-        # Unbounded is safe: it holds at most one write per task waiting on a write.
-        self._send, self._recv = trio.open_memory_channel[Write[object]](math.inf)
+    def __init__(
+        self,
+        connect: Callable[[], Conn],
+        *,
+        instance: str,
+        timeout: float,
+        on_not_live: Callable[[Iterable[str]], None],
+    ) -> None:
+        self._connect = connect
+        self._instance = instance
+        self.timeout = timeout
+        self._on_not_live = on_not_live
+        # Unbounded is safe: it holds at most one write per task waiting on a write, and one
+        # mark per target in flight.
+        self._send, self._recv = trio.open_memory_channel[Write[object] | Mark](math.inf)
         self._done = trio.Event()
-        self._prepared: weakref.WeakSet[Conn] = weakref.WeakSet()
+        self._conn: Conn | None = None
+        self._carry: list[Mark] = []
+        self.unsettled_marks = 0
+        """Marks posted and not committed yet: a read waits for them (read-your-writes)."""
         self.closed = False
         """True once :meth:`aclose` began or the writer ended: nothing more is queued."""
         self.commits = 0
         self.writes = 0
+        self.reconnects = 0
+
+    def timeout_error(self, *, lost: bool = False) -> StoreError:
+        what = (
+            "the connection was lost and the write may or may not have been applied"
+            if lost  # it may have committed just before the connection went
+            else "the write was not applied; the server may be overloaded or a lock held"
+        )
+        return StoreError(
+            f"PostgreSQL did not answer within {self.timeout:g} s (call_timeout): {what}"
+        )
+
+    # -- the Trio side --------------------------------------------------------------------------
+
+    def post_mark(self, job_id: str, idx: int, now: float) -> None:
+        """Queue a running mark; nobody waits for it. Call only while the queue is open."""
+        self.unsettled_marks += 1
+        self._send.send_nowait(Mark(job_id, idx, now))
 
     async def call(self, fn: Callable[[Conn], T]) -> T:
         """Queue ``fn`` (several statements, one transaction); return its value after commit."""
-        return await self._put(Write(trio.lowlevel.current_task(), fn=fn))
+        return await self._put(Write(trio.lowlevel.current_task(), self._deadline(), fn=fn))
+
+    async def barrier(self) -> None:
+        """Return once everything queued before (the marks too) is committed."""
+        await self._put(Write[None](trio.lowlevel.current_task(), self._deadline(), gone=False))
+
+    async def finish(
+        self,
+        items: Sequence[FinishItem],
+        now: float,
+        after: Callable[[Conn, object], FinishReply],
+    ) -> FinishReply:
+        """Queue a group of outcomes: one statement; ``after`` runs once it committed."""
+        item = Write[FinishReply](
+            trio.lowlevel.current_task(), self._deadline(), finish=items, now=now, after=after
+        )
+        return await self._put(item)
 
     async def execute(
         self,
         stmt: Statement,
-        params: tuple[object, ...],
+        params: Params,
         handle: Callable[[Cursor], object],
         *,
-        after: Callable[[Conn, object], T] | None = None,
         admits: bool = False,
     ) -> T:
         """Queue one prepared statement; ``handle`` reads its result into the value returned.
 
-        ``after`` runs on that value once the batch committed, on the same connection.
+        A dict of ``params`` gets ``replay``: True when the batch is sent again after a lost
+        connection.
         """
-        item = Write[T](
-            trio.lowlevel.current_task(),
-            stmt=stmt,
-            params=params,
-            handle=handle,
-            after=after,
-            admits=admits,
-        )
+        task = trio.lowlevel.current_task()
+        item = Write[T](task, self._deadline(), stmt=stmt, params=params, handle=handle)
+        item.admits = admits
         return await self._put(item)
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.timeout
 
     async def _put(self, item: Write[T]) -> T:
         # A cancel already pending ends the call here, before the write exists (as
@@ -129,41 +222,46 @@ class WriteQueue:
         # Not cancellable, as with SQLite: the caller learns a write's fate only after its
         # commit, and a write is never silently dropped (the engine relies on both).
         def abort(_: object) -> trio.lowlevel.Abort:
-            return trio.lowlevel.Abort.FAILED
+            if item.gone is None:
+                return trio.lowlevel.Abort.FAILED
+            item.gone = True  # a barrier has no effect: its waiter may leave at once
+            return trio.lowlevel.Abort.SUCCEEDED
 
         result: T = await trio.lowlevel.wait_task_rescheduled(abort)
         return result
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The writer task: commit what is queued, in groups, until :meth:`aclose`."""
+        """The writer task: connect, then commit what is queued, in groups, until :meth:`aclose`.
+
+        Raises:
+            StoreError: the first connection failed (before ``task_status.started()``).
+        """
+        self._conn = await trio.to_thread.run_sync(self._connect)
         task_status.started()
-        batch: list[Write[object]] = []
+        writes: list[Write[object]] = []
         try:
             async for first in self._recv:
-                batch = [first]
-                while len(batch) < _MAX_BATCH:
-                    try:
-                        batch.append(self._recv.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
+                items = [first]
+                self._take_queued(items)
+                if not any(isinstance(i, Write) for i in items):
+                    await self._linger(items)
+                marks = self._carry + [m for m in items if isinstance(m, Mark)]
+                self._carry = []
+                writes = [w for w in items if isinstance(w, Write)]
                 # Admissions first: their advisory lock is then taken before any row lock.
-                batch.sort(key=lambda item: not item.admits)
+                writes.sort(key=lambda w: not w.admits)
                 try:
-                    await run_with_connection(
-                        self._pool, self._limiter, functools.partial(self._commit, batch=batch)
-                    )
-                except Exception as exc:  # e.g. no connection: every write of the batch failed
-                    for item in batch:
-                        item.result = outcome.Error(exc)
+                    await self._commit(marks, writes)
                 except BaseException:
-                    for item in batch:
-                        item.result = outcome.Error(_closed_error())
+                    for w in writes:
+                        w.result = outcome.Error(_closed_error())
                     raise
                 finally:
-                    for item in batch:
-                        assert item.result is not None
-                        trio.lowlevel.reschedule(item.task, item.result)
-                    batch = []
+                    for w in writes:
+                        assert w.result is not None
+                        if not w.gone:
+                            trio.lowlevel.reschedule(w.task, w.result)
+                    writes = []
         finally:
             self.closed = True
             self._send.close()
@@ -172,8 +270,30 @@ class WriteQueue:
                     item = self._recv.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-                trio.lowlevel.reschedule(item.task, outcome.Error(_closed_error()))
+                if isinstance(item, Write) and not item.gone:
+                    trio.lowlevel.reschedule(item.task, outcome.Error(_closed_error()))
+            if self._conn is not None:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._conn.close)
             self._done.set()
+
+    def _take_queued(self, items: list[Write[object] | Mark]) -> None:
+        while len(items) < _MAX_BATCH:
+            try:
+                items.append(self._recv.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+
+    async def _linger(self, items: list[Write[object] | Mark]) -> None:
+        """Marks alone: wait :data:`_MARKS_LINGER` for a write to carry them (nobody waits
+        for marks, and a round trip of marks alone would delay the outcomes coming next)."""
+        with trio.move_on_after(_MARKS_LINGER):
+            while len(items) < _MAX_BATCH and not any(isinstance(i, Write) for i in items):
+                try:
+                    items.append(await self._recv.receive())
+                except trio.EndOfChannel:
+                    return
+                self._take_queued(items)
 
     async def aclose(self) -> None:
         """Queue nothing more; return once the writes already queued are committed."""
@@ -181,87 +301,249 @@ class WriteQueue:
         self._send.close()
         await self._done.wait()
 
-    # -- in the worker thread -----------------------------------------------------------------
-
-    def _commit(self, conn: Conn, batch: list[Write[object]]) -> None:
-        """Run ``batch`` in one transaction and one round trip where it can.
-
-        The prepared statements of the batch go to the server as one query (one implicit
-        transaction); writes of several statements join them in an explicit transaction. On a
-        database error the batch is rolled back and each write runs again on its own.
-        """
-        self._prepare(conn)
-        if len(batch) == 1:
-            self._commit_one(conn, batch[0])
-        else:
-            statements = [item for item in batch if item.stmt is not None]
-            functions = [item for item in batch if item.stmt is None]
+    async def _commit(self, marks: list[Mark], writes: list[Write[object]]) -> None:
+        """Commit ``marks`` and ``writes``, connecting again and replaying if the link breaks."""
+        replay = False
+        attempts = 0
+        # A mark whose target's outcome is in this batch is dropped (the outcome's statement
+        # does its part), on every run of the batch: so a replay never re-opens a target that
+        # the first run stored, even when that outcome has meanwhile timed out.
+        finishing = {(job_id, idx) for w in writes for job_id, idx, _ in w.finish}
+        while True:
+            now = time.monotonic()
+            for w in writes:
+                if w.result is None and w.deadline <= now:
+                    w.result = outcome.Error(self.timeout_error(lost=replay))
+            live = [w for w in writes if w.result is None]
+            if not live and not marks:
+                return
+            budget = min((w.deadline for w in live), default=now + self.timeout) - now
             try:
-                if functions:
-                    with conn.transaction():
-                        if statements:
-                            self._execute_statements(conn, statements)
-                        for item in functions:
-                            assert item.fn is not None
-                            try:
-                                item.result = outcome.Value(item.fn(conn))
-                            except SubmitError as exc:  # raised before it wrote anything
-                                item.result = outcome.Error(exc)
-                else:
-                    self._execute_statements(conn, statements)
-                self.commits += 1
-                self.writes += len(batch)
-            except Exception as exc:
-                for item in batch:
-                    item.result = None
-                if conn.broken or isinstance(exc, psycopg.errors.QueryCanceled):
-                    for item in batch:
-                        item.result = outcome.Error(exc)
-                else:
-                    for item in batch:
-                        self._commit_one(conn, item)
-        for item in batch:
-            if item.after is not None and isinstance(item.result, outcome.Value):
-                item.result = outcome.capture(item.after, conn, item.result.value)
+                if self._conn is None:
+                    raise ConnectionLost
+                not_live = await run_with_connection(
+                    self._conn,
+                    None,
+                    functools.partial(
+                        self._apply, marks=marks, writes=live, finishing=finishing, replay=replay
+                    ),
+                    answer_within=budget,
+                )
+            except (TimedOut, psycopg.errors.QueryCanceled) as exc:
+                # Stopped (our deadline, or the server's statement_timeout): rolled back.
+                error: Exception = (
+                    self.timeout_error(lost=replay) if isinstance(exc, TimedOut) else exc
+                )
+            except ConnectionLost as lost:
+                attempts = await self._reconnect(attempts, lost.__cause__)
+                if self._conn is not None:
+                    replay = True
+                    continue
+                error = StoreError(
+                    "lost the connection to PostgreSQL and could not connect again "
+                    f"({_RECONNECT_ATTEMPTS} attempts); the write may not have been applied"
+                )
+            else:
+                self.unsettled_marks -= len(marks)
+                self._on_not_live(not_live)
+                for w in live:
+                    if isinstance(w.result, outcome.Value) and isinstance(
+                        w.result.value, FinishReply
+                    ):
+                        self._on_not_live(w.result.value.not_live)
+                return
+            for w in live:
+                w.result = outcome.Error(error)
+            self._carry = [m for m in marks if (m.job_id, m.idx) not in finishing]
+            return
 
-    def _commit_one(self, conn: Conn, item: Write[object]) -> None:
+    async def _reconnect(self, attempts: int, cause: BaseException | None) -> int:
+        """Replace the broken connection; return the attempts used (this batch's so far)."""
+        log.warning(
+            "lost the connection to PostgreSQL (%s); connecting again",
+            type(cause).__name__,
+            extra={"error_type": type(cause).__name__},
+        )
+        old, self._conn = self._conn, None
+        if old is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(old.close)
+        while attempts < _RECONNECT_ATTEMPTS:
+            await trio.sleep(min(_BACKOFF[0] * 2**attempts, _BACKOFF[1]))
+            attempts += 1
+            try:
+                self._conn = await trio.to_thread.run_sync(self._connect)
+            except Exception as exc:
+                log.warning(
+                    "could not connect to PostgreSQL again (%s)",
+                    type(exc).__name__,
+                    extra={"error_type": type(exc).__name__},
+                )
+                continue
+            self.reconnects += 1
+            break
+        return attempts
+
+    # -- in the worker thread -------------------------------------------------------------------
+
+    def _apply(
+        self,
+        conn: Conn,
+        *,
+        marks: list[Mark],
+        writes: list[Write[object]],
+        finishing: set[tuple[str, int]],
+        replay: bool,
+    ) -> set[str]:
+        """Run the batch in one round trip; on a database error, write by write.
+
+        Returns the jobs found not live. Raises :class:`ConnectionLost` if the link broke,
+        and ``QueryCanceled`` if the batch was stopped: the caller decides what follows.
+        """
+        for w in writes:
+            w.result = None
+        kept = [m for m in marks if (m.job_id, m.idx) not in finishing]
+        started = {(m.job_id, m.idx) for m in marks} & finishing
+        try:
+            not_live = self._apply_batch(conn, kept, started, writes, replay=replay)
+        except Exception as exc:
+            self._check(conn, exc)
+            for w in writes:
+                w.result = None
+            try:
+                not_live = self._apply_marks(conn, kept)
+            except Exception as marks_exc:  # never seen; dropping them beats failing forever
+                self._check(conn, marks_exc)
+                log.warning("running marks dropped: %s", type(marks_exc).__name__)
+                not_live = set()
+            for w in writes:
+                self._apply_one(conn, w, started, replay=replay)
+        for w in writes:
+            if w.after is not None and isinstance(w.result, outcome.Value):
+                w.result = outcome.capture(w.after, conn, w.result.value)
+        return not_live
+
+    @staticmethod
+    def _check(conn: Conn, exc: Exception) -> None:
+        """Raise what the writer must handle itself: a broken link, a stopped batch."""
+        if isinstance(exc, ConnectionLost):
+            raise exc
+        if conn.broken or conn.closed:
+            raise ConnectionLost from exc
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            raise exc
+
+    def _apply_batch(
+        self,
+        conn: Conn,
+        kept: list[Mark],
+        started: set[tuple[str, int]],
+        writes: list[Write[object]],
+        *,
+        replay: bool,
+    ) -> set[str]:
+        statements = [w for w in writes if w.fn is None and (w.stmt or w.finish)]
+        cursors: list[Cursor] = []
+        marks_cur = None
+        with conn.pipeline():  # one round trip, one implicit transaction (autocommit)
+            if kept:
+                marks_cur = conn.cursor()
+                marks_cur.execute(START_MANY.sql, marks_params(kept), prepare=True)
+            for w in statements:
+                cur = conn.cursor()
+                if w.finish:
+                    params = finish_params(w.finish, w.now, started, self._instance, replay)
+                    cur.execute(FINISH_MANY.sql, params, prepare=True)
+                else:
+                    assert w.stmt is not None
+                    cur.execute(w.stmt.sql, _with_replay(w.params, replay), prepare=True)
+                cursors.append(cur)
+        self.commits += 1
+        self.writes += len(writes)
+        not_live = set() if marks_cur is None else {str(r[0]) for r in marks_cur.fetchall()}
+        for w, cur in zip(statements, cursors, strict=True):
+            w.result = outcome.capture(_read, w, cur)
+        for w in writes:
+            if w.result is None:
+                if w.fn is None:  # a barrier
+                    w.result = outcome.Value(None)
+                else:
+                    self._apply_one(conn, w, started, replay=replay)
+        return not_live
+
+    def _apply_marks(self, conn: Conn, marks: list[Mark]) -> set[str]:
+        if not marks:
+            return set()
         for attempt in range(_RETRIES):
             try:
-                if item.stmt is not None:
-                    self._execute_statements(conn, [item])  # autocommit: its own transaction
-                else:
-                    assert item.fn is not None
+                rows = conn.execute(START_MANY.sql, marks_params(marks), prepare=True)
+                return {str(r[0]) for r in rows.fetchall()}
+            except Exception as exc:
+                self._check(conn, exc)
+                if not _is_retryable(exc) or attempt == _RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _apply_one(
+        self, conn: Conn, w: Write[object], started: set[tuple[str, int]], *, replay: bool
+    ) -> None:
+        """Run ``w`` on its own (a group of outcomes item by item), retrying deadlocks."""
+        if w.finish:
+            reply = FinishReply([], 0)
+            for item in w.finish:
+                one = Write[object](w.task, w.deadline, finish=(item,), now=w.now)
+                self._apply_statement(conn, one, started, replay=replay)
+                assert one.result is not None
+                try:
+                    part = cast("FinishReply", one.result.unwrap())
+                except Exception as exc:  # this item only: the others still land
+                    reply.results.append(exc)
+                    continue
+                reply.results.extend(part.results)
+                reply.total = max(reply.total, part.total)
+                reply.not_live |= part.not_live
+            w.result = outcome.Value(reply)
+        else:
+            self._apply_statement(conn, w, started, replay=replay)
+
+    def _apply_statement(
+        self, conn: Conn, w: Write[object], started: set[tuple[str, int]], *, replay: bool
+    ) -> None:
+        for attempt in range(_RETRIES):
+            try:
+                if w.fn is not None:
                     with conn.transaction():
-                        result = outcome.capture(item.fn, conn)
+                        result = outcome.capture(w.fn, conn)
                         if isinstance(result, outcome.Error) and not isinstance(
                             result.error, SubmitError
                         ):
                             result.unwrap()  # roll back, and maybe retry
-                    item.result = result
+                    w.result = result
+                elif w.finish:
+                    params = finish_params(w.finish, w.now, started, self._instance, replay)
+                    cur = conn.execute(FINISH_MANY.sql, params, prepare=True)
+                    w.result = outcome.capture(_read, w, cur)
+                elif w.stmt is not None:
+                    cur = conn.execute(w.stmt.sql, _with_replay(w.params, replay), prepare=True)
+                    w.result = outcome.capture(_read, w, cur)
+                else:
+                    w.result = outcome.Value(None)
                 self.commits += 1
                 self.writes += 1
                 return
             except Exception as exc:
-                if not _is_retryable(exc) or attempt == _RETRIES - 1 or conn.broken:
-                    item.result = outcome.Error(exc)
+                self._check(conn, exc)
+                if not _is_retryable(exc) or attempt == _RETRIES - 1:
+                    w.result = outcome.Error(exc)
                     return
 
-    def _execute_statements(self, conn: Conn, items: list[Write[object]]) -> None:
-        """Send the items' prepared statements as one query; hand each its own result."""
-        calls = []
-        for item in items:
-            assert item.stmt is not None
-            args = ", ".join(sql.Literal(p).as_string(conn) for p in item.params)
-            calls.append(f"EXECUTE {item.stmt.name}({args})")
-        cur = conn.execute("; ".join(calls).encode(), prepare=False)
-        for n, item in enumerate(items):
-            if n:
-                cur.nextset()
-            assert item.handle is not None
-            item.result = outcome.capture(item.handle, cur)
 
-    def _prepare(self, conn: Conn) -> None:
-        """Prepare the write statements on ``conn`` once (they live as long as it does)."""
-        if conn not in self._prepared:
-            prepare(conn)
-            self._prepared.add(conn)
+def _read(w: Write[object], cur: Cursor) -> object:
+    if w.finish:
+        return finish_reply(cur.fetchall(), len(w.finish))
+    assert w.handle is not None
+    return w.handle(cur)
+
+
+def _with_replay(params: Params, replay: bool) -> Params:
+    return {**params, "replay": replay} if isinstance(params, dict) else params

@@ -13,125 +13,213 @@ instances that are gone into shard ``''``.
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
-from typing import final
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, final
 
-from ..._model import Snapshot
-from .._protocol import CacheEntry
+from ..._model import JobStatus, Snapshot
+from .._protocol import CacheEntry, FinishItem, Stored
 from .._rules import JOB_COLUMNS, LIVE_SQL, Row, job_from_row, target_from_row
 from ._schema import LOCK_CACHE, LOCK_EVICT, Conn, Cursor, advisory_lock
+
+
+class MarkLike(Protocol):
+    """A running mark: which target, and when."""
+
+    job_id: str
+    idx: int
+    now: float
 
 
 @final
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """A write of one SQL statement: prepared once per connection, batched into one query."""
+    """A write of one SQL statement, sent prepared (psycopg's ``prepare=True``) and batched."""
 
     name: str
-    types: str
     sql: str
 
+    def __post_init__(self) -> None:
+        # One line: the driver caches its parse of queries up to 4 kB only.
+        object.__setattr__(self, "sql", " ".join(self.sql.split()))
 
-# -- the write statements, prepared on each connection the writer uses -------------------------
+
+# -- the write statements ------------------------------------------------------------------------
 
 ADMIT = Statement(
-    "tb_admit",
-    "(integer, text, text, text, text, double precision, double precision, text, text[], "
-    "text[], bigint, bigint, bigint)",
-    "SELECT reused, caller_live, total_live, admitted "
-    "FROM admit_job($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+    "admit",
+    "SELECT reused, caller_live, total_live, admitted FROM admit_job("
+    "%s, %s, %s, %s, %s, %s, %s, %s, ARRAY(SELECT json_array_elements_text(%s::json)), "
+    "ARRAY(SELECT json_array_elements_text(%s::json)), %s, %s, %s)",
 )
 
 START = Statement(
-    "tb_start_target",
-    "(text, integer, double precision)",
+    "start_target",
     f"""
     WITH j AS (
-        UPDATE jobs SET status = 'running', updated_at = $3
-        WHERE id = $1 AND status IN {LIVE_SQL} RETURNING id
+        UPDATE jobs SET status = 'running', updated_at = %(now)s
+        WHERE id = %(id)s AND status IN {LIVE_SQL} RETURNING id
     ), t AS (
-        UPDATE targets SET status = 'running' WHERE job_id IN (SELECT id FROM j) AND idx = $2
+        UPDATE targets SET status = 'running'
+        WHERE job_id IN (SELECT id FROM j) AND idx = %(idx)s
     )
     SELECT count(*) FROM j
     """,
 )
 
-RELEASE = Statement(
-    "tb_release_target",
-    "(text, integer, double precision)",
-    """
-    WITH t AS (
-        UPDATE targets SET status = 'pending'
-        WHERE job_id = $1 AND idx = $2 AND status = 'running' RETURNING job_id
+# The running marks of a batch, in one statement; returns the jobs that were no longer live
+# (their marks wrote nothing). A replay is harmless: a mark never shares a batch with its
+# target's outcome (the writer drops such a mark and the outcome's statement does its part).
+START_MANY = Statement(
+    "start_targets",
+    f"""
+    WITH m AS (
+        SELECT e.x->>0 AS job_id, (e.x->>1)::int AS idx, (e.x->>2)::float8 AS now
+        FROM json_array_elements(%(marks)s::json) AS e (x)
+    ), j AS (
+        UPDATE jobs SET status = 'running', updated_at = g.now
+        FROM (SELECT job_id, max(now) AS now FROM m GROUP BY job_id) AS g
+        WHERE jobs.id = g.job_id AND jobs.status IN {LIVE_SQL}
+        RETURNING jobs.id
+    ), t AS (
+        UPDATE targets SET status = 'running' FROM m
+        WHERE targets.job_id = m.job_id AND targets.idx = m.idx
+            AND m.job_id IN (SELECT id FROM j)
     )
-    UPDATE jobs SET updated_at = $3 WHERE id IN (SELECT job_id FROM t)
+    SELECT DISTINCT job_id FROM m WHERE job_id NOT IN (SELECT id FROM j)
     """,
 )
 
-# Store the target, count it, and end the job when it was the last, in one statement; the
-# CASE over the job's target states is terminal_status() in SQL. Returns the job's status
-# before and after, and the stored result bytes of every instance.
-FINISH = Statement(
-    "tb_finish_target",
-    "(text, integer, text, text, text, text, bigint, double precision, text)",
-    f"""
+RELEASE = Statement(
+    "release_target",
+    """
     WITH t AS (
-        UPDATE targets SET status = $3, result = $4, error = $5, hint = $6
-        WHERE job_id = $1 AND idx = $2 AND status NOT IN ('done', 'failed')
-        RETURNING job_id
+        UPDATE targets SET status = 'pending'
+        WHERE job_id = %s AND idx = %s AND status = 'running' RETURNING job_id
+    )
+    UPDATE jobs SET updated_at = %s WHERE id IN (SELECT job_id FROM t)
+    """,
+)
+
+# A group of outcomes in one statement (the engine's write path), over one bound array: store
+# each target not stored yet, count them per job, end the jobs whose last target this is
+# (terminal_status() in SQL) and add the bytes to this instance's counter shard. One row per
+# item stored: its ordinal (from 1), job, the terminal status it gave its job (or NULL) and
+# the stored result bytes of every instance after the statement; a row of ordinal 0 with
+# those bytes when nothing was stored; a row of ordinal -1 for each job that was not live.
+#
+# ``started`` marks items whose running mark the writer dropped (same batch): the statement
+# does the mark's part (a queued job becomes running; a mark re-opens a stored target, as
+# start_target does). ``replay`` (the batch is sent again after a lost connection) turns that
+# re-opening off and reports an item already stored with the same outcome, whose job ended at
+# this very ``now``, as the item that ended it: so a replay of a batch that had committed
+# stores nothing twice and answers as the first run did.
+FINISH_MANY = Statement(
+    "finish_targets",
+    f"""
+    WITH v AS (
+        SELECT DISTINCT ON (job_id, idx) * FROM (
+            SELECT e.x->>0 AS job_id, (e.x->>1)::int AS idx, e.x->>2 AS state,
+                e.x->>3 AS result, e.x->>4 AS error, e.x->>5 AS hint,
+                (e.x->>6)::bigint AS size, (e.x->>7)::bool AS started, e.ord
+            FROM json_array_elements(%(items)s::json) WITH ORDINALITY AS e (x, ord)
+        ) AS v
+        ORDER BY job_id, idx, ord
     ), o AS (
-        SELECT id, status FROM jobs WHERE id IN (SELECT job_id FROM t) FOR UPDATE
+        SELECT id, status, targets_done, targets_total FROM jobs
+        WHERE id IN (SELECT job_id FROM v) FOR UPDATE
+    ), t AS (
+        UPDATE targets AS tg SET status = v.state, result = v.result, error = v.error,
+            hint = v.hint
+        FROM v
+        WHERE tg.job_id = v.job_id AND tg.idx = v.idx AND (
+            tg.status NOT IN ('done', 'failed') OR (v.started AND NOT %(replay)s
+                AND v.job_id IN (SELECT id FROM o WHERE status IN {LIVE_SQL}))
+        )
+        RETURNING v.ord, v.job_id, v.idx, v.state, v.size
+    ), r AS (
+        SELECT t.*, row_number() OVER (PARTITION BY t.job_id ORDER BY t.ord) AS rank FROM t
+    ), a AS (
+        SELECT job_id, count(*) AS n, sum(size) AS bytes FROM t GROUP BY job_id
+    ), fin AS (
+        SELECT o.id, o.status, o.targets_done, o.targets_total, a.n, a.bytes,
+            CASE WHEN o.status IN {LIVE_SQL} AND o.targets_done < o.targets_total
+                AND o.targets_done + a.n >= o.targets_total THEN (
+                SELECT CASE
+                    WHEN bool_and(x.s = 'done') THEN 'done'
+                    WHEN bool_and(x.s = 'failed') THEN 'failed'
+                    ELSE 'partial' END
+                FROM (
+                    SELECT tg.status AS s FROM targets AS tg WHERE tg.job_id = o.id
+                        AND NOT EXISTS (
+                            SELECT 1 FROM t WHERE t.job_id = tg.job_id AND t.idx = tg.idx
+                        )
+                    UNION ALL SELECT t.state FROM t WHERE t.job_id = o.id
+                ) AS x
+            ) END AS terminal,
+            o.id IN (SELECT job_id FROM v WHERE started) AS started
+        FROM o LEFT JOIN a ON a.job_id = o.id
     ), j AS (
-        UPDATE jobs AS j SET
-            targets_done = j.targets_done + 1,
-            bytes = j.bytes + $7,
-            updated_at = $8,
+        UPDATE jobs AS jb SET
+            targets_done = jb.targets_done + coalesce(fin.n, 0),
+            bytes = jb.bytes + coalesce(fin.bytes, 0),
+            updated_at = %(now)s,
             status = CASE
-                WHEN o.status IN {LIVE_SQL} AND j.targets_done + 1 = j.targets_total THEN (
-                    SELECT CASE
-                        WHEN bool_and(x.s = 'done') THEN 'done'
-                        WHEN bool_and(x.s = 'failed') THEN 'failed'
-                        ELSE 'partial' END
-                    FROM (
-                        SELECT status AS s FROM targets WHERE job_id = $1 AND idx <> $2
-                        UNION ALL SELECT $3
-                    ) AS x
-                )
-                ELSE j.status END,
-            lease = CASE
-                WHEN o.status IN {LIVE_SQL} AND j.targets_done + 1 = j.targets_total THEN $8
-                ELSE j.lease END
-        FROM o WHERE j.id = o.id
-        RETURNING o.status AS before, j.status AS after
+                WHEN fin.terminal IS NOT NULL THEN fin.terminal
+                WHEN fin.started AND jb.status = 'queued' THEN 'running'
+                ELSE jb.status END,
+            lease = CASE WHEN fin.terminal IS NOT NULL THEN %(now)s ELSE jb.lease END
+        FROM fin
+        WHERE jb.id = fin.id AND (fin.n IS NOT NULL OR (fin.started AND fin.status IN {LIVE_SQL}))
     ), c AS (
         INSERT INTO counters (kind, shard, bytes)
-        SELECT 'results', $9, $7 FROM j WHERE $7 <> 0
+        SELECT 'results', %(instance)s, sum(size) FROM t HAVING coalesce(sum(size), 0) <> 0
         ON CONFLICT (kind, shard) DO UPDATE SET bytes = counters.bytes + excluded.bytes
+    ), rp AS (
+        SELECT DISTINCT ON (v.job_id) v.ord, v.job_id, jb.status AS terminal
+        FROM v JOIN targets AS tg ON tg.job_id = v.job_id AND tg.idx = v.idx
+            JOIN jobs AS jb ON jb.id = v.job_id
+        WHERE %(replay)s AND v.ord NOT IN (SELECT ord FROM t)
+            AND tg.status = v.state AND tg.result IS NOT DISTINCT FROM v.result
+            AND tg.error = v.error AND tg.hint = v.hint
+            AND jb.status IN ('done', 'failed', 'partial')
+            AND jb.lease = %(now)s AND jb.updated_at = %(now)s
+        ORDER BY v.job_id, v.ord DESC
+    ), total AS (
+        SELECT (SELECT coalesce(sum(bytes), 0) FROM counters WHERE kind = 'results')
+            + (SELECT coalesce(sum(size), 0) FROM t) AS b
     )
-    SELECT j.before, j.after, (SELECT sum(bytes) FROM counters WHERE kind = 'results') + $7
-    FROM j
+    SELECT r.ord, r.job_id, CASE WHEN fin.targets_done + r.rank = fin.targets_total
+        THEN fin.terminal END, total.b
+    FROM r JOIN fin ON fin.id = r.job_id, total
+    UNION ALL SELECT rp.ord, rp.job_id, rp.terminal, total.b FROM rp, total
+    UNION ALL SELECT 0, NULL, NULL, total.b FROM total
+    UNION ALL SELECT -1, o.id, NULL, 0 FROM o WHERE o.status NOT IN {LIVE_SQL}
     """,
 )
 
 CANCEL = Statement(
-    "tb_cancel",
-    "(text, double precision)",
+    "cancel",
     f"""
-    UPDATE jobs AS j SET status = 'cancelled', updated_at = $2, lease = $2
-    FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 FOR UPDATE) AS old
+    UPDATE jobs AS j SET status = 'cancelled', updated_at = %s, lease = %s
+    FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s FOR UPDATE) AS old
     WHERE j.id = old.id AND old.status IN {LIVE_SQL}
     RETURNING {", ".join("old." + c.strip() for c in JOB_COLUMNS.split(","))}
     """,
 )
 
+# ``replay``: a batch sent again after a lost connection also reports the jobs its first run
+# failed (same ``now``), so the caller hears of them once.
 INTERRUPT = Statement(
-    "tb_interrupt",
-    "(text[], double precision)",
+    "interrupt",
     f"""
     WITH j AS (
-        UPDATE jobs SET status = 'failed', error = 'interrupted', updated_at = $2, lease = $2
-        WHERE id = ANY($1) AND status IN {LIVE_SQL}
+        UPDATE jobs SET status = 'failed', error = 'interrupted', updated_at = %(now)s,
+            lease = %(now)s
+        WHERE id = ANY(%(ids)b::text[]) AND (status IN {LIVE_SQL} OR (%(replay)s
+            AND status = 'failed' AND error = 'interrupted' AND lease = %(now)s))
         RETURNING id
     ), t AS (
         UPDATE targets SET status = 'pending'
@@ -141,25 +229,66 @@ INTERRUPT = Statement(
     """,
 )
 
-TOUCH = Statement(
-    "tb_touch", "(text, double precision)", "UPDATE jobs SET lease = $2 WHERE id = $1"
-)
-
-STATEMENTS = (ADMIT, START, RELEASE, FINISH, CANCEL, INTERRUPT, TOUCH)
+TOUCH = Statement("touch", "UPDATE jobs SET lease = %s WHERE id = %s")
 
 
-def prepare(conn: Conn) -> None:
-    """Prepare on ``conn`` those of :data:`STATEMENTS` it lacks (they live as long as it does)."""
-    have = {
-        r[0]
-        for r in conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'tb\\_%'")
-    }
-    missing = [s for s in STATEMENTS if s.name not in have]
-    if missing:
-        conn.execute(
-            "; ".join(f"PREPARE {s.name} {s.types} AS {s.sql}" for s in missing).encode(),
-            prepare=False,
+@dataclass(slots=True)
+class FinishReply:
+    """What a group of outcomes did: one result per item, and what the store must know."""
+
+    results: list[Stored | Exception]
+    total: int
+    """Stored result bytes of every instance afterwards (the eviction check)."""
+    not_live: set[str] = field(default_factory=set)
+    """Jobs of the group that were no longer live, or that the group ended."""
+
+
+def marks_params(marks: Sequence[MarkLike]) -> dict[str, object]:
+    """The parameters of :data:`START_MANY` for ``marks``.
+
+    Groups travel as one JSON array (rows of arrays) rather than as typed arrays: the driver
+    dumps a typed array element by element in Python, ``json.dumps`` does it in C.
+    """
+    return {"marks": json.dumps([(m.job_id, m.idx, m.now) for m in marks])}
+
+
+def finish_params(
+    items: Sequence[FinishItem],
+    now: float,
+    started: set[tuple[str, int]],
+    instance: str,
+    replay: bool,
+) -> dict[str, object]:
+    """The parameters of :data:`FINISH_MANY` for ``items``."""
+    rows = [
+        (
+            job_id,
+            idx,
+            o.state.value,
+            o.result_json,
+            o.error,
+            o.hint,
+            o.size,
+            (job_id, idx) in started,
         )
+        for job_id, idx, o in items
+    ]
+    return {"items": json.dumps(rows), "now": now, "instance": instance, "replay": replay}
+
+
+def finish_reply(rows: Sequence[Row], n: int) -> FinishReply:
+    """Read the rows :data:`FINISH_MANY` returned for ``n`` items."""
+    reply = FinishReply([Stored(None)] * n, 0)
+    for ordinal, job_id, terminal, total in rows:
+        if ordinal > 0:
+            reply.results[ordinal - 1] = Stored(None if terminal is None else JobStatus(terminal))
+            if terminal is not None:
+                reply.not_live.add(str(job_id))
+        elif ordinal == 0:
+            reply.total = int(total)
+        else:
+            reply.not_live.add(str(job_id))
+    return reply
 
 
 def one(cur: Cursor) -> Row:

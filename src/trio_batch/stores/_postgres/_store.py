@@ -5,7 +5,8 @@ real time, from a task in the nursery that :meth:`PostgresStore.open` owns, and 
 records the instance that admitted it. Any instance fails (``interrupted``) the live jobs of
 instances whose heartbeat is older than their declared timeout, at each of its heartbeats and
 in :meth:`PostgresStore.recover`. A job cancelled from another instance is noticed by its owner
-at the next ``start_target``, which returns False (polling; see ``docs/postgres.md``).
+when the batch carrying its next running mark reports it not live; the ``start_target`` after
+that returns False (polling; see ``docs/postgres.md``).
 
 The methods here only shape parameters and results: the SQL is in ``_sql``, the write path in
 ``_batch`` and the threads in ``_threads``.
@@ -14,27 +15,27 @@ The methods here only shape parameters and results: the SQL is in ``_sql``, the 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TypeVar, cast, final
 
-import psycopg.errors
 import trio
-from psycopg import sql
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from ..._errors import StoreError
-from ..._model import LIVE_STATUSES, Job, JobStatus, Snapshot, Submitted
+from ..._model import Job, Snapshot, Submitted
 from ..._util import NoPublicConstructor, raise_single_exception_from_group
 from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
 from .._rules import check_caps, job_from_row, options_json
 from . import _sql
 from ._batch import WriteQueue
 from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
-from ._threads import run_with_connection, sleep_real
+from ._sql import FinishReply
+from ._threads import TimedOut, connections, open_pool, run_with_connection, sleep_real
 
 T = TypeVar("T")
 
@@ -68,11 +69,13 @@ class PostgresStore(metaclass=NoPublicConstructor):
     def __init__(
         self,
         pool: ConnectionPool[Conn],
+        connect: Callable[[], Conn],
         *,
         schema: str,
         instance_timeout: float,
         heartbeat: float,
         pool_size: int,
+        call_timeout: float,
     ) -> None:
         self._pool = pool
         self._schema = schema
@@ -81,7 +84,16 @@ class PostgresStore(metaclass=NoPublicConstructor):
         self._heartbeat = heartbeat
         self._limiter = trio.CapacityLimiter(pool_size)
         self._instance = secrets.token_hex(8)
-        self._queue = WriteQueue(pool, self._limiter)
+        self._call_timeout = call_timeout
+        # The live jobs this instance admitted: start_target answers from it without waiting
+        # for the database. Jobs leave it when they end here or a write finds them not live.
+        self._live: set[str] = set()
+        self._queue = WriteQueue(
+            connect,
+            instance=self._instance,
+            timeout=call_timeout,
+            on_not_live=self._forget,
+        )
         self._stopping = threading.Event()
 
     @property
@@ -98,6 +110,11 @@ class PostgresStore(metaclass=NoPublicConstructor):
         """``(commits, writes)`` so far: how well writes are grouped."""
         return (self._queue.commits, self._queue.writes)
 
+    @property
+    def reconnects(self) -> int:
+        """How many times the writer connected again after losing its connection."""
+        return self._queue.reconnects
+
     @classmethod
     @contextlib.asynccontextmanager
     async def open(
@@ -110,6 +127,7 @@ class PostgresStore(metaclass=NoPublicConstructor):
         pool_size: int = 4,
         synchronous_commit: bool = True,
         connect_timeout: float = 10.0,
+        call_timeout: float = 30.0,
     ) -> AsyncIterator[PostgresStore]:
         """Connect, create or migrate the schema, register this instance and heartbeat it.
 
@@ -120,11 +138,20 @@ class PostgresStore(metaclass=NoPublicConstructor):
             heartbeat: seconds between heartbeats; default ``instance_timeout / 3``. Each
                 heartbeat also fails the live jobs of instances that are gone.
             schema: the PostgreSQL schema holding the tables (created if missing).
-            pool_size: connections (and threads) this instance uses at most.
+            pool_size: connections (and threads) for reads and the heartbeat; the writer holds
+                one more connection of its own.
             synchronous_commit: False sets ``synchronous_commit = off`` on this instance's
                 connections: commits return before the WAL reaches disk, so a server crash
                 may lose the last fraction of a second of writes (never corrupts them).
-            connect_timeout: seconds to wait for the first connection.
+            connect_timeout: seconds to wait for a connection (the first, and each new one).
+            call_timeout: seconds a store call waits for the database's answer (real time).
+                Past it the call raises :class:`StoreError` and the query is stopped on the
+                server, so nothing was written (see ``docs/postgres.md`` for the one case of a
+                write caught in a lost connection). ``math.inf`` waits for ever.
+
+        The writer holds one connection. When it breaks (a server restart, a failover,
+        ``pg_terminate_backend``) the writer connects again, with backoff, and sends the
+        writes in flight again; they are idempotent, so nothing is lost or counted twice.
 
         On exit, queued writes are committed, the heartbeat stops and the instance is
         deregistered; its jobs still live (none, if its engine closed first) are then failed by
@@ -157,34 +184,28 @@ class PostgresStore(metaclass=NoPublicConstructor):
             raise ValueError(f"pool_size must be an int >= 2 (got {pool_size!r})")
         if not connect_timeout > 0:
             raise ValueError(f"connect_timeout must be > 0 (got {connect_timeout!r})")
+        if not call_timeout > 0:
+            raise ValueError(f"call_timeout must be > 0 (got {call_timeout!r})")
 
-        settings = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
-
-        def configure(conn: Conn) -> None:
-            conn.execute(settings)
-            if not synchronous_commit:
-                conn.execute("SET synchronous_commit TO off")
-
-        pool: ConnectionPool[Conn] = ConnectionPool(
+        pool, connect = connections(
             dsn,
-            min_size=1,
-            max_size=pool_size,
-            kwargs={"autocommit": True},
-            configure=configure,
-            open=False,
-            name=f"trio-batch-{schema}",
-            timeout=connect_timeout,
+            schema=schema,
+            pool_size=pool_size,
+            synchronous_commit=synchronous_commit,
+            connect_timeout=connect_timeout,
         )
         try:
-            await trio.to_thread.run_sync(_open_pool, pool, connect_timeout)
+            await trio.to_thread.run_sync(open_pool, pool, connect_timeout)
             store = cls._create(
                 pool,
+                connect,
                 schema=schema,
                 instance_timeout=instance_timeout,
                 heartbeat=beat,
                 pool_size=pool_size,
+                call_timeout=call_timeout,
             )
-            await store._run(lambda conn: migrate(conn, schema, store._locks))
+            await store._run(lambda conn: migrate(conn, schema, store._locks), bounded=False)
             await store._run(
                 lambda conn: _sql.register(conn, store._instance, store._instance_timeout)
             )
@@ -218,9 +239,32 @@ class PostgresStore(metaclass=NoPublicConstructor):
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[Conn], T]) -> T:
-        """Run ``fn`` on a pooled connection in a worker thread; cancellation cancels the query."""
-        return await run_with_connection(self._pool, self._limiter, fn)
+    async def _run(self, fn: Callable[[Conn], T], *, bounded: bool = True) -> T:
+        """Run ``fn`` on a pooled connection in a worker thread; cancellation cancels the query.
+
+        With ``bounded``, a call with no answer within ``call_timeout`` raises StoreError.
+        """
+        if not bounded:
+            return await run_with_connection(self._pool, self._limiter, fn)
+        try:
+            return await run_with_connection(
+                self._pool, self._limiter, fn, answer_within=self._call_timeout
+            )
+        except TimedOut:
+            raise StoreError(
+                f"PostgreSQL did not answer within {self._call_timeout:g} s (call_timeout); "
+                "the server may be overloaded or a lock held"
+            ) from None
+
+    async def _read(self, fn: Callable[[Conn], T]) -> T:
+        """A read that sees this instance's running marks (read-your-writes)."""
+        self._check_open()
+        if self._queue.unsettled_marks:
+            await self._queue.barrier()
+        return await self._run(fn)
+
+    def _forget(self, job_ids: Iterable[str]) -> None:
+        self._live.difference_update(job_ids)
 
     async def _write(self, fn: Callable[[Conn], T]) -> T:
         """Queue ``fn`` (several statements) for the writer; return its value after the commit."""
@@ -277,8 +321,10 @@ class PostgresStore(metaclass=NoPublicConstructor):
 
         def handle(cur: Cursor) -> Submitted:
             reused, caller_live, total_live, admitted = _sql.one(cur)
-            if reused is not None:
+            if reused is not None and reused != job.id:
                 return Submitted(str(reused), True)
+            if reused is not None:  # a replay of this admission, which had committed
+                return Submitted(job.id, False)
             if not admitted:  # nothing was written; raise the first cap broken, in SPEC order
                 check_caps(len(job.targets), int(caller_live), int(total_live), limits)
                 raise AssertionError("admit_job refused a job that breaks no cap")
@@ -293,13 +339,16 @@ class PostgresStore(metaclass=NoPublicConstructor):
             job.now,
             limits.ttl,
             self._instance,
-            [t.url for t in job.targets],
-            [options_json(t.options) for t in job.targets],
+            json.dumps([t.url for t in job.targets]),
+            json.dumps([options_json(t.options) for t in job.targets]),
             limits.targets_per_job,
             limits.jobs_per_caller,
             limits.jobs_total,
         )
-        return await self._queue.execute(_sql.ADMIT, params, handle, admits=True)
+        submitted: Submitted = await self._queue.execute(_sql.ADMIT, params, handle, admits=True)
+        if not submitted.reused:
+            self._live.add(submitted.id)
+        return submitted
 
     async def recover(self, now: float) -> list[str]:
         """Fail (``interrupted``) the live jobs of this instance and of instances that are gone.
@@ -310,20 +359,35 @@ class PostgresStore(metaclass=NoPublicConstructor):
         Cancellation: if this raises :class:`trio.Cancelled`, no job was failed. Once queued,
         the write is not cancellable: it commits and this returns.
         """
-        return await self._write(lambda conn: _sql.reap(conn, self._instance, now, own_jobs=True))
+        failed = await self._write(lambda conn: _sql.reap(conn, self._instance, now, own_jobs=True))
+        self._forget(failed)
+        return failed
 
     async def start_target(self, job_id: str, idx: int, now: float) -> bool:
         """Mark the target running; False, writing nothing, when the job is no longer live.
 
-        The mark is committed before this returns (unlike SQLite's, there is no local view of
-        live jobs: another instance may have cancelled the job).
+        For a job this instance admitted and still holds live, this answers at once and
+        queues the mark for the writer's next batch (read-your-writes: a read through this
+        store waits for it). The mark is dropped when the same batch stores the target's
+        outcome, whose statement then does its part. A job cancelled from *another* instance
+        is noticed by the batch that carries the mark, so one more of its targets may start
+        (and be stored) before this returns False. For any other job the mark is committed
+        before this returns.
 
         Cancellation: if this raises :class:`trio.Cancelled`, nothing was marked. Once queued,
         the write is not cancellable: it commits and this returns.
         """
-        return await self._queue.execute(
-            _sql.START, (job_id, idx, now), lambda cur: bool(_sql.one(cur)[0])
+        self._check_open()
+        if job_id in self._live:
+            await trio.lowlevel.checkpoint()
+            self._check_open()
+            if job_id in self._live:
+                self._queue.post_mark(job_id, idx, now)
+                return True
+        started: bool = await self._queue.execute(
+            _sql.START, {"id": job_id, "idx": idx, "now": now}, lambda cur: bool(_sql.one(cur)[0])
         )
+        return started
 
     async def release_target(self, job_id: str, idx: int, now: float) -> None:
         """Put a running target back to pending. A repeat does nothing.
@@ -336,66 +400,55 @@ class PostgresStore(metaclass=NoPublicConstructor):
     async def finish_targets(
         self, items: Sequence[FinishItem], now: float, max_bytes: int
     ) -> list[Stored | Exception]:
-        """:meth:`finish_target` for each item, all queued at once so one group commit takes them.
+        """Store a group of outcomes in one statement (the engine's write path), in order.
 
-        Cancellation: as :meth:`finish_target`, item by item.
+        Each item is stored as :meth:`finish_target` stores it. The group is one statement
+        over one array, committed with whatever else is queued; if the batch fails in the
+        database, each item runs again on its own, so an item that cannot be stored gets its
+        exception in its place and the others land. Eviction runs after the commit, in its own
+        transaction, and is reported on the last item.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, no outcome was stored. Once
+        queued, the write is not cancellable: it commits and this returns.
         """
-        results: list[Stored | Exception] = [Stored(None)] * len(items)
+        if not items:
+            self._check_open()
+            await trio.lowlevel.checkpoint()
+            return []
 
-        async def one(n: int, job_id: str, idx: int, outcome: Outcome) -> None:
-            try:
-                results[n] = await self.finish_target(job_id, idx, outcome, now, max_bytes)
-            except Exception as exc:
-                results[n] = exc
+        def after(conn: Conn, value: object) -> FinishReply:
+            reply = cast("FinishReply", value)
+            if reply.total > max_bytes:
+                try:
+                    with conn.transaction():
+                        evicted = _sql.evict(conn, self._locks, self._instance, max_bytes)
+                except Exception as exc:  # the outcomes stand; a later finish evicts
+                    log.warning("eviction deferred: %s", type(exc).__name__)
+                else:
+                    last = reply.results[-1]
+                    if evicted and isinstance(last, Stored):
+                        reply.results[-1] = Stored(last.terminal, evicted)
+            return reply
 
-        async with trio.open_nursery() as nursery:
-            for n, (job_id, idx, outcome) in enumerate(items):
-                nursery.start_soon(one, n, job_id, idx, outcome)
-        return results
+        reply = await self._queue.finish(list(items), now, after)
+        return reply.results
 
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
     ) -> Stored:
         """Store a target's outcome, finish its job if it was the last, evict for bytes.
 
-        Eviction runs after the outcome is committed, in its own transaction: if it loses a
-        deadlock with another instance, the outcome stands and a later finish evicts.
+        A group of one (:meth:`finish_targets`). Eviction runs after the outcome is committed,
+        in its own transaction: if it loses a deadlock with another instance, the outcome
+        stands and a later finish evicts.
 
         Cancellation: if this raises :class:`trio.Cancelled`, the outcome was not stored.
         Once queued, the write is not cancellable: it commits and this returns.
         """
-        size = outcome.size
-        params = (
-            job_id,
-            idx,
-            outcome.state.value,
-            outcome.result_json,
-            outcome.error,
-            outcome.hint,
-            size,
-            now,
-            self._instance,
-        )
-
-        def after(conn: Conn, row: object) -> Stored:
-            if row is None:  # unknown job, or this target was already stored
-                return Stored(None)
-            before, status, stored_bytes = cast("tuple[str, str, int]", row)
-            terminal = None
-            if before in LIVE_STATUSES and status not in LIVE_STATUSES:
-                terminal = JobStatus(status)
-            evicted = 0
-            if stored_bytes > max_bytes:
-                try:
-                    with conn.transaction():
-                        evicted = _sql.evict(conn, self._locks, self._instance, max_bytes)
-                except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as exc:
-                    log.warning("eviction deferred: %s", type(exc).__name__)
-            return Stored(terminal, evicted)
-
-        return await self._queue.execute(
-            _sql.FINISH, params, lambda cur: cur.fetchone(), after=after
-        )
+        (stored,) = await self.finish_targets([(job_id, idx, outcome)], now, max_bytes)
+        if isinstance(stored, Exception):
+            raise stored
+        return stored
 
     async def cancel(self, job_id: str, now: float) -> Job | None:
         """Cancel a live job from any instance; return it as it was, or None.
@@ -408,7 +461,9 @@ class PostgresStore(metaclass=NoPublicConstructor):
             row = cur.fetchone()
             return None if row is None else job_from_row(row)
 
-        return await self._queue.execute(_sql.CANCEL, (job_id, now), handle)
+        before: Job | None = await self._queue.execute(_sql.CANCEL, (now, now, job_id), handle)
+        self._forget((job_id,))
+        return before
 
     async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
         """Fail the live ones of ``job_ids`` (``interrupted``); return those ids.
@@ -426,7 +481,11 @@ class PostgresStore(metaclass=NoPublicConstructor):
             failed = {str(r[0]) for r in cur.fetchall()}
             return [job_id for job_id in dict.fromkeys(ids) if job_id in failed]
 
-        return await self._queue.execute(_sql.INTERRUPT, (ids, now), handle)
+        failed: list[str] = await self._queue.execute(
+            _sql.INTERRUPT, {"ids": ids, "now": now}, handle
+        )
+        self._forget(ids)
+        return failed
 
     async def touch(self, job_id: str, now: float) -> bool:
         """Move the job's lease to ``now``, from any instance; False for an unknown job.
@@ -434,7 +493,7 @@ class PostgresStore(metaclass=NoPublicConstructor):
         Cancellation: if this raises :class:`trio.Cancelled`, the lease did not move. Once
         queued, the write is not cancellable: it commits and this returns.
         """
-        return await self._queue.execute(_sql.TOUCH, (job_id, now), lambda cur: cur.rowcount > 0)
+        return await self._queue.execute(_sql.TOUCH, (now, job_id), lambda cur: cur.rowcount > 0)
 
     async def snapshot(self, job_id: str) -> Snapshot | None:
         """The job and its targets in input order, or None; one consistent read.
@@ -442,8 +501,7 @@ class PostgresStore(metaclass=NoPublicConstructor):
         Cancellation: safe to cancel at any point; a read has no effect to undo. The query is
         stopped on the server, and this returns once its connection is back in the pool.
         """
-        self._check_open()
-        return await self._run(lambda conn: _sql.snapshot(conn, job_id))
+        return await self._read(lambda conn: _sql.snapshot(conn, job_id))
 
     async def cache_get(self, key: str) -> CacheEntry | None:
         """The cached entry under ``key``, expired or not, or None.
@@ -461,16 +519,3 @@ class PostgresStore(metaclass=NoPublicConstructor):
         queued, the write is not cancellable: it commits and this returns.
         """
         await self._write(lambda conn: _sql.cache_put(conn, self._locks, key, entry, max_bytes))
-
-
-def _open_pool(pool: ConnectionPool[Conn], timeout: float) -> None:
-    """Open ``pool``, waiting for its first connection (blocking: run it in a thread)."""
-    try:
-        pool.open(wait=True, timeout=timeout)
-    except PoolTimeout as exc:
-        pool.close()
-        # The driver's text names the host: keep it out of the message (it may be logged).
-        raise StoreError(
-            f"could not connect to PostgreSQL within {timeout:g} s: check that the server runs, "
-            "that the DSN is right, and that this user may connect"
-        ) from exc

@@ -35,7 +35,9 @@ Each call runs under a ``CapacityLimiter`` as large as the pool, so no thread wa
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -43,8 +45,10 @@ from typing import TypeVar
 import outcome
 import psycopg.errors
 import trio
-from psycopg_pool import ConnectionPool
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ..._errors import StoreError
 from ._schema import Conn
 
 T = TypeVar("T")
@@ -57,6 +61,10 @@ class Withdrawn(Exception):
     """The call was cancelled before it got a connection; nothing ran."""
 
 
+class TimedOut(Exception):
+    """The call got no answer within its timeout; its query was stopped (rolled back)."""
+
+
 @dataclass(slots=True)
 class Held:
     """The connection a worker thread is using, so a cancel can reach its query."""
@@ -64,6 +72,8 @@ class Held:
     lock: threading.Lock = field(default_factory=threading.Lock)
     conn: Conn | None = None
     cancelled: bool = False
+    timed_out: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
 
     def cancel(self) -> None:
         """Withdraw the call, or stop its query (blocking: run it in a thread)."""
@@ -73,31 +83,69 @@ class Held:
                 with contextlib.suppress(Exception):
                     self.conn.cancel_safe(timeout=_CANCEL_TIMEOUT)
 
+    def watch(self, seconds: float) -> None:
+        """Stop the query if the call is still running after ``seconds`` of real time."""
+        if self.done.wait(seconds):
+            return
+        with self.lock:
+            if self.conn is not None:
+                self.timed_out = True
+                with contextlib.suppress(Exception):
+                    self.conn.cancel_safe(timeout=_CANCEL_TIMEOUT)
+
+
+Source = ConnectionPool[Conn] | Conn
+"""Where a call gets its connection: checked out of a pool, or one connection held for it."""
+
 
 async def run_with_connection(
-    pool: ConnectionPool[Conn], limiter: trio.CapacityLimiter, fn: Callable[[Conn], T]
+    source: Source,
+    limiter: trio.CapacityLimiter | None,
+    fn: Callable[[Conn], T],
+    *,
+    answer_within: float = math.inf,
 ) -> T:
-    """Run ``fn`` on a pooled connection in a worker thread; a cancel stops its query.
+    """Run ``fn`` on a connection in a worker thread; a cancel stops its query.
+
+    ``source`` is a pool (the connection is checked out inside the thread) or a connection
+    this caller holds. With a finite ``answer_within`` (seconds of real time, not Trio's clock, so a
+    mock clock cannot fire it early), a query still running then is stopped on the server and
+    :class:`TimedOut` is raised; so is waiting longer than that for a pooled connection.
 
     Cancellation: this is a checkpoint. A cancel stops the query on the server and then
     raises :class:`trio.Cancelled` once the thread has handed the connection back; whether
     ``fn`` had an effect is then up to ``fn`` (a transaction it opened is rolled back). If
     ``fn`` finished before the cancel reached the server, its value is returned.
     """
-    async with limiter:
+    async with contextlib.nullcontext() if limiter is None else limiter:
         task = trio.lowlevel.current_task()
         token = trio.lowlevel.current_trio_token()
         held = Held()
+        started = time.monotonic()
 
         def work() -> T:
-            with pool.connection() as conn:  # getconn() blocks: it must be in the thread
+            with contextlib.ExitStack() as stack:
+                if isinstance(source, ConnectionPool):
+                    wait = max(0.0, answer_within - (time.monotonic() - started))
+                    try:  # getconn() blocks: it must be in the thread
+                        conn = stack.enter_context(
+                            source.connection(timeout=None if math.isinf(wait) else wait)
+                        )
+                    except PoolTimeout as exc:
+                        raise TimedOut from exc
+                else:
+                    conn = source
                 with held.lock:
                     if held.cancelled:
                         raise Withdrawn
                     held.conn = conn
+                if not math.isinf(answer_within):
+                    left = answer_within - (time.monotonic() - started)
+                    trio.lowlevel.start_thread_soon(lambda: held.watch(left), lambda _: None)
                 try:
                     return fn(conn)
                 finally:
+                    held.done.set()
                     with held.lock:
                         held.conn = None
 
@@ -114,9 +162,11 @@ async def run_with_connection(
         trio.lowlevel.start_thread_soon(work, deliver)
         try:
             result: T = await trio.lowlevel.wait_task_rescheduled(abort)
-        except (Withdrawn, psycopg.errors.QueryCanceled):
+        except (Withdrawn, psycopg.errors.QueryCanceled) as exc:
             if held.cancelled:
                 await trio.lowlevel.checkpoint()  # raises the pending trio.Cancelled
+            if held.timed_out:
+                raise TimedOut from exc
             raise
         return result
 
@@ -147,3 +197,68 @@ async def sleep_real(seconds: float, stop: threading.Event) -> None:
 
     trio.lowlevel.start_thread_soon(lambda: stop.wait(seconds), deliver)
     await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+def connections(
+    dsn: str, *, schema: str, pool_size: int, synchronous_commit: bool, connect_timeout: float
+) -> tuple[ConnectionPool[Conn], Callable[[], Conn]]:
+    """The readers' pool (not open yet), and how the writer makes its own connection."""
+    settings = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
+
+    def configure(conn: Conn) -> None:
+        conn.execute(settings)
+        if not synchronous_commit:
+            conn.execute("SET synchronous_commit TO off")
+
+    def connect() -> Conn:
+        """The writer's own connection (blocking: run it in a thread)."""
+        try:
+            conn = psycopg.Connection.connect(
+                dsn, autocommit=True, connect_timeout=max(1, math.ceil(connect_timeout))
+            )
+        except psycopg.OperationalError as exc:
+            # The driver's text names the host: keep it out of the message (it may be logged).
+            raise StoreError(
+                f"could not connect to PostgreSQL ({type(exc).__name__}): check that the "
+                "server runs, that the DSN is right, and that this user may connect"
+            ) from None
+        try:
+            configure(conn)
+            # The writer's statements are prepared once and run thousands of times over
+            # arrays whose sizes vary: plan them once (planning cost more than running), and
+            # by key (each touches a few rows by primary key; a plan made while a table is
+            # young and small would otherwise scan it whole, batch after batch, as it grows).
+            conn.execute("SET plan_cache_mode TO force_generic_plan")
+            conn.execute("SET enable_seqscan TO off")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    pool: ConnectionPool[Conn] = ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=pool_size,
+        kwargs={"autocommit": True},
+        configure=configure,
+        # A connection the server dropped (a restart) is found and replaced at checkout,
+        # not handed to a reader.
+        check=ConnectionPool.check_connection,
+        open=False,
+        name=f"trio-batch-{schema}",
+        timeout=connect_timeout,
+    )
+    return pool, connect
+
+
+def open_pool(pool: ConnectionPool[Conn], timeout: float) -> None:
+    """Open ``pool``, waiting for its first connection (blocking: run it in a thread)."""
+    try:
+        pool.open(wait=True, timeout=timeout)
+    except PoolTimeout as exc:
+        pool.close()
+        # The driver's text names the host: keep it out of the message (it may be logged).
+        raise StoreError(
+            f"could not connect to PostgreSQL within {timeout:g} s: check that the server runs, "
+            "that the DSN is right, and that this user may connect"
+        ) from exc

@@ -1,0 +1,285 @@
+"""PostgresStore when the database misbehaves: lost connections, refused items, a held lock.
+
+These run on the real clock against a real server (the waits are on worker threads, which
+Trio's autojump clock would count as idle); every wait is on an Event, a hook, or a database
+condition polled with a deadline.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from functools import partial
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+from trio_batch import (
+    Caller,
+    Config,
+    JobStatus,
+    Result,
+    StoreError,
+    Target,
+    TargetState,
+    open_engine,
+)
+from trio_batch.stores import PostgresStore
+from trio_batch.stores._postgres import _sql
+from trio_batch.stores._protocol import Limits, NewJob, Outcome, Stored
+
+from ...support import Recorder
+
+LIMITS = Limits(ttl=3600.0, targets_per_job=50, jobs_per_caller=100, jobs_total=100)
+NOW = 1_800_000_000.0
+DEADLINE = 60.0
+"""Seconds any one wait of these tests may take before the test fails (a safety net only)."""
+
+
+def tagged(dsn: str, name: str) -> str:
+    """``dsn`` with an ``application_name``, so the test can find this store's sessions."""
+    return f"{dsn}{'&' if '?' in dsn else '?'}application_name={name}"
+
+
+def sessions(dsn: str, name: str, *, waiting_on_lock: bool = False) -> int:
+    """How many sessions called ``name`` the server has (only those waiting on a lock)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND (NOT %s OR wait_event_type = 'Lock')",
+            (name, waiting_on_lock),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def terminate(dsn: str, name: str) -> int:
+    """``pg_terminate_backend`` every session called ``name``, as a restart would; how many."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (name,),
+        ).fetchall()
+        return len(rows)
+
+
+async def poll(condition: Callable[[], object]) -> None:
+    """Wait until the blocking ``condition()`` is true (polled on the real clock)."""
+    with trio.fail_after(DEADLINE):
+        while True:
+            if await trio.to_thread.run_sync(condition):
+                return
+            await trio.sleep(0.01)  # a condition in another process: poll the real clock
+
+
+@contextmanager
+def locked(dsn: str, table: str) -> Iterator[None]:
+    """Hold ``LOCK TABLE table IN ACCESS EXCLUSIVE MODE`` from another connection."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+@asynccontextmanager
+async def holding_lock(dsn: str, table: str) -> AsyncIterator[None]:
+    """:func:`locked`, held by a worker thread for the duration of the block."""
+    taken, release = trio.Event(), trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def hold() -> None:
+        with locked(dsn, table):
+            token.run_sync_soon(taken.set)
+            trio.from_thread.run(release.wait, trio_token=token)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, hold)
+        await taken.wait()
+        try:
+            yield
+        finally:
+            release.set()
+
+
+class HeldFetch:
+    """A fetch that answers at once, except for one URL: it says so, then waits for a gate."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.held = ""
+        self.reached = trio.Event()
+        self.gate = trio.Event()
+
+    def hold(self, url: str) -> None:
+        self.held, self.reached, self.gate = url, trio.Event(), trio.Event()
+
+    async def __call__(self, caller: Caller, target: Target) -> Result:
+        self.calls.append(target.url)
+        if target.url == self.held:
+            self.reached.set()
+            await self.gate.wait()
+        return Result(f"content of {target.url}")
+
+
+@pytest.mark.slow
+class TestLostConnection:
+    async def test_terminated_sessions_lose_no_result_and_count_none_twice(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """Sessions killed mid-batch or between batches: every job ends done, each target once.
+
+        Ten rounds on one engine, the kill at a different target each time: in even rounds
+        while the writer waits inside a batch (on a lock this test holds), in odd rounds while
+        the store is idle between batches. A second job of instant targets keeps the writer
+        busy meanwhile.
+        """
+        name = f"tb_kill_{secrets.token_hex(4)}"
+        fetch = HeldFetch()
+        rec = Recorder()
+        size = 6
+        rounds = 10
+        job_ids: list[str] = []
+        async with (
+            PostgresStore.open(tagged(pg_dsn, name), schema=pg_schema) as store,
+            open_engine(
+                store, fetch, Config(hooks=rec.hooks(), workers=2, jobs_per_caller=4)
+            ) as engine,
+        ):
+            for round_ in range(rounds):
+                held = f"https://r{round_}.test/{round_ % size}"
+                fetch.hold(held)
+                for prefix in (f"r{round_}", f"busy{round_}"):
+                    urls = [Target(f"https://{prefix}.test/{i}") for i in range(size)]
+                    job_ids.append((await engine.submit(Caller("c"), "fleet", urls)).id)
+                with trio.fail_after(DEADLINE):
+                    await fetch.reached.wait()
+                if round_ % 2 == 0:  # mid-batch: the writer waits on a lock, holding a batch
+                    async with holding_lock(pg_dsn, f"{pg_schema}.targets"):
+                        fetch.gate.set()
+                        await poll(partial(sessions, pg_dsn, name, waiting_on_lock=True))
+                        assert await trio.to_thread.run_sync(terminate, pg_dsn, name) >= 1
+                else:  # between batches
+                    assert await trio.to_thread.run_sync(terminate, pg_dsn, name) >= 1
+                    fetch.gate.set()
+                with trio.fail_after(DEADLINE):
+                    await rec.wait_terminal(2 * (round_ + 1))
+            reconnects = store.reconnects
+
+        assert 2 * rounds == len(job_ids)
+        assert ["done"] * (2 * rounds) == [event for event in rec.jobs if event != "created"]
+        assert rounds <= reconnects
+        assert sorted(fetch.calls) == sorted(set(fetch.calls))  # no target fetched twice
+        with psycopg.connect(pg_dsn) as conn:
+            jobs = conn.execute(
+                f"SELECT status, error, targets_done, targets_total, bytes FROM {pg_schema}.jobs"
+            ).fetchall()
+            targets = conn.execute(
+                f"SELECT status, result FROM {pg_schema}.targets ORDER BY job_id, idx"
+            ).fetchall()
+            counted = conn.execute(
+                f"SELECT sum(bytes) FROM {pg_schema}.counters WHERE kind = 'results'"
+            ).fetchone()
+        stored_bytes = sum(len(result.encode()) for _, result in targets)
+        assert [("done", "", size, size)] * (2 * rounds) == [row[:4] for row in jobs]
+        assert [stored_bytes] == [sum(row[4] for row in jobs)]
+        assert counted is not None
+        assert stored_bytes == counted[0]
+        assert {"done"} == {status for status, _ in targets}
+
+
+@pytest.mark.slow
+class TestOneBadItem:
+    async def test_an_item_the_server_refuses_fails_alone(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """A group where one outcome cannot be stored: it gets its error, the others land."""
+        async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
+            targets = [Target(f"https://x.test/{i}") for i in range(3)]
+            await store.admit(NewJob("j", "c", "fleet", "k", targets, NOW), LIMITS)
+            ok = Outcome(TargetState.DONE, result_json=Result("fine").to_json())
+            bad = Outcome(TargetState.FAILED, error="a NUL \x00 PostgreSQL text cannot hold")
+            results = await store.finish_targets(
+                [("j", 0, ok), ("j", 1, bad), ("j", 2, ok)], NOW + 1, 10**9
+            )
+            snap = await store.snapshot("j")
+
+        assert [Stored(None), Stored(None)] == [results[0], results[2]]
+        assert isinstance(results[1], psycopg.DataError)
+        assert snap is not None
+        assert [TargetState.DONE, TargetState.PENDING, TargetState.DONE] == [
+            t.status for t in snap.targets
+        ]
+        assert (JobStatus.QUEUED, 2) == (snap.job.status, snap.job.targets_done)
+
+
+@pytest.mark.slow
+class TestCallTimeout:
+    async def test_a_call_under_a_held_lock_raises_store_error_then_recovers(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """While another session locks the jobs table, reads and writes raise StoreError after
+        ``call_timeout`` and write nothing; once the lock goes, the same calls work."""
+        async with PostgresStore.open(pg_dsn, schema=pg_schema, call_timeout=1.0) as store:
+            targets = [Target("https://x.test/0")]
+            await store.admit(NewJob("j", "c", "fleet", "k", targets, NOW), LIMITS)
+            errors: list[str] = []
+            async with holding_lock(pg_dsn, f"{pg_schema}.jobs"):
+                with trio.fail_after(DEADLINE):
+                    for call in (
+                        lambda: store.snapshot("j"),
+                        lambda: store.touch("j", NOW + 5),
+                        lambda: store.admit(NewJob("j2", "c", "fleet", "k2", targets, NOW), LIMITS),
+                    ):
+                        with pytest.raises(StoreError) as caught:
+                            await call()
+                        errors.append(str(caught.value))
+            snap = await store.snapshot("j")
+            refused = await store.snapshot("j2")
+            touched = await store.touch("j", NOW + 5)
+
+        assert 3 == len(errors)
+        assert all("did not answer within 1 s" in error for error in errors)
+        assert snap is not None
+        assert NOW == snap.job.lease  # the timed-out touch wrote nothing
+        assert refused is None  # nor the timed-out admission
+        assert touched
+
+
+@pytest.mark.slow
+class TestReplay:
+    async def test_a_replayed_group_answers_as_the_first_run_and_counts_nothing_twice(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """The writer's replay after a lost reply: the group's statement, sent again with
+        ``replay``, stores nothing twice and reports the job it ended once more."""
+        async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
+            targets = [Target(f"https://x.test/{i}") for i in range(2)]
+            await store.admit(NewJob("j", "c", "fleet", "k", targets, NOW), LIMITS)
+            instance = store.instance_id
+        done = Result("fine").to_json()
+        items = [("j", idx, Outcome(TargetState.DONE, result_json=done)) for idx in (0, 1)]
+
+        def params(*, replay: bool) -> dict[str, object]:
+            return _sql.finish_params(items, NOW + 1, {("j", 0), ("j", 1)}, instance, replay)
+
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {pg_schema}")
+            first = conn.execute(_sql.FINISH_MANY.sql, params(replay=False)).fetchall()
+            again = conn.execute(_sql.FINISH_MANY.sql, params(replay=True)).fetchall()
+            job = conn.execute("SELECT status, targets_done, bytes FROM jobs").fetchone()
+            counted = conn.execute(
+                "SELECT sum(bytes) FROM counters WHERE kind = 'results'"
+            ).fetchone()
+
+        def terminal(rows: list[tuple[Any, ...]]) -> list[tuple[int, str | None]]:
+            return sorted((row[0], row[2]) for row in rows if row[0] > 0)
+
+        assert [(1, None), (2, "done")] == terminal(first)
+        assert [(2, "done")] == terminal(again)
+        assert ("done", 2, 2 * len(done)) == job
+        assert (2 * len(done),) == counted
