@@ -34,14 +34,14 @@ def goals(
 
     try:
         w1 = find(figures, "W1", "sqlite", "trio-batch", "throughput").median
-        add("W1 on SQLite >= 10,000 targets/s", w1, w1 >= 10_000, f"{w1:,.0f} targets/s")
+        add("W1 on SQLite >= 15,000 targets/s", w1, w1 >= 15_000, f"{w1:,.0f} targets/s")
         try:
             bare = find(figures, "W1", "sqlite", "bare", "throughput").median
             add(
-                "W1 on SQLite >= 15,000 targets/s, or >= 1.8x the bare baseline",
+                "W1 on SQLite >= 1.8x the bare baseline (the fallback goal)",
                 w1 / bare,
-                w1 >= 15_000 or w1 / bare >= 1.8,
-                f"{w1:,.0f} targets/s, {w1 / bare:.2f}x the bare baseline ({bare:,.0f}/s)",
+                w1 / bare >= 1.8,
+                f"{w1 / bare:.2f}x the bare baseline ({bare:,.0f}/s)",
             )
         except KeyError:
             pass
@@ -54,13 +54,22 @@ def goals(
             )
     except KeyError:
         pass
+    try:
+        pg = find(figures, "W1", "postgres", "trio-batch", "throughput").median
+        add("W1 on PostgreSQL >= 3,000 targets/s", pg, pg >= 3_000, f"{pg:,.0f} targets/s")
+    except KeyError:
+        pass
+    try:
+        floor = find(figures, "W2", "none", "floor", "efficiency").median
+    except KeyError:
+        floor = 0.97
     for fig in figures:
         if fig.workload == "W2" and fig.system == "trio-batch":
             add(
-                f"W2 efficiency >= 0.97 ({fig.store})",
+                f"W2 efficiency >= 0.97 or the no-store floor ({fig.store})",
                 fig.median,
-                fig.median >= 0.97,
-                f"{fig.median:.3f}",
+                fig.median >= min(0.97, floor),
+                f"{fig.median:.3f} (floor {floor:.3f})",
             )
         if fig.workload == "W3" and fig.name == "small job p99":
             bound = fig.extra["bound"]

@@ -52,7 +52,7 @@ from ._harness import (
     postgres_skip_reason,
     sleep_fetch,
 )
-from .report import figure_from_json, render, report
+from .report import figure_from_json, goals, render, report
 from .workloads import (
     DrainRun,
     bare_drain,
@@ -378,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.render:
         doc = json.loads((args.out / "latest.json").read_text())
         figures = [figure_from_json(f) for f in doc["figures"]]
+        doc["goals"] = goals(figures, FULL)  # the goals as this checkout states them
+        (args.out / "latest.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         render(doc, figures, args.out, make_plot=not args.no_plot)
         return 0
     s, mode = (TINY, "tiny") if args.tiny else (QUICK, "quick") if args.quick else (FULL, "full")
