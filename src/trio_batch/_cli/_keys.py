@@ -1,4 +1,4 @@
-"""``trio-batch keys``: manage the API keys file (add, list, remove)."""
+"""``trio-batch keys``: manage the API keys file (add, list, remove, secret)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .._model import CALLER_CLASSES
-from ..http._keys import KeysFileError, add_key, load_keys, remove_key
+from ..http._keys import KeysFileError, add_key, load_keys, remove_key, set_webhook_secret
 
 DEFAULT_KEYS = "./trio-batch-keys.toml"
 
@@ -47,6 +47,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rm.add_argument("name")
     _keys_flag(rm)
     rm.set_defaults(func=_remove)
+
+    secret = sub.add_parser(
+        "secret",
+        help="make (or replace) a caller's webhook secret; printed once, on the last line",
+        description="Make a new webhook secret for a caller, replacing any old one, printed "
+        "once on the last line as whsec_<base64>. It will sign the caller's webhook deliveries "
+        "(Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature headers) so its "
+        "receiver can check them. This version does not send webhooks yet: the secret is kept "
+        "for when it does.",
+    )
+    secret.add_argument("name", help="the caller, as `keys add` named it")
+    _keys_flag(secret)
+    secret.set_defaults(func=_secret)
 
 
 def _keys_flag(parser: argparse.ArgumentParser) -> None:
@@ -98,4 +111,16 @@ def _remove(args: argparse.Namespace) -> int:
         )
         return 2
     print(f"removed {args.name!r} from {args.keys}; restart the server to apply")
+    return 0
+
+
+def _secret(args: argparse.Namespace) -> int:
+    try:
+        record, secret = set_webhook_secret(args.keys, args.name)
+    except KeysFileError as exc:
+        print(f"trio-batch keys secret: {exc}", file=sys.stderr)
+        return 2
+    print(f"new webhook secret for {record.name!r} in {args.keys}; restart the server to apply")
+    print("it is shown once; give it to the caller's webhook receiver to check signatures")
+    print(secret)
     return 0

@@ -7,13 +7,18 @@ The file looks like::
     workspace = "research"
     class = "fleet"            # or "restricted"
     sha256 = "9f86d081884c7d65..."
+    webhook_secret = "whsec_..."  # optional: signs this caller's webhooks (keys secret NAME)
 
-A presented key is hashed and compared with every stored hash in constant time
+The webhook secret is kept as is, since the server signs with it; the file is written readable
+by its owner only. A presented key is hashed and compared with every stored hash in constant time
 (:func:`hmac.compare_digest`), so the time a lookup takes does not say how much of a hash matched.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -30,7 +35,10 @@ from .._model import CALLER_CLASSES, Caller, CallerClass
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
-_FIELDS = ("name", "workspace", "class", "sha256")
+_FIELDS = ("name", "workspace", "class", "sha256", "webhook_secret")
+# Standard Webhooks secrets: "whsec_" + base64 of the HMAC key (here 32 random bytes).
+SECRET_PREFIX = "whsec_"
+_MIN_SECRET_BYTES = 24
 # Keys look like "tb_" + 43 URL-safe characters (256 random bits), easy to spot in a leak scan.
 KEY_PREFIX = "tb_"
 
@@ -49,6 +57,8 @@ class KeyRecord:
     workspace: str
     caller_class: CallerClass
     sha256: str
+    webhook_secret: str = dataclasses.field(default="", repr=False)
+    """``whsec_`` + base64 of the key that signs this caller's webhooks; empty: none yet."""
 
     def caller(self) -> Caller:
         """The engine's view of this caller (its name is what caps and ownership use)."""
@@ -63,6 +73,30 @@ def hash_key(key: str) -> str:
 def new_key() -> str:
     """A fresh random key (256 bits)."""
     return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def new_webhook_secret() -> str:
+    """A fresh webhook secret: ``whsec_`` + base64 of 32 random bytes (Standard Webhooks)."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+
+
+def webhook_key(secret: str) -> bytes:
+    """The HMAC key of a ``whsec_`` secret: its base64 part, decoded.
+
+    Raises:
+        KeysFileError: not ``whsec_`` + base64 of at least 24 bytes.
+    """
+    body = secret.removeprefix(SECRET_PREFIX)
+    try:
+        key = base64.b64decode(body, validate=True)
+    except (ValueError, binascii.Error):
+        key = b""
+    if not secret.startswith(SECRET_PREFIX) or len(key) < _MIN_SECRET_BYTES:
+        raise KeysFileError(
+            "a webhook secret is 'whsec_' + base64 of at least 24 bytes; make one with: "
+            "trio-batch keys secret NAME"
+        )
+    return key
 
 
 def check_name(name: str) -> str:
@@ -163,7 +197,16 @@ class KeyRing:
                 name = check_name(entry["name"])
             except KeysFileError as exc:
                 raise KeysFileError(f"{where}.name: {exc}") from None
-            records.append(KeyRecord(name, workspace, cast("CallerClass", caller_class), sha))
+            secret = entry.get("webhook_secret", "")
+            if not isinstance(secret, str):
+                raise KeysFileError(f"{where}.webhook_secret must be a string")
+            if secret:
+                try:
+                    webhook_key(secret)
+                except KeysFileError as exc:
+                    raise KeysFileError(f"{where}.webhook_secret: {exc}") from None
+            klass = cast("CallerClass", caller_class)
+            records.append(KeyRecord(name, workspace, klass, sha, secret))
         try:
             return cls(records)
         except KeysFileError as exc:
@@ -184,6 +227,8 @@ class KeyRing:
                 f"class = {_toml_str(r.caller_class)}",
                 f"sha256 = {_toml_str(r.sha256)}",
             ]
+            if r.webhook_secret:
+                lines.append(f"webhook_secret = {_toml_str(r.webhook_secret)}")
         return "\n".join(lines) + "\n"
 
 
@@ -237,6 +282,29 @@ def add_key(
     record = KeyRecord(name, workspace, caller_class, hash_key(key))
     _write(path, KeyRing([*ring, record]))
     return record, key
+
+
+def set_webhook_secret(path: str | os.PathLike[str], name: str) -> tuple[KeyRecord, str]:
+    """Give the caller ``name`` a new webhook secret (replacing any); return it and the secret.
+
+    The secret signs the caller's webhook deliveries (Standard Webhooks); a receiver checks
+    them with it. The file is replaced atomically and is readable by its owner only.
+
+    Raises:
+        KeysFileError: no caller ``name`` in the file, or the file is missing or malformed.
+    """
+    path = os.fspath(path)
+    ring = load_keys(path)
+    old = next((r for r in ring if r.name == name), None)
+    if old is None:
+        raise KeysFileError(
+            f"no caller named {name!r} in {path}; add one with: trio-batch keys add {name} "
+            f"--keys {path}"
+        )
+    secret = new_webhook_secret()
+    record = dataclasses.replace(old, webhook_secret=secret)
+    _write(path, KeyRing([record if r is old else r for r in ring]))
+    return record, secret
 
 
 def remove_key(path: str | os.PathLike[str], name: str) -> bool:
