@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -108,3 +111,30 @@ class TestKeysSecret:
         assert done.stdout.count(last) == 1
         assert (missing.returncode, missing.stdout) == (2, "")
         assert "no caller named 'nobody'" in missing.stderr
+
+
+def docs_verifier() -> Callable[..., bool]:
+    """The receiver's verifier exactly as docs/operations.md shows it."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    code = next(
+        b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "def verify_webhook" in b
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/operations.md", "exec"), namespace)
+    return cast("Callable[..., bool]", namespace["verify_webhook"])
+
+
+def test_the_documented_verifier_accepts_what_we_sign_and_nothing_else() -> None:
+    """A receiver following the docs accepts our deliveries, and refuses a changed one."""
+    verify = docs_verifier()
+    secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
+    body = b'{"type": "batch.end", "job_id": "j1", "data": {}}'
+    headers = signed_headers(secret, "msg_j1_end", 1_800_000_000, body)
+
+    assert verify(secret, headers, body, now=1_800_000_100)
+    assert not verify(secret, headers, body + b" ", now=1_800_000_100)
+    assert not verify(
+        "whsec_" + base64.b64encode(b"x" * 32).decode(), headers, body, now=1_800_000_100
+    )
+    assert not verify(secret, {**headers, "webhook-id": "msg_other"}, body, now=1_800_000_100)
+    assert not verify(secret, headers, body, now=1_800_000_000 + 301)
