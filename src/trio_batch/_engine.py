@@ -26,6 +26,7 @@ import trio
 
 from ._config import Config
 from ._errors import NoTargets, RetryLater, TargetError, classify_failure
+from ._follow import EngineReads
 from ._groups import drain_in_groups
 from ._hooks import SafeHooks
 from ._model import (
@@ -89,7 +90,7 @@ _Fetched = tuple[_LiveJob, int, Outcome, "BaseException | None", float]
 
 
 @final
-class BatchEngine(metaclass=NoPublicConstructor):
+class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
     """Runs batch jobs fairly over a store. Obtain one from :func:`open_engine`."""
 
     def __init__(
@@ -203,6 +204,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         before = await self._store.cancel(job_id, self._wall())
         if before is None:
             return False
+        self._watchers.changed(job_id)
         live = self._live.pop(job_id, None)
         if live is not None:
             live.cancelled = True
@@ -274,6 +276,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 await self._closed.wait()
             return
         self._closing = True
+        self._watchers.close()  # followers end now, not after the interrupt writes
         try:
             if self._tasks is not None:
                 self._tasks.cancel_scope.cancel("BatchEngine.aclose()")
@@ -449,6 +452,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             evicted(stored.evicted)
         live.busy_since = None
         live.next_idx = idx + 1
+        self._watchers.changed(live.id)
         if stored.terminal is not None:
             self._settle(live, stored.terminal)
         elif live.next_idx < len(live.targets):
@@ -472,6 +476,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     def _settle(self, live: _LiveJob, status: JobStatus) -> None:
         self._live.pop(live.id, None)
+        self._watchers.changed(live.id)
         self._call_job_hook(status.value)
         if (hook := self._hooks.job_seconds) is not None:
             hook(trio.current_time() - live.started)

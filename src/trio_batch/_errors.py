@@ -12,7 +12,8 @@
         ├── TargetError            a fetch function's failure, with a hint for the agent
         ├── RetryLater             a fetch function's "only busy, try again"
         ├── StoreError             the store could not be used as asked (e.g. a second writer)
-        └── (in trio_batch.http)   KeysFileError, SettingsError: a bad keys or settings file
+        ├── (in trio_batch.http)   KeysFileError, SettingsError: a bad keys or settings file
+        └── (in trio_batch.client) ClientError: an HTTP error answer of the API
 
 Every message says what was wrong and how to fix it. ``TargetError.status`` is an HTTP status
 carried by a core exception: a deliberate choice of the SPEC, so an agent sees the same status
@@ -35,6 +36,10 @@ class Error(Exception):
 
 class SubmitError(Error):
     """A submit was refused. Nothing was stored; the caller may change the request and retry."""
+
+    retry_after: float | None = None
+    """Seconds the server asked to wait (its ``Retry-After``) when ``trio_batch.client`` raised
+    this for an HTTP answer; None when the engine raised it."""
 
 
 @final

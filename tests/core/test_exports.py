@@ -66,6 +66,7 @@ def test_import_loads_no_driver_or_extra() -> None:
     assert set() == added
     assert "trio_batch.stores._sqlite" not in loaded
     assert "trio_batch.stores._postgres" not in loaded
+    assert "trio_batch.client" not in loaded
 
 
 @pytest.mark.parametrize("name", sorted(SPEC_NAMES | EXTRA_NAMES))

@@ -56,6 +56,7 @@ class Api:
     fetch: ScriptedFetch
     metrics: PrometheusMetrics
     wall: WallClock
+    app: ASGIApp
 
     async def submit(self, *urls: str, key: str = ALICE, **extra: Any) -> httpx.Response:
         targets = [{"url": u, **extra} for u in urls]
@@ -129,7 +130,7 @@ async def open_api(
             client = await stack.enter_async_context(
                 httpx.AsyncClient(transport=transport, base_url="http://api.test")
             )
-            yield Api(client, engine, fetch, metrics, wall)
+            yield Api(client, engine, fetch, metrics, wall, app)
 
 
 @pytest.fixture

@@ -85,3 +85,57 @@ async def main() -> None:
 
 if __name__ == "__main__":
     trio.run(main)
+
+
+async def follow(engine: BatchEngine, job_id: str) -> None:
+    """The engine's reads and watch, as the HTTP streams use them."""
+    with engine.watch(job_id) as watch:
+        job = await engine.job(job_id)
+        done: int = 0 if job is None else job.targets_done
+        await watch.wait()
+    summary = await engine.summary(job_id)
+    if summary is not None:
+        counts: tuple[int, int, int, int] = (
+            summary.pending,
+            summary.running,
+            summary.done,
+            summary.failed,
+        )
+        page = await engine.jobs(summary.job.caller, statuses=[JobStatus.DONE], limit=10)
+        older = await engine.jobs("alice", before=(page[-1].job.created_at, page[-1].job.id))
+        print(done, counts, len(older))
+    chunk: list[TargetStatus] = await engine.targets(
+        job_id, after=-1, limit=64, states=[TargetState.FAILED], results=False
+    )
+    watchers: int = engine.watchers
+    print(chunk, watchers)
+
+
+async def client_use() -> None:
+    """The HTTP client, typed."""
+    from trio_batch.client import BatchEvent, BatchSummary, ClientError, TargetLine, open_client
+
+    async with open_client("http://127.0.0.1:8080", "tb_key", request_timeout=10) as client:
+        try:
+            sub: Submitted = await client.submit(["https://example.org/", Target("https://a.b/")])
+        except CallerBusy as exc:
+            wait: float | None = exc.retry_after
+            print(wait)
+            return
+        except ClientError as exc:
+            print(exc.status, exc.error, exc.hint, exc.field, exc.retry_after)
+            return
+        summary: BatchSummary = await client.status(sub.id)
+        print(summary["counts"]["done"], summary["links"]["events"])
+        async with client.results(sub.id, follow=True, state=["done"]) as lines:
+            async for line in lines:
+                row: TargetLine = line
+                print(row["idx"], row["result"]["content"] if row["result"] else row["error"])
+        async for event in client.events(sub.id):
+            seen: BatchEvent = event
+            print(seen.id, seen.event, seen.data)
+        async for job in client.jobs(status="live"):
+            print(job["id"])
+        cancelled: bool = await client.cancel(sub.id)
+        final: BatchSummary = await client.wait(sub.id)
+        print(cancelled, final["status"])

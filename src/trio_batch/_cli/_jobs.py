@@ -1,8 +1,8 @@
 """``trio-batch jobs``: list the jobs of a local store, with their status and counts.
 
 It reads the SQLite file read-only (see ``_catalog``), so it works while a ``run`` or ``serve``
-writes it. A server has no job listing yet (``GET /v1/batch`` is planned in issue 14), so there
-is no ``--server`` here.
+writes it. With ``--server URL`` it lists the key's jobs from the HTTP API (``GET /v1/batch``,
+newest first) instead, with the key from ``--key`` or ``TRIO_BATCH_KEY``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import IO
 import trio
 
 from ._catalog import JobRow, iso, list_jobs
-from ._common import DEFAULT_DB, EXIT_OK, EXIT_USAGE, UsageError
+from ._common import DEFAULT_DB, DEFAULT_SERVER, EXIT_OK, EXIT_USAGE, UsageError
+from ._remote import RemoteProblem, add_server_arguments, print_jobs
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--json", action="store_true", help="one JSON object a line instead of a table"
     )
+    add_server_arguments(parser, DEFAULT_SERVER)
     parser.set_defaults(func=main)
 
 
@@ -80,15 +82,40 @@ def print_table(rows: Sequence[JobRow], out: IO[str]) -> None:
 def main(args: argparse.Namespace) -> int:
     """The ``jobs`` subcommand."""
     try:
-        rows = trio.run(list_jobs, args.db)
+        rows = trio.run(_remote_rows, args) if args.server else trio.run(list_jobs, args.db)
     except UsageError as exc:
         sys.stderr.write(f"trio-batch jobs: {exc}\n")
         return EXIT_USAGE
+    except RemoteProblem as exc:
+        sys.stderr.write(f"trio-batch jobs: {exc}\n")
+        return exc.code
     if args.json:
         for row in rows:
             sys.stdout.write(json.dumps(job_json(row)) + "\n")
     elif rows:
         print_table(rows, sys.stdout)
     else:
-        sys.stderr.write(f"trio-batch jobs: no jobs in {args.db}\n")
+        sys.stderr.write(f"trio-batch jobs: no jobs in {args.server or args.db}\n")
     return EXIT_OK
+
+
+async def _remote_rows(args: argparse.Namespace) -> list[JobRow]:
+    """The key's jobs from ``--server``, as rows (the caller is the key's: not in a summary)."""
+    return [
+        JobRow(
+            id=job["id"],
+            caller="",
+            status=job["status"],
+            error=job["error"],
+            targets_total=job["targets_total"],
+            counts={
+                "pending": job["counts"]["pending"],
+                "running": job["counts"]["running"],
+                "done": job["counts"]["done"],
+                "failed": job["counts"]["failed"],
+            },
+            created_at=job["created_at"],
+            updated_at=job["updated_at"],
+        )
+        for job in await print_jobs(args)
+    ]

@@ -31,6 +31,7 @@ from .._util import raise_single_exception_from_group
 from ..stores import Store
 from ._common import (
     DEFAULT_DB,
+    DEFAULT_SERVER,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -48,6 +49,7 @@ from ._common import (
 from ._input import parse_targets, read_input
 from ._lines import Item, Job, LineWriter
 from ._progress import ProgressMode, ProgressTracker, show_progress
+from ._remote import RemoteProblem, add_server_arguments, run_remote
 from ._signals import watch_signals
 
 __all__ = [  # the names other commands and the tests take from here
@@ -116,6 +118,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="write the id of every job of the run here, one a line, as each is submitted",
     )
     add_progress_argument(parser)
+    add_server_arguments(parser, DEFAULT_SERVER)
     parser.set_defaults(func=main)
 
 
@@ -438,6 +441,8 @@ def main(args: argparse.Namespace) -> int:
                 ids_file.write(job_id + "\n")
                 ids_file.flush()
 
+        if args.server:
+            return _run_on_server(args, targets, out, on_submit)
         try:
             return trio.run(
                 functools.partial(
@@ -462,3 +467,20 @@ def main(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             sys.stderr.write("trio-batch run: interrupted; nothing more was written\n")
             return EXIT_INTERRUPTED
+
+
+def _run_on_server(
+    args: argparse.Namespace,
+    targets: Sequence[Target],
+    out: Callable[[str], None],
+    on_submit: Callable[[str], None],
+) -> int:
+    """``run --server``: the same lines, the jobs run by a server (``_remote.run_remote``)."""
+    try:
+        return trio.run(run_remote, args, targets, out, on_submit)
+    except (UsageError, RemoteProblem) as exc:
+        sys.stderr.write(f"trio-batch run: {exc}\n")
+        return exc.code if isinstance(exc, RemoteProblem) else EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("trio-batch run: interrupted; the server's jobs go on (cancel them)\n")
+        return EXIT_INTERRUPTED

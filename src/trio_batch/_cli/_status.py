@@ -69,6 +69,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 choices=[s.value for s in TargetState],
                 help="only the targets in this state",
             )
+            parser.add_argument(
+                "--follow",
+                action="store_true",
+                help="print each target's line once it is done or failed, in input order, "
+                "until the job ends (a server streams them as they land; a --db file is read "
+                "again every 0.5 s)",
+            )
         parser.set_defaults(func=functools.partial(main, name))
 
 
@@ -175,9 +182,39 @@ async def _remote(command: str, args: argparse.Namespace, out: IO[str]) -> None:
 _LINE_FIELDS = ("idx", "url", "status", "error", "hint", "result")
 
 
+async def _follow(command: str, args: argparse.Namespace, out: IO[str]) -> None:
+    """``results --follow``: each line as its target lands, from a server or a --db file."""
+    from ._remote import RemoteProblem, follow_local, print_results
+
+    def write(line: str) -> None:
+        out.write(line)
+        out.flush()
+
+    if args.server:
+        try:
+            await print_results(args, write, follow=True)
+        except RemoteProblem as exc:
+            raise _Problem(str(exc), exc.code) from None
+        except UsageError as exc:
+            raise _Problem(str(exc), EXIT_USAGE) from None
+        return
+    if not await trio.Path(args.db).exists():
+        raise _Problem(
+            f"{args.db} does not exist; pass the store with --db, or a server with --server",
+            EXIT_USAGE,
+        )
+    try:
+        job_id = await resolve_id(args.db, args.id)
+    except UsageError as exc:
+        raise _Problem(str(exc), EXIT_USAGE) from None
+    if job_id is None or not await follow_local(args.db, job_id, args.state, write):
+        raise _Problem(f"no job {args.id} in {args.db} (trio-batch jobs lists them)", EXIT_MISSING)
+
+
 def main(command: str, args: argparse.Namespace) -> int:
     """The ``status`` and ``results`` subcommands."""
-    reader = _remote if args.server else _local
+    follow = command == "results" and args.follow
+    reader = _follow if follow else _remote if args.server else _local
     try:
         trio.run(reader, command, args, sys.stdout)
     except _Problem as exc:

@@ -8,11 +8,8 @@ the store calls' deadline in ``_deadline`` and the access log with the request m
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import final
 
 import trio
 from starlette.applications import Starlette
@@ -26,19 +23,20 @@ from .._engine import BatchEngine, FetchFunc
 from .._errors import SubmitError, TargetError, classify_failure
 from .._model import Snapshot
 from ..metrics import PrometheusMetrics
-from . import _render as render
+from . import _render as render, _stream as stream
+from ._context import KEEPALIVE_SECONDS, Ctx, authenticate
 from ._deadline import StoreBudget, StoreCalls, StoreTimeout
 from ._errors import (
     ApiError,
     answer_errors,
     not_found,
     refusal,
-    retry_after_header,
     routing_error,
     store_failure,
 )
 from ._keys import KeyRecord, KeyRing
-from ._observe import CALLER_KEY, Observe
+from ._listing import list_jobs
+from ._observe import Observe
 from ._openapi import openapi_document
 from ._parse import (
     MAX_BODY,
@@ -52,6 +50,7 @@ from ._parse import (
     query_states,
     read_json,
 )
+from ._ui import ui_page
 
 
 def _default_precheck() -> PrecheckFunc:
@@ -68,26 +67,6 @@ def _default_options_check() -> OptionsCheckFunc | None:
     return validate_options
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class _Ctx:
-    engine: BatchEngine
-    keys: KeyRing
-    fetch: FetchFunc | None
-    precheck: PrecheckFunc
-    check_options: OptionsCheckFunc | None
-    metrics: PrometheusMetrics
-    ttl: float
-    retry_after: int
-    max_body: int
-    wall_clock: Callable[[], float]
-    calls: StoreCalls
-
-    def busy_headers(self, after: float | None = None) -> dict[str, str]:
-        """``Retry-After``: ``after`` rounded up to a whole second (at least 1), or the default."""
-        return retry_after_header(self.retry_after if after is None else max(1, math.ceil(after)))
-
-
 def create_app(
     engine: BatchEngine,
     keys: KeyRing,
@@ -102,6 +81,7 @@ def create_app(
     max_body: int = MAX_BODY,
     wall_clock: Callable[[], float] = time.time,
     store_timeout: float = 5.0,
+    keepalive: float = KEEPALIVE_SECONDS,
 ) -> ASGIApp:
     """The ASGI app of the batch API (SPEC §5) over ``engine``, letting in the callers in ``keys``.
 
@@ -130,7 +110,7 @@ def create_app(
     Raises:
         ValueError: ``store_timeout`` is not > 0.
     """
-    ctx = _Ctx(
+    ctx = Ctx(
         engine=engine,
         keys=keys,
         fetch=fetch,
@@ -144,12 +124,13 @@ def create_app(
         max_body=max_body,
         wall_clock=wall_clock,
         calls=StoreCalls(store_timeout),
+        keepalive=keepalive,
     )
     document = openapi_document(
         with_fetch=fetch is not None, max_body=max_body, retry_after=retry_after
     )
 
-    def route(path: str, fn: Callable[[_Ctx, Request], Awaitable[Response]], method: str) -> Route:
+    def route(path: str, fn: Callable[[Ctx, Request], Awaitable[Response]], method: str) -> Route:
         endpoint = answer_errors(functools.partial(fn, ctx), retry_after_seconds=retry_after)
         return Route(path, endpoint, methods=[method], name=f"{method} {path}")
 
@@ -158,12 +139,16 @@ def create_app(
 
     routes: list[BaseRoute] = [
         route("/v1/batch", _submit, "POST"),
+        route("/v1/batch", list_jobs, "GET"),
+        route("/v1/batch/{id}/results", stream.results, "GET"),
+        route("/v1/batch/{id}/events", stream.events, "GET"),
         route("/v1/batch/{id}", _get_batch, "GET"),
         route("/v1/batch/{id}", _cancel, "DELETE"),
         route("/v1/batch/{id}/{idx:int}", _get_target, "GET"),
         route("/healthz", _healthz, "GET"),
         route("/metrics", _metrics, "GET"),
         Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/ui", ui_page, methods=["GET"]),
     ]
     if fetch is not None:
         routes.append(route("/v1/fetch", _fetch, "POST"))
@@ -173,27 +158,11 @@ def create_app(
         exception_handlers={HTTPException: routing_error},
         lifespan=lambda _: ctx.calls.running(),
     )
-    return Observe(app, routes, ctx.metrics, access_log_enabled)
-
-
-def _authenticate(ctx: _Ctx, request: Request) -> KeyRecord:
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    record = ctx.keys.lookup(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
-    if record is None:
-        raise ApiError(
-            401,
-            "missing or unknown API key" if header else "missing API key",
-            "send the header 'Authorization: Bearer <key>'; an operator makes keys with "
-            "'trio-batch keys add NAME'",
-            headers={"WWW-Authenticate": 'Bearer realm="trio-batch"'},
-        )
-    request.scope[CALLER_KEY] = record.name
-    return record
+    return Observe(app, routes, ctx.metrics, access_log_enabled, stopping=ctx.stopping)
 
 
 async def _owned(
-    ctx: _Ctx, store: StoreBudget, request: Request, record: KeyRecord, *, touch: bool
+    ctx: Ctx, store: StoreBudget, request: Request, record: KeyRecord, *, touch: bool
 ) -> Snapshot:
     """The job in the path, if it is ``record``'s; ``touch`` moves its expiry, as a read does.
 
@@ -213,8 +182,8 @@ async def _owned(
 # -- routes -------------------------------------------------------------------------------------
 
 
-async def _submit(ctx: _Ctx, request: Request) -> Response:
-    record = _authenticate(ctx, request)
+async def _submit(ctx: Ctx, request: Request) -> Response:
+    record = authenticate(ctx, request)
     targets = parse_batch(await read_json(request, ctx.max_body))
     for i, target in enumerate(targets):
         check_target(
@@ -244,8 +213,8 @@ async def _submit(ctx: _Ctx, request: Request) -> Response:
     )
 
 
-async def _get_batch(ctx: _Ctx, request: Request) -> Response:
-    record = _authenticate(ctx, request)
+async def _get_batch(ctx: Ctx, request: Request) -> Response:
+    record = authenticate(ctx, request)
     results = query_flag(request, "results")
     states = query_states(request)
     offset = query_int(request, "offset", 0, 0) or 0
@@ -261,8 +230,8 @@ async def _get_batch(ctx: _Ctx, request: Request) -> Response:
     return JSONResponse(body)
 
 
-async def _get_target(ctx: _Ctx, request: Request) -> Response:
-    record = _authenticate(ctx, request)
+async def _get_target(ctx: Ctx, request: Request) -> Response:
+    record = authenticate(ctx, request)
     snap = await _owned(ctx, ctx.calls.request(), request, record, touch=True)
     idx: int = request.path_params["idx"]
     if not 0 <= idx < len(snap.targets):
@@ -274,8 +243,8 @@ async def _get_target(ctx: _Ctx, request: Request) -> Response:
     return JSONResponse(render.target(snap.targets[idx]))
 
 
-async def _cancel(ctx: _Ctx, request: Request) -> Response:
-    record = _authenticate(ctx, request)
+async def _cancel(ctx: Ctx, request: Request) -> Response:
+    record = authenticate(ctx, request)
     store = ctx.calls.request()
     snap = await _owned(ctx, store, request, record, touch=False)
     if not await store.write(ctx.engine.cancel, snap.job.id):
@@ -291,8 +260,8 @@ async def _cancel(ctx: _Ctx, request: Request) -> Response:
     return JSONResponse(render.summary(after or snap, ctx.ttl))
 
 
-async def _fetch(ctx: _Ctx, request: Request) -> Response:
-    record = _authenticate(ctx, request)
+async def _fetch(ctx: Ctx, request: Request) -> Response:
+    record = authenticate(ctx, request)
     target = parse_target(await read_json(request, ctx.max_body), "body")
     check_target(target, "body", precheck=ctx.precheck, check_options=ctx.check_options)
     assert ctx.fetch is not None
@@ -315,7 +284,7 @@ async def _fetch(ctx: _Ctx, request: Request) -> Response:
     return JSONResponse(render.fetched(target.url, result))
 
 
-async def _healthz(ctx: _Ctx, request: Request) -> Response:
+async def _healthz(ctx: Ctx, request: Request) -> Response:
     """200 when the store answers a read, and the API's writes are not stuck, in time; else 503.
 
     The check writes nothing: it reads a job that does not exist, then waits for the writes the
@@ -353,7 +322,7 @@ async def _healthz(ctx: _Ctx, request: Request) -> Response:
     return JSONResponse(body, status_code=503, headers=ctx.busy_headers())
 
 
-async def _metrics(ctx: _Ctx, request: Request) -> Response:
+async def _metrics(ctx: Ctx, request: Request) -> Response:
     stats = ctx.engine.statistics()
     ctx.metrics.live_jobs.set(stats.live_jobs)
     ctx.metrics.inflight.set(stats.inflight_targets)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import trio
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..metrics import PrometheusMetrics
+
+if TYPE_CHECKING:
+    from ._context import Stopping
 
 CALLER_KEY = "trio_batch.caller"
 """The ASGI scope key where authentication leaves the caller's name for the access log."""
@@ -24,9 +27,17 @@ class Observe:
     """ASGI wrapper: the access log line and the request metrics, by route template."""
 
     def __init__(
-        self, app: ASGIApp, routes: list[BaseRoute], metrics: PrometheusMetrics, log: bool
+        self,
+        app: ASGIApp,
+        routes: list[BaseRoute],
+        metrics: PrometheusMetrics,
+        log: bool,
+        *,
+        stopping: Stopping | None = None,
     ) -> None:
         self.app = app
+        self.stopping = stopping
+        """Set by :func:`~trio_batch.http.serve` when shutdown begins: streams end then."""
         self.routes = routes
         self.metrics = metrics
         self.log = log

@@ -121,8 +121,13 @@ _SCHEMAS: dict[str, JSONValue] = {
     },
     "Links": {
         "type": "object",
-        "required": ["self", "results"],
-        "properties": {"self": {"type": "string"}, "results": {"type": "string"}},
+        "required": ["self", "results", "stream", "events"],
+        "properties": {
+            "self": {"type": "string"},
+            "results": {"type": "string", "description": "The targets as one JSON answer."},
+            "stream": {"type": "string", "description": "The targets as NDJSON (streamed)."},
+            "events": {"type": "string", "description": "The job's Server-Sent Events."},
+        },
         "additionalProperties": False,
     },
     "Submitted": {
@@ -298,7 +303,11 @@ def _submit_batch(kib: int) -> dict[str, JSONValue]:
                 links={
                     "GetBatch": _link("getBatch"),
                     "CancelBatch": _link("cancelBatch"),
-                    "GetTarget": _link("getTarget", idx=0),
+                    "StreamResults": _link("streamResults"),
+                    "StreamEvents": _link("streamEvents"),
+                    # OpenAPI 3.1 wants every link parameter a string: a
+                    # runtime expression or a constant ("0" is the first target).
+                    "GetTarget": _link("getTarget", idx="0"),
                 },
             ),
             "400": _error(
@@ -477,18 +486,23 @@ def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> di
     }
     if with_fetch:
         paths["/v1/fetch"] = {"post": _fetch_one(kib)}
+    schemas = dict(_SCHEMAS)
+    from ._openapi_streams import add_paths  # it imports this module's pieces
+
+    add_paths(paths, schemas)
     document: dict[str, JSONValue] = {
         "openapi": "3.1.0",
         "info": {
             "title": "trio-batch",
             "version": "1",
-            "description": "Batch fetches for agents: submit targets, poll, read results, "
-            f"cancel. JSON everywhere. 429 and 503 carry Retry-After (default {retry_after} s).",
+            "description": "Batch fetches for agents: submit targets, list, poll, stream results "
+            "and events, cancel. JSON everywhere. 429 and 503 carry Retry-After (default "
+            f"{retry_after} s).",
         },
         "security": [{"bearer": []}],
         "paths": paths,
         "components": {
-            "schemas": _SCHEMAS,
+            "schemas": schemas,
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

@@ -257,6 +257,7 @@ def query_int(request: Request, name: str, default: int | None, lo: int) -> int 
         raise ApiError(
             400,
             f"{name} must be a whole number from {lo} to {MAX_INT} (got {raw[:40]!r})",
+            f"send digits only, like {name}={lo}, or leave {name} out",
             field=name,
         )
     return int(raw)
@@ -269,7 +270,12 @@ def query_flag(request: Request, name: str) -> bool:
         return True
     if raw in ("0", "false", ""):
         return False
-    raise ApiError(400, f"{name} must be 1 or 0 (got {raw[:40]!r})", field=name)
+    raise ApiError(
+        400,
+        f"{name} must be 1 or 0 (got {raw[:40]!r})",
+        f"send {name}=1 to turn it on; leave it out for off",
+        field=name,
+    )
 
 
 def query_states(request: Request) -> set[str] | None:
@@ -285,6 +291,7 @@ def query_states(request: Request) -> set[str] | None:
             400,
             f"state must be one or more of {', '.join(allowed)}, comma-separated "
             f"(got {bad[0][:40]!r})",
+            "for example state=failed, or state=done,failed",
             field="state",
         )
     return states

@@ -9,7 +9,17 @@ from __future__ import annotations
 import dataclasses
 
 from .._engine import EngineStatistics
-from .._model import JSONValue, Result, Snapshot, Submitted, TargetState, TargetStatus, target_json
+from .._model import (
+    Job,
+    JSONValue,
+    Result,
+    Snapshot,
+    Submitted,
+    TargetState,
+    TargetStatus,
+    target_json,
+)
+from ..stores import JobSummary
 
 
 def target(t: TargetStatus) -> dict[str, JSONValue]:
@@ -25,12 +35,19 @@ def fetched(url: str, result: Result) -> dict[str, JSONValue]:
 
 
 def links(job_id: str) -> dict[str, JSONValue]:
-    return {"self": f"/v1/batch/{job_id}", "results": f"/v1/batch/{job_id}?results=1"}
+    """Where to read the job: its summary, its results (JSON, NDJSON stream) and its events."""
+    return {
+        "self": f"/v1/batch/{job_id}",
+        "results": f"/v1/batch/{job_id}?results=1",
+        "stream": f"/v1/batch/{job_id}/results",
+        "events": f"/v1/batch/{job_id}/events",
+    }
 
 
-def expires_at(snap: Snapshot, ttl: float) -> float:
+def expires_at(snap: Snapshot | Job, ttl: float) -> float:
     """Unix seconds after which a finished job may be gone: ``ttl`` after its last touch."""
-    return max(snap.job.lease, snap.job.created_at) + ttl
+    job = snap if isinstance(snap, Job) else snap.job
+    return max(job.lease, job.created_at) + ttl
 
 
 def summary(snap: Snapshot, ttl: float) -> dict[str, JSONValue]:
@@ -42,6 +59,24 @@ def summary(snap: Snapshot, ttl: float) -> dict[str, JSONValue]:
     total = max(job.targets_total, len(snap.targets))
     # Targets a snapshot did not list have not run: count them pending, so counts sum to total.
     counts[TargetState.PENDING.value] += total - len(snap.targets)
+    return _summary(job, total, counts, ttl)
+
+
+def summary_of(js: JobSummary, ttl: float, *, lease: float | None = None) -> dict[str, JSONValue]:
+    """The same summary from a store's counts (a listing, an events stream's ``end``).
+
+    ``lease``, when given, is a touch at that time that the store may not show yet.
+    """
+    job = js.job
+    if lease is not None:
+        job = dataclasses.replace(job, lease=max(job.lease, lease))
+    counts = {"pending": js.pending, "running": js.running, "done": js.done, "failed": js.failed}
+    total = max(job.targets_total, sum(counts.values()))
+    counts["pending"] += total - sum(counts.values())
+    return _summary(job, total, counts, ttl)
+
+
+def _summary(job: Job, total: int, counts: dict[str, int], ttl: float) -> dict[str, JSONValue]:
     return {
         "id": job.id,
         "status": job.status.value,
@@ -50,7 +85,7 @@ def summary(snap: Snapshot, ttl: float) -> dict[str, JSONValue]:
         "counts": counts,
         "created_at": job.created_at,
         "updated_at": job.updated_at or job.created_at,
-        "expires_at": expires_at(snap, ttl),
+        "expires_at": expires_at(job, ttl),
         "links": links(job.id),
     }
 

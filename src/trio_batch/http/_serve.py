@@ -27,7 +27,10 @@ async def serve(
 
     Reports the bound port with ``task_status.started(port)``, so ``port=0`` picks a free one.
     When ``shutdown_trigger`` returns, the server stops accepting connections, gives requests
-    in flight up to ``graceful_timeout`` seconds to finish, and returns. Cancelling it stops
+    in flight up to ``graceful_timeout`` seconds to finish, and returns. Streams of an app from
+    :func:`create_app` (``results?follow=1``, ``events``) end at once instead: an events stream
+    ends properly (a client resumes it elsewhere with ``Last-Event-ID``), a followed NDJSON
+    body stops without its end, so the client knows it is incomplete. Cancelling it stops
     at once. It handles no signals itself: its caller decides when to stop.
 
     An answer sent before the request body was read (a 413 for a body over the cap, a 401)
@@ -46,11 +49,22 @@ async def serve(
     config.errorlog = logging.getLogger("trio_batch.http.server")
     config.include_server_header = False
 
+    trigger = shutdown_trigger
+    stopping = getattr(app, "stopping", None)  # create_app's Stopping
+    if trigger is not None and stopping is not None:
+        outer = trigger
+
+        async def stop_streams_too() -> None:
+            await outer()
+            stopping.set()  # long streams (follow, events) end now, not at graceful_timeout
+
+        trigger = stop_streams_too
+
     async def run(task_status: trio.TaskStatus[list[str]]) -> None:
         await hypercorn_serve(
             cast("ASGIFramework", LingeringClose(app)),
             config,
-            shutdown_trigger=shutdown_trigger,
+            shutdown_trigger=trigger,
             task_status=task_status,
         )
 

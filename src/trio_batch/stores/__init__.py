@@ -17,6 +17,8 @@ from ._memory import MemoryStore as MemoryStore
 from ._protocol import (
     CacheEntry as CacheEntry,
     FinishItem as FinishItem,
+    JobCursor as JobCursor,
+    JobSummary as JobSummary,
     Limits as Limits,
     NewJob as NewJob,
     Outcome as Outcome,
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CacheEntry",
     "FinishItem",
+    "JobCursor",
+    "JobSummary",
     "Limits",
     "MemoryStore",
     "NewJob",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections import Counter
@@ -22,7 +23,16 @@ from .._model import (
     TargetState,
     TargetStatus,
 )
-from ._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
+from ._protocol import (
+    CacheEntry,
+    FinishItem,
+    JobCursor,
+    JobSummary,
+    Limits,
+    NewJob,
+    Outcome,
+    Stored,
+)
 from ._rules import check_caps, terminal_status
 
 
@@ -66,6 +76,18 @@ class _JobRow:
         )
 
 
+def _target_status(idx: int, t: _TargetRow, *, results: bool) -> TargetStatus:
+    return TargetStatus(
+        idx=idx,
+        url=t.url,
+        status=t.status,
+        result=None if t.result_json is None or not results else Result.from_json(t.result_json),
+        error=t.error,
+        hint=t.hint,
+        options=t.options,
+    )
+
+
 @final
 class MemoryStore:
     """Jobs in a few dicts; gone with the process. One engine at a time.
@@ -81,6 +103,10 @@ class MemoryStore:
     def __init__(self) -> None:
         self._jobs: dict[str, _JobRow] = {}
         self._by_key: dict[tuple[str, str], str] = {}
+        # The listing index: each caller's jobs sorted by (created_at, id), oldest first;
+        # and each caller's live jobs, so that status=live does not walk the finished ones.
+        self._by_caller: dict[str, list[JobCursor]] = {}
+        self._live_of: dict[str, set[str]] = {}
         self._live_by_caller: Counter[str] = Counter()
         self._live = 0
         self._finished: list[tuple[float, int, str]] = []  # (lease, seq, id); stale ones skipped
@@ -135,6 +161,8 @@ class MemoryStore:
             seq=next(self._seq),
         )
         self._by_key[(job.caller, job.key)] = job.id
+        bisect.insort(self._by_caller.setdefault(job.caller, []), (job.now, job.id))
+        self._live_of.setdefault(job.caller, set()).add(job.id)
         self._live_by_caller[job.caller] += 1
         self._live += 1
         self._sweep(job.now - limits.ttl)
@@ -231,19 +259,74 @@ class MemoryStore:
         row = self._jobs.get(job_id)
         if row is None:
             return None
-        targets = [
-            TargetStatus(
-                idx=i,
-                url=t.url,
-                status=t.status,
-                result=None if t.result_json is None else Result.from_json(t.result_json),
-                error=t.error,
-                hint=t.hint,
-                options=t.options,
-            )
-            for i, t in enumerate(row.targets)
-        ]
+        targets = [_target_status(i, t, results=True) for i, t in enumerate(row.targets)]
         return Snapshot(row.view(), targets)
+
+    async def read_job(self, job_id: str) -> Job | None:
+        await self._checkpoint()
+        row = self._jobs.get(job_id)
+        return None if row is None else row.view()
+
+    async def job_summary(self, job_id: str) -> JobSummary | None:
+        await self._checkpoint()
+        row = self._jobs.get(job_id)
+        return None if row is None else self._summary(row)
+
+    async def list_jobs(
+        self,
+        caller: str,
+        statuses: Sequence[JobStatus] | None,
+        limit: int,
+        before: JobCursor | None,
+    ) -> list[JobSummary]:
+        await self._checkpoint()
+        wanted = None if statuses is None else set(statuses)
+        index = self._by_caller.get(caller, [])
+        if wanted is not None and all(s.live for s in wanted):
+            live = (self._jobs[job_id] for job_id in self._live_of.get(caller, ()))
+            index = sorted((row.created_at, row.id) for row in live)
+        end = len(index) if before is None else bisect.bisect_left(index, before)
+        page: list[JobSummary] = []
+        for i in range(end - 1, -1, -1):
+            if len(page) >= limit:
+                break
+            row = self._jobs[index[i][1]]
+            if wanted is None or row.status in wanted:
+                page.append(self._summary(row))
+        return page
+
+    async def read_targets(
+        self,
+        job_id: str,
+        after: int,
+        limit: int,
+        states: Sequence[TargetState] | None,
+        *,
+        results: bool = True,
+    ) -> list[TargetStatus]:
+        await self._checkpoint()
+        row = self._jobs.get(job_id)
+        if row is None:
+            return []
+        wanted = None if states is None else set(states)
+        found: list[TargetStatus] = []
+        for i in range(max(after + 1, 0), len(row.targets)):
+            if len(found) >= limit:
+                break
+            t = row.targets[i]
+            if wanted is None or t.status in wanted:
+                found.append(_target_status(i, t, results=results))
+        return found
+
+    def _summary(self, row: _JobRow) -> JobSummary:
+        counts = Counter(t.status for t in row.targets)
+        return JobSummary(
+            row.view(),
+            pending=counts[TargetState.PENDING],
+            running=counts[TargetState.RUNNING],
+            done=counts[TargetState.DONE],
+            failed=counts[TargetState.FAILED],
+        )
 
     async def touch(self, job_id: str, now: float) -> bool:
         await self._checkpoint()
@@ -271,6 +354,10 @@ class MemoryStore:
             self._cache_bytes -= len(self._cache.pop(oldest).body)
 
     def _end(self, row: _JobRow, status: JobStatus, now: float) -> None:
+        live = self._live_of[row.caller]
+        live.discard(row.id)
+        if not live:
+            del self._live_of[row.caller]
         row.status = status
         row.updated_at = row.lease = now
         self._live_by_caller[row.caller] -= 1
@@ -287,6 +374,10 @@ class MemoryStore:
 
     def _delete(self, row: _JobRow) -> None:
         del self._jobs[row.id]
+        index = self._by_caller[row.caller]
+        del index[bisect.bisect_left(index, (row.created_at, row.id))]
+        if not index:
+            del self._by_caller[row.caller]
         if self._by_key.get((row.caller, row.key)) == row.id:
             del self._by_key[(row.caller, row.key)]
         self._bytes -= row.bytes

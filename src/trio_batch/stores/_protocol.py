@@ -17,6 +17,7 @@ from .._model import (
     Submitted,
     Target,
     TargetState,
+    TargetStatus,
 )
 
 
@@ -73,6 +74,25 @@ class Stored:
     """The job's new terminal status if this write finished it, else None."""
     evicted: int = 0
     """Finished jobs evicted for the byte cap."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A job and how many of its targets are in each state, read in one consistent view."""
+
+    job: Job
+    pending: int
+    running: int
+    done: int
+    failed: int
+
+
+JobCursor = tuple[float, str]
+"""Where a page of :meth:`Store.list_jobs` ends: the last job's ``(created_at, id)``."""
+
+MAX_READ = 1000
+"""Most jobs or targets one listing or target read may ask for (``limit``)."""
 
 
 @final
@@ -179,6 +199,55 @@ class Store(Protocol):
 
     async def touch(self, job_id: str, now: float) -> bool:
         """Move the job's lease to ``now``; False for an unknown job."""
+        ...
+
+    async def read_job(self, job_id: str) -> Job | None:
+        """The job alone, without its targets, or None. Writes nothing; costs one row.
+
+        A follower of a job reads this at each change to see whether anything moved
+        (``status``, ``targets_done``) before it reads targets.
+        """
+        ...
+
+    async def job_summary(self, job_id: str) -> JobSummary | None:
+        """The job and its targets counted by state, or None. Writes nothing.
+
+        Costs one indexed read whatever the job's size (no result is read).
+        """
+        ...
+
+    async def list_jobs(
+        self,
+        caller: str,
+        statuses: Sequence[JobStatus] | None,
+        limit: int,
+        before: JobCursor | None,
+    ) -> list[JobSummary]:
+        """The caller's jobs, newest first: at most ``limit`` (1 to :data:`MAX_READ`).
+
+        Newest first means by ``created_at`` descending, then ``id`` descending. Only jobs in
+        ``statuses`` (all when None); only jobs that sort after ``before``, the
+        ``(created_at, id)`` of the last job of the previous page, when it is given. Writes
+        nothing. A store keeps an index on ``(caller, created_at, id)`` so that a page costs
+        ``limit`` rows, not a scan of the caller's jobs.
+        """
+        ...
+
+    async def read_targets(
+        self,
+        job_id: str,
+        after: int,
+        limit: int,
+        states: Sequence[TargetState] | None,
+        *,
+        results: bool = True,
+    ) -> list[TargetStatus]:
+        """Up to ``limit`` (1 to :data:`MAX_READ`) targets with ``idx > after``, in input order.
+
+        Only targets in ``states`` (all when None); ``results=False`` leaves every ``result``
+        None without reading it. An unknown job has no targets. Writes nothing. With this a
+        reader walks a job of any size in bounded chunks.
+        """
         ...
 
     async def cache_get(self, key: str) -> CacheEntry | None:

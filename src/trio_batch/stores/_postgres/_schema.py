@@ -25,7 +25,7 @@ from .._rules import LIVE_SQL
 Conn = psycopg.Connection[TupleRow]
 Cursor = psycopg.Cursor[TupleRow]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
@@ -157,6 +157,8 @@ MIGRATIONS: list[str] = [
     END
     $$
     """,
+    # The listing index of GET /v1/batch (SPEC §7): a page costs its rows.
+    "CREATE INDEX jobs_by_caller ON jobs (caller, created_at DESC, id DESC)",
 ]
 
 

@@ -12,7 +12,7 @@ import sqlite3
 
 from ..._errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # The writer connection's own checkpoints (about 32 MiB of WAL): only if the checkpointer
 # thread (_checkpoint) falls far behind.
@@ -69,6 +69,8 @@ MIGRATIONS: list[str] = [
     CREATE INDEX web_cache_by_age ON web_cache (stored_at);
     INSERT INTO counters (caller) VALUES (char(0) || 'web_cache');
     """,
+    # The listing index of GET /v1/batch (SPEC §7): a page costs its rows.
+    "CREATE INDEX jobs_by_caller ON jobs (caller, created_at DESC, id DESC)",
 ]
 
 

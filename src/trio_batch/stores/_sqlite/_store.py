@@ -21,6 +21,7 @@ from ..._util import NoPublicConstructor
 from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
 from . import _sql as sql
 from ._checkpoint import Checkpointer
+from ._listing import SQLiteReads
 from ._schema import connect, lock_file, open_writer
 from ._writer import Writer
 
@@ -28,7 +29,7 @@ T = TypeVar("T")
 
 
 @final
-class SQLiteStore(metaclass=NoPublicConstructor):
+class SQLiteStore(SQLiteReads, metaclass=NoPublicConstructor):
     """Jobs in one SQLite file (WAL), for one process.
 
     Open it with ``async with SQLiteStore.open(path) as store``; the schema is created or

@@ -1,0 +1,520 @@
+"""A Trio client for the trio-batch HTTP API (SPEC §7), on httpx.
+
+::
+
+    from trio_batch.client import open_client
+
+    async with open_client("http://127.0.0.1:8080", key) as client:
+        sub = await client.submit(["https://example.org/"])
+        async for line in client.results(sub.id, follow=True):
+            print(line["idx"], line["status"])
+
+HTTP error answers become exceptions: a refused submit raises the engine's own
+:class:`~trio_batch.SubmitError` subclasses (``CallerBusy``, ``Busy``, ``TooManyTargets``,
+``NoTargets``) with ``retry_after`` set from the answer's ``Retry-After``; anything else raises
+:class:`ClientError` with the status, the answer's ``error`` and ``hint``. A server that cannot
+be reached is a :class:`ClientError` with status 0. Needs ``httpx`` (``pip install
+'trio-batch[web]'`` has it); ``import trio_batch`` does not load this module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, Self, TypedDict, TypeVar, cast, final
+
+import httpx
+import trio
+
+from ._errors import Busy, CallerBusy, Error, NoTargets, SubmitError, TooManyTargets
+from ._model import Submitted, Target
+from ._util import NoPublicConstructor, fixup_module_metadata as _fixup_module_metadata
+
+__all__ = [
+    "BatchClient",
+    "BatchEvent",
+    "BatchSummary",
+    "ClientError",
+    "Counts",
+    "ResultBody",
+    "ResultStream",
+    "EventStream",
+    "TargetLine",
+    "open_client",
+]
+
+
+class Counts(TypedDict):
+    """A job's targets by state; they sum to ``targets_total``."""
+
+    pending: int
+    running: int
+    done: int
+    failed: int
+
+
+class Links(TypedDict):
+    """Where to read a job: summary, results (JSON), results (NDJSON stream), events."""
+
+    self: str
+    results: str
+    stream: str
+    events: str
+
+
+class BatchSummary(TypedDict):
+    """A job's summary, as ``GET /v1/batch/{id}`` answers it (times are unix seconds)."""
+
+    id: str
+    status: str
+    error: str
+    targets_total: int
+    counts: Counts
+    created_at: float
+    updated_at: float
+    expires_at: float
+    links: Links
+
+
+class ResultBody(TypedDict):
+    """A finished target's result: its content, and the rest of the fetcher's envelope."""
+
+    content: str
+    meta: dict[str, object]
+
+
+class TargetLine(TypedDict):
+    """One target, as a line of ``GET /v1/batch/{id}/results``."""
+
+    idx: int
+    url: str
+    status: str
+    error: str
+    hint: str
+    result: ResultBody | None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class BatchEvent:
+    """One event of ``GET /v1/batch/{id}/events``.
+
+    ``target``: ``data`` is ``{"idx", "status"}``; ``end``: ``data`` is the job's summary.
+    """
+
+    id: str
+    event: Literal["target", "end"]
+    data: dict[str, object]
+
+
+@final
+class ClientError(Error):
+    """An error answer of the API (or no answer: ``status`` 0), with what to do about it."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        hint: str = "",
+        *,
+        field: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{status} {error}" if status else error)
+        self.status = status
+        self.error = error
+        self.hint = hint
+        self.field = field
+        self.retry_after = retry_after
+
+
+_SUBMIT_ERRORS: dict[tuple[int, str], type[SubmitError]] = {
+    (429, ""): CallerBusy,
+    (503, "the server has as many live batches"): Busy,
+    (413, "targets"): TooManyTargets,
+    (400, "targets is empty"): NoTargets,
+}
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    raw = response.headers.get("retry-after", "")
+    return float(raw) if raw.strip().isdigit() else None
+
+
+def error_from(response: httpx.Response) -> Error:
+    """The exception for an error answer (see the module docstring)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {}
+    error = str(body.get("error") or response.reason_phrase or "error")
+    hint = str(body.get("hint") or "")
+    field = body.get("field")
+    retry_after = _retry_after(response)
+    status = response.status_code
+    for (code, marker), kind in _SUBMIT_ERRORS.items():
+        if status == code and (not marker or error.startswith(marker) or field == marker):
+            exc = kind(f"{error}: {hint}" if hint else error)
+            exc.retry_after = retry_after
+            return exc
+    return ClientError(
+        status,
+        error,
+        hint,
+        field=field if isinstance(field, str) else None,
+        retry_after=retry_after,
+    )
+
+
+def _unreachable(exc: httpx.TransportError) -> ClientError:
+    return ClientError(
+        0,
+        f"could not talk to the server ({type(exc).__name__})",
+        "check the base URL and that the server runs; streams resume by themselves",
+    )
+
+
+T = TypeVar("T")
+
+
+class _Restarting(Exception):
+    """A resumed stream found the server answering 503 (restarting, or its database is away)."""
+
+
+class _Resuming(AsyncIterator[T]):
+    """A streamed answer read line by line, resumed where it broke off (up to 5 times in a row).
+
+    Only a stream that has begun is resumed: when the first request fails, that is the error.
+    A resumed request that finds the server restarting (503) is tried again too. Leave it
+    early with ``async with`` or :meth:`aclose`: that closes the connection at once.
+    """
+
+    _RETRIES = 5
+
+    def __init__(self, client: BatchClient, path: str) -> None:
+        self._client = client
+        self._path = path
+        self._response: httpx.Response | None = None
+        self._lines: AsyncIterator[str] | None = None
+        self._finished = False
+        self._failures = 0
+        self._begun = False
+
+    def _request(self) -> tuple[dict[str, str], dict[str, str]]:
+        raise NotImplementedError
+
+    def _feed(self, line: str) -> T | None:
+        raise NotImplementedError
+
+    async def _open(self) -> AsyncIterator[str]:
+        params, headers = self._request()
+        http = self._client._http
+        request = http.build_request("GET", self._path, params=params, headers=headers)
+        response = await http.send(request, stream=True)
+        if response.status_code != 200:
+            await response.aread()
+            await response.aclose()
+            if response.status_code == 503 and self._begun:
+                raise _Restarting
+            raise error_from(response)
+        self._begun = True
+        self._response = response
+        self._lines = response.aiter_lines()
+        return self._lines
+
+    def __aiter__(self) -> _Resuming[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        while not self._finished:
+            try:
+                lines = self._lines if self._lines is not None else await self._open()
+                line = await anext(lines)
+            except StopAsyncIteration:
+                if self._whole():
+                    break
+                await self._again(None)  # ended before its end: a server shutting down
+                continue
+            except (httpx.TransportError, _Restarting) as exc:
+                await self._again(exc)
+                continue
+            except BaseException:
+                await self.aclose()
+                raise
+            item = self._feed(line)
+            if item is not None:
+                self._failures = 0
+                return item
+        await self.aclose()
+        raise StopAsyncIteration
+
+    def _whole(self) -> bool:
+        """Whether a body that ended properly is the whole answer (else it is resumed)."""
+        return True
+
+    async def _again(self, exc: Exception | None) -> None:
+        """After a break: wait, then the loop asks again; or give up with a ClientError."""
+        await self._close_response()
+        self._failures += 1
+        if not self._begun or self._failures > self._RETRIES:
+            await self.aclose()
+            if isinstance(exc, httpx.TransportError):
+                raise _unreachable(exc) from exc
+            raise ClientError(
+                503,
+                "the stream kept breaking off before its end",
+                "the server is restarting or unavailable; try again later",
+            )
+        await trio.sleep(min(2.0 ** (self._failures - 1), 10.0))
+
+    async def _close_response(self) -> None:
+        response, self._response, self._lines = self._response, None, None
+        if response is not None:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection; the iterator then ends. Closing twice is harmless."""
+        self._finished = True
+        await self._close_response()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+@final
+class ResultStream(_Resuming[TargetLine]):
+    """The lines of ``GET /v1/batch/{id}/results`` (see :meth:`BatchClient.results`)."""
+
+    def __init__(
+        self, client: BatchClient, job_id: str, state: str | None, follow: bool, after: int | None
+    ) -> None:
+        super().__init__(client, f"/v1/batch/{job_id}/results")
+        self._params = {"follow": "1" if follow else "0"}
+        if state:
+            self._params["state"] = state
+        self._after = after
+
+    def _request(self) -> tuple[dict[str, str], dict[str, str]]:
+        params = dict(self._params)
+        if self._after is not None:
+            params["after"] = str(self._after)
+        return params, {}
+
+    def _feed(self, line: str) -> TargetLine | None:
+        if not line.strip():
+            return None
+        item = cast("TargetLine", json.loads(line))
+        self._after = item["idx"]  # a resumed request starts after the last line read
+        return item
+
+
+@final
+class EventStream(_Resuming[BatchEvent]):
+    """The events of ``GET /v1/batch/{id}/events`` (see :meth:`BatchClient.events`)."""
+
+    def __init__(self, client: BatchClient, job_id: str) -> None:
+        super().__init__(client, f"/v1/batch/{job_id}/events")
+        self._last: str | None = None
+        self._fields: dict[str, str] = {}
+
+    def _request(self) -> tuple[dict[str, str], dict[str, str]]:
+        self._fields = {}
+        return {}, ({} if self._last is None else {"Last-Event-ID": self._last})
+
+    def _whole(self) -> bool:
+        return False  # a stream that closes before its `end` event is resumed (as SSE says)
+
+    def _feed(self, line: str) -> BatchEvent | None:
+        if line.startswith(":"):
+            return None
+        if line:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            self._fields[name] = (
+                self._fields[name] + "\n" + value if name in self._fields else value
+            )
+            return None
+        fields, self._fields = self._fields, {}
+        if "data" not in fields:
+            return None
+        event = fields.get("event", "message")
+        if event not in ("target", "end"):
+            return None
+        if "id" in fields:
+            self._last = fields["id"]
+        if event == "end":
+            self._finished = True  # the server closes now; do not resume
+        data = json.loads(fields["data"])
+        return BatchEvent(fields.get("id", ""), cast("Literal['target', 'end']", event), data)
+
+
+@final
+class BatchClient(metaclass=NoPublicConstructor):
+    """The API's calls, over one connection pool. Obtain one from :func:`open_client`."""
+
+    _factory = "trio_batch.client.open_client()"
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self._http = http
+
+    async def _call(
+        self, method: str, path: str, *, json_body: object = None, params: Mapping[str, str] = {}
+    ) -> httpx.Response:
+        try:
+            response = await self._http.request(
+                method, path, json=json_body, params=dict(params) or None
+            )
+        except httpx.TransportError as exc:
+            raise _unreachable(exc) from exc
+        if response.status_code >= 400:
+            raise error_from(response)
+        return response
+
+    async def submit(
+        self, targets: Sequence[Target | str], *, webhook: Mapping[str, object] | None = None
+    ) -> Submitted:
+        """Submit a batch: ``Target`` objects or plain URLs. A repeat returns the same job.
+
+        Raises:
+            NoTargets, TooManyTargets, CallerBusy, Busy: refused (``retry_after`` set for the
+                last two).
+            ClientError: any other error answer (a URL failing the pre-check: 400 naming it).
+        """
+        items = [t.to_json() if isinstance(t, Target) else {"url": t} for t in targets]
+        body: dict[str, object] = {"targets": items}
+        if webhook is not None:
+            body["webhook"] = dict(webhook)
+        data = (await self._call("POST", "/v1/batch", json_body=body)).json()
+        return Submitted(str(data["id"]), bool(data["reused"]))
+
+    async def status(self, job_id: str) -> BatchSummary:
+        """The job's summary (``GET /v1/batch/{id}``); a 404 is a :class:`ClientError`."""
+        return cast("BatchSummary", (await self._call("GET", f"/v1/batch/{job_id}")).json())
+
+    def jobs(
+        self, *, status: str | Sequence[str] | None = None, page_size: int = 100
+    ) -> AsyncIterator[BatchSummary]:
+        """Every job of this key, newest first: ``async for job in client.jobs():``.
+
+        Pages are fetched as the loop needs them. ``status``: ``"live"`` or statuses like
+        ``["done", "partial"]``.
+        """
+        params = {"limit": str(page_size)}
+        if status is not None:
+            params["status"] = status if isinstance(status, str) else ",".join(status)
+        return _Pages(self, params)
+
+    def results(
+        self,
+        job_id: str,
+        *,
+        state: str | Sequence[str] | None = None,
+        follow: bool = False,
+        after: int | None = None,
+    ) -> ResultStream:
+        """The job's targets in input order, streamed as they are read (NDJSON).
+
+        ``follow=True`` waits for each target to finish and ends when the job is terminal.
+        A connection that breaks is resumed after the last line read. Use it in ``async with``
+        (or call ``aclose``) to stop early.
+        """
+        chosen = state if isinstance(state, str) or state is None else ",".join(state)
+        return ResultStream(self, job_id, chosen, follow, after)
+
+    def events(self, job_id: str) -> EventStream:
+        """The job's events (``target``, then ``end``), resumed with Last-Event-ID if cut."""
+        return EventStream(self, job_id)
+
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel a live job: True; False for a finished or unknown job (as the engine does)."""
+        try:
+            await self._call("DELETE", f"/v1/batch/{job_id}")
+        except ClientError as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    async def retry(self, job_id: str) -> Submitted:
+        """A new job with the failed targets of a finished one (``POST /v1/batch/{id}/retry``).
+
+        Needs a server with SPEC §7's retry route; one without answers 404 or 405
+        (:class:`ClientError`).
+        """
+        data = (await self._call("POST", f"/v1/batch/{job_id}/retry")).json()
+        return Submitted(str(data["id"]), bool(data["reused"]))
+
+    async def wait(self, job_id: str) -> BatchSummary:
+        """Wait until the job is terminal (following its events) and return its summary."""
+        async with self.events(job_id) as stream:
+            async for event in stream:
+                if event.event == "end":
+                    return cast("BatchSummary", event.data)
+        return await self.status(job_id)  # the stream ended without end: read it
+
+
+@final
+class _Pages(AsyncIterator[BatchSummary]):
+    def __init__(self, client: BatchClient, params: dict[str, str]) -> None:
+        self._client = client
+        self._params = params
+        self._page: list[BatchSummary] = []
+        self._next: str | None = None
+        self._started = False
+
+    def __aiter__(self) -> _Pages:
+        return self
+
+    async def __anext__(self) -> BatchSummary:
+        while not self._page:
+            if self._started and self._next is None:
+                raise StopAsyncIteration
+            params = dict(self._params)
+            if self._next is not None:
+                params["before"] = self._next
+            data = (await self._client._call("GET", "/v1/batch", params=params)).json()
+            self._started = True
+            self._page = list(data["jobs"])
+            self._next = data["next"]
+        return self._page.pop(0)
+
+
+@asynccontextmanager
+async def open_client(
+    base_url: str,
+    key: str,
+    *,
+    request_timeout: float = 30.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> AsyncIterator[BatchClient]:
+    """A :class:`BatchClient` for the server at ``base_url``, sending ``key`` as the Bearer.
+
+    ``request_timeout`` bounds connecting and each request; a stream's reads are not bounded (a
+    follower may wait long for the next target). ``transport`` replaces httpx's (tests).
+    """
+    http = httpx.AsyncClient(
+        base_url=base_url,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=httpx.Timeout(request_timeout, read=None),
+        transport=transport,
+    )
+    async with http:
+        yield BatchClient._create(http)
+
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

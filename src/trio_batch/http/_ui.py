@@ -1,0 +1,388 @@
+"""``GET /ui``: one self-contained page to watch your jobs (SPEC §7).
+
+No build step, no CDN: the HTML, CSS and JavaScript are below, and a Content-Security-Policy
+lets in exactly this script and this style (by their SHA-256) and requests to this server only.
+The key the user pastes is kept in ``sessionStorage`` (gone with the tab) and sent as the Bearer
+header; the page reads ``GET /v1/batch`` for the list and follows each live job's events stream
+(``fetch`` with the header, since ``EventSource`` cannot send one), resuming with
+``Last-Event-ID`` after a dropped connection. There is no retry button: this server has no retry
+route yet (SPEC §7's ``POST /v1/batch/{id}/retry``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+_STYLE = """
+:root { --fg: #1a1a1a; --muted: #4a4a4a; --bg: #ffffff; --line: #c8c8c8; --accent: #0b57d0;
+  --done: #1e7a34; --failed: #b3261e; --running: #0b57d0; --pending: #d9d9d9; }
+* { box-sizing: border-box; }
+body { font: 16px/1.5 system-ui, sans-serif; color: var(--fg); background: var(--bg);
+  margin: 0 auto; max-width: 72rem; padding: 1rem 1.5rem 3rem; }
+h1 { font-size: 1.5rem; margin: 0.5rem 0 1rem; }
+form { display: flex; flex-wrap: wrap; gap: 0.5rem; align-items: end; margin-bottom: 1rem; }
+label { display: flex; flex-direction: column; font-weight: 600; font-size: 0.9rem; }
+input, select, button { font: inherit; padding: 0.4rem 0.6rem; border: 1px solid #767676;
+  border-radius: 4px; color: var(--fg); background: var(--bg); }
+input[type=password] { min-width: 22rem; }
+button { cursor: pointer; background: #f2f2f2; }
+button.primary { background: var(--accent); color: #fff; border-color: var(--accent); }
+button:disabled { cursor: default; color: #6b6b6b; }
+:focus-visible { outline: 3px solid #e37400; outline-offset: 2px; }
+#message { min-height: 1.5rem; color: var(--muted); }
+#message.error { color: var(--failed); font-weight: 600; }
+table { width: 100%; border-collapse: collapse; }
+th, td { text-align: left; padding: 0.5rem; border-bottom: 1px solid var(--line);
+  vertical-align: middle; }
+th { font-size: 0.85rem; color: var(--muted); }
+code { font-size: 0.9rem; }
+.bar { display: flex; height: 1rem; min-width: 12rem; border: 1px solid #767676;
+  border-radius: 3px; overflow: hidden; background: var(--pending); }
+.bar span { display: block; height: 100%; }
+.bar .done { background: var(--done); }
+.bar .failed { background: var(--failed);
+  background-image: repeating-linear-gradient(45deg, transparent 0 4px, #ffffff55 4px 8px); }
+.bar .running { background: var(--running); }
+.counts { font-size: 0.85rem; color: var(--muted); }
+.status { font-weight: 600; }
+.status[data-status=done] { color: var(--done); }
+.status[data-status=failed], .status[data-status=partial] { color: var(--failed); }
+.actions { display: flex; gap: 0.5rem; align-items: center; }
+.sr-only { position: absolute; width: 1px; height: 1px; overflow: hidden;
+  clip: rect(0 0 0 0); white-space: nowrap; }
+"""
+
+_SCRIPT = r"""
+"use strict";
+const KEY = "trio-batch-key";
+const MAX_STREAMS = 4;  // browsers allow about 6 connections per host: keep some free
+const jobs = new Map();  // id -> {summary, row, ctl, last}
+let next = null;
+const $ = (id) => document.getElementById(id);
+const key = () => sessionStorage.getItem(KEY) || "";
+const live = (s) => s === "queued" || s === "running";
+
+function say(text, error) {
+  const m = $("message");
+  m.textContent = text;
+  m.className = error ? "error" : "";
+}
+
+async function api(path, options) {
+  const init = Object.assign({headers: {}}, options || {});
+  init.headers.Authorization = "Bearer " + key();
+  const r = await fetch(path, init);
+  if (!r.ok) {
+    let body = {};
+    try { body = await r.json(); } catch (e) { /* not JSON */ }
+    const err = new Error((body.error || r.statusText) + (body.hint ? ": " + body.hint : ""));
+    err.status = r.status;
+    throw err;
+  }
+  return r;
+}
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function row(id) {
+  const tr = el("tr", {"data-job-id": id});
+  const bar = el("div", {class: "bar", role: "progressbar", "aria-valuemin": "0"});
+  for (const s of ["done", "failed", "running"]) bar.append(el("span", {class: s}));
+  const cancel = el("button", {type: "button", class: "cancel"}, "Cancel");
+  cancel.addEventListener("click", () => cancelJob(id));
+  const link = el("a", {href: "/v1/batch/" + id + "/results", class: "ndjson"}, "NDJSON");
+  link.addEventListener("click", (ev) => { ev.preventDefault(); download(id); });
+  const cells = [
+    el("td", {}, ""), el("td", {}, ""), el("td", {}), el("td", {}),
+  ];
+  cells[0].append(el("code", {title: id}, id.slice(0, 12)));
+  cells[2].append(bar, el("div", {class: "counts"}));
+  const actions = el("div", {class: "actions"});
+  actions.append(cancel, link);
+  cells[3].append(actions);
+  tr.append(cells[0], el("td", {class: "status"}), cells[1], cells[2], cells[3]);
+  return tr;
+}
+
+function paint(job) {
+  const s = job.summary, tr = job.row, c = s.counts, total = s.targets_total || 1;
+  const status = tr.querySelector(".status");
+  status.textContent = s.status + (s.error ? " (" + s.error + ")" : "");
+  status.setAttribute("data-status", s.status);
+  tr.setAttribute("data-status", s.status);
+  tr.children[2].textContent = new Date(s.created_at * 1000).toLocaleString();
+  const bar = tr.querySelector(".bar");
+  for (const k of ["done", "failed", "running"]) {
+    bar.querySelector("." + k).style.width = (100 * c[k] / total) + "%";
+  }
+  const finished = c.done + c.failed;
+  bar.setAttribute("aria-valuemax", String(s.targets_total));
+  bar.setAttribute("aria-valuenow", String(finished));
+  const words = c.done + " done, " + c.failed + " failed, " + c.running + " running, " +
+    c.pending + " pending of " + s.targets_total;
+  bar.setAttribute("aria-label", "job " + s.id.slice(0, 12) + ": " + words);
+  tr.querySelector(".counts").textContent = words;
+  const cancel = tr.querySelector(".cancel");
+  cancel.disabled = !live(s.status);
+  cancel.setAttribute("aria-label", "Cancel job " + s.id.slice(0, 12));
+}
+
+function onTarget(job, data) {
+  const c = job.summary.counts;
+  if (data.status !== "done" && data.status !== "failed") return;
+  c[data.status] += 1;
+  const left = job.summary.targets_total - c.done - c.failed;
+  c.running = left > 0 && live(job.summary.status) ? 1 : 0;
+  job.summary.status = "running";
+  c.pending = left - c.running;
+  paint(job);
+}
+
+function streams() {
+  let n = 0;
+  for (const j of jobs.values()) if (j.ctl) n += 1;
+  return n;
+}
+
+async function follow(job) {
+  const ctl = new AbortController();
+  job.ctl = ctl;
+  job.last = null;
+  try {
+    while (!ctl.signal.aborted) {
+      try {
+        const headers = {};
+        if (job.last !== null) headers["Last-Event-ID"] = job.last;
+        else { job.summary.counts.done = 0; job.summary.counts.failed = 0; }
+        const r = await api("/v1/batch/" + job.summary.id + "/events",
+          {headers, signal: ctl.signal});
+        const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const {value, done} = await reader.read();
+          if (done) break;
+          buf += value;
+          let i;
+          while ((i = buf.indexOf("\n\n")) >= 0) {
+            const block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            const ev = {event: "message", data: "", id: null};
+            for (const line of block.split("\n")) {
+              if (line === "" || line.startsWith(":")) continue;
+              const c = line.indexOf(":");
+              const field = c < 0 ? line : line.slice(0, c);
+              let v = c < 0 ? "" : line.slice(c + 1);
+              if (v.startsWith(" ")) v = v.slice(1);
+              if (field === "event") ev.event = v;
+              else if (field === "data") ev.data += (ev.data ? "\n" : "") + v;
+              else if (field === "id") ev.id = v;
+            }
+            if (ev.id !== null) job.last = ev.id;
+            if (ev.event === "target") onTarget(job, JSON.parse(ev.data));
+            else if (ev.event === "end") {
+              job.summary = JSON.parse(ev.data);
+              paint(job);
+              say("job " + job.summary.id.slice(0, 12) + " is " + job.summary.status);
+              return;
+            }
+          }
+        }
+      } catch (e) {
+        if (ctl.signal.aborted) return;
+        if (e.status === 404 || e.status === 401 || e.status === 400) {
+          job.stuck = true;  // not again: the next reload of the list decides
+          say(e.message, true);
+          return;
+        }
+      }
+      await new Promise((ok) => setTimeout(ok, 2000));  // dropped: resume after the last id
+    }
+  } finally {
+    job.ctl = null;
+    startStreams();
+  }
+}
+
+function startStreams() {
+  for (const job of jobs.values()) {
+    if (streams() >= MAX_STREAMS) return;
+    if (!job.ctl && !job.stuck && live(job.summary.status)) follow(job);
+  }
+}
+
+function show(summary, atTop) {
+  let job = jobs.get(summary.id);
+  if (!job) {
+    job = {summary, row: row(summary.id), ctl: null, last: null};
+    jobs.set(summary.id, job);
+    if (atTop) $("jobs").prepend(job.row); else $("jobs").append(job.row);
+  } else if (!job.ctl) {
+    job.summary = summary;  // a followed job is painted from its events
+    job.stuck = false;
+  }
+  paint(job);
+}
+
+function query(more) {
+  const params = new URLSearchParams();
+  const status = $("filter").value;
+  if (status) params.set("status", status);
+  if (more && next) params.set("before", next);
+  return "/v1/batch?" + params.toString();
+}
+
+async function refresh() {
+  // The newest page again: new jobs go on top, the others are updated; streams go on.
+  try {
+    const page = await (await api(query(false))).json();
+    for (const s of page.jobs.slice().reverse()) show(s, true);
+    $("empty").hidden = jobs.size > 0;
+    startStreams();
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+async function load(more) {
+  if (!key()) { say("Paste your API key first.", true); return; }
+  try {
+    const page = await (await api(query(more))).json();
+    if (!more) {
+      for (const j of jobs.values()) if (j.ctl) j.ctl.abort();
+      jobs.clear();
+      $("jobs").replaceChildren();
+    }
+    for (const s of page.jobs) show(s);
+    next = page.next;
+    $("more").hidden = !next;
+    $("empty").hidden = jobs.size > 0;
+    say(jobs.size + " job" + (jobs.size === 1 ? "" : "s") + " shown");
+    startStreams();
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+async function cancelJob(id) {
+  try {
+    const r = await api("/v1/batch/" + id, {method: "DELETE"});
+    const job = jobs.get(id);
+    if (job) { if (job.ctl) job.ctl.abort(); job.summary = await r.json(); paint(job); }
+    say("job " + id.slice(0, 12) + " cancelled");
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+async function download(id) {
+  try {
+    const r = await api("/v1/batch/" + id + "/results");
+    const url = URL.createObjectURL(await r.blob());
+    const a = el("a", {href: url, download: id + ".ndjson"});
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+$("keyform").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  sessionStorage.setItem(KEY, $("key").value.trim());
+  $("key").value = "";
+  load(false);
+});
+$("forget").addEventListener("click", () => {
+  sessionStorage.removeItem(KEY);
+  for (const j of jobs.values()) if (j.ctl) j.ctl.abort();
+  jobs.clear();
+  $("jobs").replaceChildren();
+  say("Key forgotten.");
+});
+$("filter").addEventListener("change", () => load(false));
+$("reload").addEventListener("click", () => load(false));
+$("more").addEventListener("click", () => load(true));
+setInterval(() => { if (key() && document.visibilityState === "visible") refresh(); }, 15000);
+if (key()) load(false); else $("key").focus();
+"""
+
+_BODY = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>trio-batch: your jobs</title>
+<link rel="icon" href="data:,">
+<style>{style}</style>
+</head>
+<body>
+<main>
+<h1>trio-batch: your jobs</h1>
+<form id="keyform">
+  <label for="key">API key
+    <input id="key" name="key" type="password" autocomplete="off" spellcheck="false"
+      aria-describedby="keyhelp" placeholder="tb_...">
+  </label>
+  <button class="primary" type="submit">Use key</button>
+  <button id="forget" type="button">Forget key</button>
+  <label for="filter">Show
+    <select id="filter">
+      <option value="">all jobs</option>
+      <option value="live">live (queued, running)</option>
+      <option value="done">done</option>
+      <option value="partial,failed">partial or failed</option>
+      <option value="cancelled">cancelled</option>
+    </select>
+  </label>
+  <button id="reload" type="button">Reload</button>
+</form>
+<p id="keyhelp" class="counts">The key stays in this tab (sessionStorage) and is sent only to
+this server. Live jobs update as their targets finish.</p>
+<p id="message" role="status" aria-live="polite"></p>
+<table>
+  <caption class="sr-only">Your jobs, newest first</caption>
+  <thead><tr><th scope="col">Job</th><th scope="col">Status</th><th scope="col">Created</th>
+    <th scope="col">Targets</th><th scope="col">Actions</th></tr></thead>
+  <tbody id="jobs"></tbody>
+</table>
+<p id="empty" hidden>No jobs yet.</p>
+<button id="more" type="button" hidden>Older jobs</button>
+</main>
+<script>{script}</script>
+</body>
+</html>
+"""
+
+PAGE = _BODY.replace("{style}", _STYLE).replace("{script}", _SCRIPT).encode()
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+HEADERS = {
+    "Content-Security-Policy": (
+        f"default-src 'none'; script-src {_sha256(_SCRIPT)}; style-src {_sha256(_STYLE)}; "
+        "connect-src 'self'; img-src 'self' blob: data:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+async def ui_page(request: Request) -> Response:
+    """The page; no key needed to load it (it holds no data)."""
+    return HTMLResponse(PAGE, headers=HEADERS)

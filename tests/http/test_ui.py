@@ -1,0 +1,147 @@
+"""``GET /ui`` in a real browser: Debian's Chromium, driven by Playwright for Python.
+
+The page is served by hypercorn over a real socket; the browser pastes a key, lists the jobs and
+follows a live one's events until its bar shows it done. Playwright's own browser downloads are
+never used (no ``playwright install``): the test drives the system's ``chromium`` through
+``executable_path`` and is skipped, saying why, where either is missing. ``.ci/run`` installs
+Chromium. ``TRIO_BATCH_UI_SCREENSHOT=docs/ui.png`` saves the screenshot the docs show.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from trio_batch import Config, TargetError, open_engine
+from trio_batch.http import create_app, serve
+from trio_batch.stores import MemoryStore
+from trio_batch.testing import ScriptedFetch
+from trio_batch.web import precheck
+
+from .conftest import ALICE, auth, make_keys
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class TestPage:
+    async def test_the_page_is_self_contained(self) -> None:
+        """One HTML answer: no external script, style or font; a CSP that allows only itself."""
+        async with open_engine(MemoryStore(), ScriptedFetch()) as engine:
+            app = create_app(engine, make_keys(), precheck=precheck)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                r = await client.get("/ui")
+
+        csp = r.headers["content-security-policy"]
+        assert 200 == r.status_code
+        assert r.headers["content-type"].startswith("text/html")
+        assert "src=" not in r.text
+        assert "http://" not in r.text and "https://" not in r.text
+        assert "default-src 'none'" in csp
+        assert "connect-src 'self'" in csp
+        assert "sessionStorage" in r.text
+        assert '<label for="key">' in r.text
+        assert "retry" not in r.text.lower().replace("retry after", "")
+
+
+def _drive(
+    base: str, job_ids: list[str], release: Callable[[], None], screenshot: Path
+) -> dict[str, object]:
+    """In a thread: load the page, use the key, watch the live job move to done."""
+    from playwright.sync_api import expect, sync_playwright
+
+    seen: dict[str, object] = {"errors": []}
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 520})
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on(
+                "response",
+                lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None,
+            )
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.goto(f"{base}/ui")
+            seen["focused"] = page.evaluate("document.activeElement.id")
+            page.get_by_label("API key").fill(ALICE)
+            page.keyboard.press("Enter")  # the form works from the keyboard
+            live = page.locator(f'tr[data-job-id="{job_ids[-1]}"]')
+            expect(live).to_have_attribute("data-status", "running")
+            expect(live.locator(".counts")).to_contain_text("1 done")
+            seen["rows"] = page.locator("tbody tr").count()
+            seen["first_row"] = page.locator("tbody tr").first.get_attribute("data-job-id")
+            seen["bar_before"] = live.get_by_role("progressbar").get_attribute("aria-valuenow")
+            page.screenshot(path=str(screenshot), full_page=True)  # a job mid-way, for the docs
+            seen["shot_bytes"] = screenshot.stat().st_size
+            release()  # the held target may finish now; the page learns it from the events
+            expect(live).to_have_attribute("data-status", "done", timeout=10_000)
+            expect(live.locator(".counts")).to_contain_text("2 done, 0 failed")
+            seen["bar_after"] = live.get_by_role("progressbar").get_attribute("aria-valuenow")
+            seen["cancel_disabled"] = live.get_by_role("button", name="Cancel").is_disabled()
+            seen["ndjson"] = live.get_by_role("link", name="NDJSON").get_attribute("href")
+        finally:
+            browser.close()
+    seen["errors"] = errors
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
+class TestInChromium:
+    async def test_a_job_moves_to_done_on_the_page(self, tmp_path: Path) -> None:
+        """The page lists the jobs, newest first, and a live job's bar follows its events."""
+        pytest.importorskip("playwright", reason="playwright is not installed (group browser)")
+        fetch = ScriptedFetch()
+        fetch.script("https://b.example.test/", TargetError("gone", status=404))
+        gate = fetch.hold("https://held.example.test/")
+        stop = trio.Event()
+        config = Config(jobs_per_caller=5, jobs_total=5, targets_per_job=40)
+        shot = Path(os.environ.get("TRIO_BATCH_UI_SCREENSHOT") or tmp_path / "ui.png")
+        async with open_engine(MemoryStore(), fetch, config) as engine:
+            app = create_app(engine, make_keys(), precheck=precheck, access_log_enabled=False)
+            async with trio.open_nursery() as nursery:
+                port: int = await nursery.start(
+                    lambda task_status: serve(
+                        app, port=0, shutdown_trigger=stop.wait, task_status=task_status
+                    )
+                )
+                base = f"http://127.0.0.1:{port}"
+                ids = []
+                async with httpx.AsyncClient(base_url=base, headers=auth()) as http:
+                    batches = [
+                        [f"https://a{i}.example.test/" for i in range(30)],
+                        ["https://a.example.test/", "https://b.example.test/"],
+                        ["https://c.example.test/", "https://held.example.test/"],
+                    ]
+                    for urls in batches:
+                        r = await http.post(
+                            "/v1/batch", json={"targets": [{"url": u} for u in urls]}
+                        )
+                        assert r.status_code == 202, r.text
+                        ids.append(r.json()["id"])
+                        if len(ids) < len(batches):
+                            await http.get(f"/v1/batch/{ids[-1]}/events")  # until it ends
+                seen = await trio.to_thread.run_sync(
+                    _drive, base, ids, lambda: trio.from_thread.run_sync(gate.set), shot
+                )
+                stop.set()
+
+        assert [] == seen["errors"]
+        assert "key" == seen["focused"]
+        assert 3 == seen["rows"]
+        assert ids[-1] == seen["first_row"]
+        assert "1" == seen["bar_before"]
+        assert "2" == seen["bar_after"]
+        assert seen["cancel_disabled"] is True
+        assert f"/v1/batch/{ids[-1]}/results" == seen["ndjson"]
+        assert isinstance(seen["shot_bytes"], int)
+        assert seen["shot_bytes"] > 0
