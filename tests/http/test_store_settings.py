@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,7 @@ STORE_SETTINGS = (
     "pg_heartbeat",
     "pg_pool_size",
     "pg_statement_timeout",
+    "pg_call_timeout",
     "pg_schema",
 )
 
@@ -38,15 +40,29 @@ class TestStoreSettings:
             0.0,
             4,
         )
-        assert (s.pg_statement_timeout, s.pg_schema) == (0.0, "trio_batch")
+        assert (s.pg_statement_timeout, s.pg_call_timeout, s.pg_schema) == (
+            0.0,
+            30.0,
+            "trio_batch",
+        )
 
     def test_from_flags_environment_and_file(self, tmp_path: Path) -> None:
         """Each comes from a flag, a TRIO_BATCH_* variable or the config file, flags winning."""
         config = tmp_path / "serve.toml"
-        config.write_text("pg_pool_size = 8\npg_heartbeat = 2\nstore_timeout = 1.5\n")
+        config.write_text(
+            "pg_pool_size = 8\npg_heartbeat = 2\nstore_timeout = 1.5\npg_call_timeout = 9\n"
+        )
         s = load_settings(
             {"pg_statement_timeout": "2.5", "store_timeout": "3"},
             environ={"TRIO_BATCH_PG_INSTANCE_TIMEOUT": "12", "TRIO_BATCH_PG_SCHEMA": "blue"},
+            config_file=str(config),
+        )
+        from_env = load_settings(
+            {}, environ={"TRIO_BATCH_PG_CALL_TIMEOUT": "7.5"}, config_file=str(config)
+        )
+        from_flag = load_settings(
+            {"pg_call_timeout": "0.25"},
+            environ={"TRIO_BATCH_PG_CALL_TIMEOUT": "7.5"},
             config_file=str(config),
         )
 
@@ -55,6 +71,11 @@ class TestStoreSettings:
             12.0,
             2.5,
             "blue",
+        )
+        assert (s.pg_call_timeout, from_env.pg_call_timeout, from_flag.pg_call_timeout) == (
+            9.0,
+            7.5,
+            0.25,
         )
 
     @pytest.mark.parametrize(
@@ -67,6 +88,12 @@ class TestStoreSettings:
             ({}, {"TRIO_BATCH_PG_STATEMENT_TIMEOUT": "-1"},
              r"^setting pg_statement_timeout \(environment variable TRIO_BATCH_PG_STATEMENT_"
              r"TIMEOUT\) must be a number of seconds >= 0"),
+            ({"pg_call_timeout": "0"}, {},
+             r"^setting pg_call_timeout \(flag --pg-call-timeout\) must be a number > 0 "
+             r"\(got '0'\)$"),
+            ({}, {"TRIO_BATCH_PG_CALL_TIMEOUT": "inf"},
+             r"^setting pg_call_timeout \(environment variable TRIO_BATCH_PG_CALL_TIMEOUT\) "
+             r"must be a number > 0 \(got 'inf'\)$"),
             ({"pg_heartbeat": "nan"}, {},
              r"^setting pg_heartbeat \(flag --pg-heartbeat\) must be a number of seconds >= 0"),
             ({"pg_schema": "Trio-Batch"}, {},
@@ -133,6 +160,7 @@ class TestOpenStore:
         pytest.importorskip("psycopg")
         from trio_batch.stores import PostgresStore
 
+        defaults = inspect.signature(PostgresStore.open).parameters
         seen: dict[str, object] = {}
 
         @contextlib.asynccontextmanager
@@ -150,6 +178,10 @@ class TestOpenStore:
             "heartbeat": None,
             "pool_size": 4,
             "schema": "trio_batch",
+            "call_timeout": 30.0,
+        }
+        assert {k: defaults[k].default for k in seen if k not in ("dsn", "heartbeat")} == {
+            k: v for k, v in seen.items() if k not in ("dsn", "heartbeat")
         }
 
     async def test_passes_the_pg_settings_when_set(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,6 +203,7 @@ class TestOpenStore:
             pg_heartbeat=3.0,
             pg_pool_size=6,
             pg_statement_timeout=1.5,
+            pg_call_timeout=2.0,
             pg_schema="blue",
         )
         async with open_store(settings):
@@ -182,4 +215,5 @@ class TestOpenStore:
             "heartbeat": 3.0,
             "pool_size": 6,
             "schema": "blue",
+            "call_timeout": 2.0,
         }

@@ -49,6 +49,7 @@ async def open_store(settings: Settings) -> AsyncIterator[Store]:
             heartbeat=settings.pg_heartbeat or None,
             pool_size=settings.pg_pool_size,
             schema=settings.pg_schema,
+            call_timeout=settings.pg_call_timeout,
         ) as pg:
             yield pg
     else:

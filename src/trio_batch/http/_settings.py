@@ -59,6 +59,7 @@ class Settings:
     pg_heartbeat: float = 0.0
     pg_pool_size: int = 4
     pg_statement_timeout: float = 0.0
+    pg_call_timeout: float = 30.0
     pg_schema: str = "trio_batch"
     shape_workers: int = 2
     shape_cpu_seconds: float = 10.0
@@ -322,6 +323,14 @@ SPECS: tuple[_Spec, ...] = (
         _seconds_or_zero,
         "PostgreSQL only: the server cancels a statement of this instance that runs longer "
         "(statement_timeout); 0 leaves the server's setting (default 0)",
+        "SECONDS",
+    ),
+    _Spec(
+        "pg_call_timeout",
+        _positive_float,
+        f"PostgreSQL only: seconds any store call of this instance waits for the database's "
+        f"answer; then the call fails and its query is cancelled on the server "
+        f"(default {_D.pg_call_timeout:g})",
         "SECONDS",
     ),
     _Spec(
