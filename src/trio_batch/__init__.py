@@ -7,23 +7,20 @@ one target of a job at a time, and every outcome lands in a store. See SPEC §2 
 from __future__ import annotations
 
 from ._config import Config as Config, Hooks as Hooks
-from ._engine import (
-    BatchEngine as BatchEngine,
-    EngineStatistics as EngineStatistics,
-    FetchFunc as FetchFunc,
-    open_engine as open_engine,
-)
+from ._engine import BatchEngine as BatchEngine
 from ._errors import (
     Busy as Busy,
     CallerBusy as CallerBusy,
     Error as Error,
     NoTargets as NoTargets,
+    NotRetryable as NotRetryable,
     RetryLater as RetryLater,
     StoreError as StoreError,
     SubmitError as SubmitError,
     TargetError as TargetError,
     TooManyTargets as TooManyTargets,
 )
+from ._live import EngineStatistics as EngineStatistics, FetchFunc as FetchFunc
 from ._model import (
     Caller as Caller,
     Job as Job,
@@ -35,7 +32,9 @@ from ._model import (
     Target as Target,
     TargetState as TargetState,
     TargetStatus as TargetStatus,
+    Webhook as Webhook,
 )
+from ._open import open_engine as open_engine
 from ._util import fixup_module_metadata as _fixup_module_metadata
 
 __version__ = "0.1.0.dev0"
@@ -53,6 +52,7 @@ __all__ = [
     "Job",
     "JobStatus",
     "NoTargets",
+    "NotRetryable",
     "Options",
     "Result",
     "RetryLater",
@@ -65,6 +65,7 @@ __all__ = [
     "TargetState",
     "TargetStatus",
     "TooManyTargets",
+    "Webhook",
     "open_engine",
 ]
 

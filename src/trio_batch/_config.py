@@ -48,9 +48,16 @@ class Config:
     retry_wait: float = 2.0
     retry_for: float = 600.0
     hooks: Hooks = Hooks()
+    resume: bool = False
+    """Resume the live jobs a process that is gone left in the store, instead of failing them
+    (SPEC §7); on a shared store, also adopt those of instances that stop later."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
+            if f.name == "resume":
+                if not isinstance(self.resume, bool):
+                    raise TypeError(f"Config.resume must be True or False (got {self.resume!r})")
+                continue
             if f.name == "hooks":
                 if not isinstance(self.hooks, Hooks):
                     raise TypeError(

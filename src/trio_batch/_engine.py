@@ -16,11 +16,8 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import cast, final
+from collections.abc import Callable, Sequence
+from typing import final
 
 import trio
 
@@ -29,8 +26,8 @@ from ._errors import NoTargets, RetryLater, TargetError, classify_failure
 from ._follow import EngineReads
 from ._groups import drain_in_groups
 from ._hooks import SafeHooks
+from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, resumed_live_jobs
 from ._model import (
-    CALLER_CLASSES,
     Caller,
     CallerClass,
     JobStatus,
@@ -39,54 +36,22 @@ from ._model import (
     Submitted,
     Target,
     TargetState,
+    Webhook,
+    checked_submission,
     idempotency_key,
 )
-from ._util import NoPublicConstructor, raise_single_exception_from_group
-from .stores._protocol import Limits, NewJob, Outcome, Store, Stored
-
-FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
-"""The per-target work: given the job's caller and one target, return its ``Result``."""
+from ._retry import failed_targets
+from ._util import NoPublicConstructor
+from .stores._protocol import Limits, NewJob, Outcome, ResumedJob, Store, Stored
 
 # Bookkeeping that must land even while the engine is being cancelled, but never forever.
 _CLEANUP_SECONDS = 5.0
 # Outcomes stored by one Store.finish_targets call at most.
 _MAX_GROUP = 512
+# Seconds between two looks for the jobs of engines that are gone (Config.resume).
+_ADOPT_EVERY = 5.0
 # Groups whose store call may be in flight at once: group k+1 is sent while k commits.
 _GROUPS_IN_FLIGHT = 2
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class EngineStatistics:
-    """A snapshot of the engine's counters, for debugging and metrics."""
-
-    live_jobs: int
-    """Jobs of this engine that are queued or running."""
-    inflight_targets: int
-    """Targets whose fetch is running now."""
-    workers: int
-    """Worker tasks (``Config.workers`` clamped to ``Config.max_workers``)."""
-    queued_jobs: int
-    """Jobs waiting in the rotation for a worker."""
-    retrying_jobs: int
-    """Jobs waiting out ``Config.retry_wait`` after a busy target."""
-
-
-class _LiveJob:
-    __slots__ = ("busy_since", "caller", "cancelled", "id", "next_idx", "started", "targets")
-
-    def __init__(self, job_id: str, caller: Caller, targets: list[Target], started: float) -> None:
-        self.id = job_id
-        self.caller = caller
-        self.targets = targets
-        self.next_idx = 0
-        self.started = started
-        self.busy_since: float | None = None
-        self.cancelled = False
-
-
-# A fetched target waiting to be stored: job, index, outcome, the fetch's error, fetch seconds.
-_Fetched = tuple[_LiveJob, int, Outcome, "BaseException | None", float]
 
 
 @final
@@ -114,12 +79,12 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             jobs_total=config.jobs_total,
         )
         self._workers = config.effective_workers
-        self._live: dict[str, _LiveJob] = {}
+        self._live: dict[str, LiveJob] = {}
         # Unbounded is safe: a job is in the channel at most once, so it holds at most
         # jobs_total items, and submit must never block on it.
-        self._send, self._recv = trio.open_memory_channel[_LiveJob](math.inf)
+        self._send, self._recv = trio.open_memory_channel[LiveJob](math.inf)
         # Outcomes in the order their fetches ended; bounded like the rotation (one a job).
-        self._fetched_send, self._fetched_recv = trio.open_memory_channel[_Fetched](math.inf)
+        self._fetched_send, self._fetched_recv = trio.open_memory_channel[Fetched](math.inf)
         self._inflight = 0
         self._retrying = 0
         self._tasks: trio.Nursery | None = None  # workers and retry timers; closing cancels it
@@ -130,11 +95,17 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
     # -- public API ---------------------------------------------------------------------------
 
     async def submit(
-        self, caller: Caller, caller_class: CallerClass, targets: Sequence[Target]
+        self,
+        caller: Caller,
+        caller_class: CallerClass,
+        targets: Sequence[Target],
+        *,
+        webhook: Webhook | None = None,
     ) -> Submitted:
         """Admit a job, or reuse the caller's identical one (SPEC §3.1).
 
-        The job and its targets are stored before this returns.
+        The job and its targets (and ``webhook``, which the service delivers: SPEC §7) are
+        stored before this returns.
 
         Cancellation: if this raises :class:`trio.Cancelled`, no job was stored and no cap is
         held. A cancel that arrives once the store has begun writing the job waits for the
@@ -147,28 +118,57 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             trio.ClosedResourceError: the engine is closed.
         """
         self._check_open()
-        if not isinstance(caller, Caller):
-            raise TypeError(f"caller must be a trio_batch.Caller (got {type(caller).__name__})")
-        if caller_class not in CALLER_CLASSES:
-            raise ValueError(f"caller_class must be 'fleet' or 'restricted' (got {caller_class!r})")
-        if isinstance(cast("object", targets), (str, bytes)):
-            raise TypeError("targets must be a sequence of trio_batch.Target, not a string")
-        targets = list(targets)
-        for i, target in enumerate(targets):
-            if not isinstance(target, Target):
-                raise TypeError(
-                    f"targets[{i}] must be a trio_batch.Target (got {type(target).__name__})"
-                )
-        if not targets:
+        checked = checked_submission(caller, caller_class, targets)
+        if webhook is not None and not isinstance(webhook, Webhook):
+            raise TypeError(f"webhook must be a trio_batch.Webhook (got {type(webhook).__name__})")
+        if not checked:
             raise NoTargets("the job has no targets: send at least one")
         await trio.lowlevel.checkpoint_if_cancelled()
+        return await self._admit(caller, caller_class, checked, webhook=webhook)
+
+    async def retry(
+        self, caller: Caller, caller_class: CallerClass, job_id: str
+    ) -> Submitted | None:
+        """A new job of ``caller`` with exactly the targets of ``job_id`` that failed (SPEC §7).
+
+        The targets keep their URLs, options and order; the new job's ``retry_of`` is
+        ``job_id``. A repeat returns the same new job (``reused``) while it may be reused.
+        Returns None for an unknown job or another caller's.
+
+        Cancellation: as :meth:`submit`.
+
+        Raises:
+            NotRetryable: the job is still live, or none of its targets failed.
+            TooManyTargets, CallerBusy, Busy: refused; nothing was stored.
+            trio.ClosedResourceError: the engine is closed.
+        """
+        self._check_open()
+        checked_submission(caller, caller_class, [])
+        await trio.lowlevel.checkpoint_if_cancelled()
+        targets = await failed_targets(self._store, caller.name, job_id)
+        if targets is None:
+            return None
+        return await self._admit(caller, caller_class, targets, retry_of=job_id)
+
+    async def _admit(
+        self,
+        caller: Caller,
+        caller_class: CallerClass,
+        targets: list[Target],
+        *,
+        retry_of: str = "",
+        webhook: Webhook | None = None,
+    ) -> Submitted:
         job = NewJob(
             id=secrets.token_hex(16),
             caller=caller.name,
             caller_class=caller_class,
-            key=idempotency_key(caller, targets),
+            key=idempotency_key(caller, targets, retry_of),
             targets=targets,
             now=self._wall(),
+            workspace=caller.workspace,
+            retry_of=retry_of,
+            webhook="" if webhook is None else webhook.to_json(),
         )
         submitted = await self._store.admit(job, self._limits)
         if submitted.reused:
@@ -178,12 +178,14 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
                 await self._store.interrupt([job.id], self._wall())
             self._check_open()
-        live = _LiveJob(job.id, caller, targets, trio.current_time())
-        self._live[job.id] = live
-        self._call_job_hook("created")
+        self._enter(LiveJob(job.id, caller, targets, trio.current_time()), "created")
+        return submitted
+
+    def _enter(self, live: LiveJob, event: str) -> None:
+        self._live[live.id] = live
+        self._call_job_hook(event)
         self._report_depth()
         self._send.send_nowait(live)
-        return submitted
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a live job (SPEC §3.5).
@@ -320,12 +322,37 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
                         self._tasks = tasks
                         for _ in range(self._workers):
                             await tasks.start(self._worker)
+                        if self._config.resume:
+                            tasks.start_soon(self._adopt_loop)
                         task_status.started()
                         await trio.sleep_forever()
                 finally:
                     self._fetched_send.close()
         finally:
             self._runner_done.set()
+
+    def _resume(self, resumed: Sequence[ResumedJob]) -> None:
+        """Put jobs taken over from an engine that is gone back in the rotation, oldest first."""
+        for live in resumed_live_jobs(resumed, trio.current_time(), self._wall()):
+            if live.id in self._live or self._closing:
+                continue
+            if live.next_idx < len(live.targets):
+                self._enter(live, "resumed")
+            else:  # live, yet nothing left to run: end it as after a store error
+                self._live[live.id] = live
+                assert self._tasks is not None
+                self._tasks.start_soon(self._interrupt_unfinished, live)
+        if resumed:
+            self._log.info("resumed %d live jobs", len(resumed), extra={"jobs": len(resumed)})
+
+    async def _adopt_loop(self) -> None:
+        """Now and then, take over the jobs of engines that are gone (a shared store's)."""
+        while True:
+            await trio.sleep(_ADOPT_EVERY)
+            try:
+                self._resume(await self._store.resume(self._wall()))
+            except Exception as exc:
+                self._store_error("resume", "", exc)
 
     async def _worker(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -340,7 +367,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             if not live.cancelled:
                 await self._run_target(live)
 
-    async def _run_target(self, live: _LiveJob) -> None:
+    async def _run_target(self, live: LiveJob) -> None:
         idx = live.next_idx
         try:
             started = await self._store.start_target(live.id, idx, self._wall())
@@ -390,7 +417,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             self._report_inflight()
         self._fetched_send.send_nowait((live, idx, outcome, error, trio.current_time() - t0))
 
-    async def _retry(self, live: _LiveJob, idx: int, wait: float) -> None:
+    async def _retry(self, live: LiveJob, idx: int, wait: float) -> None:
         try:
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
                 await self._store.release_target(live.id, idx, self._wall())
@@ -401,7 +428,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         assert self._tasks is not None
         self._tasks.start_soon(self._requeue_after, live, wait)
 
-    async def _requeue_after(self, live: _LiveJob, wait: float) -> None:
+    async def _requeue_after(self, live: LiveJob, wait: float) -> None:
         self._retrying += 1
         try:
             await trio.sleep(wait)
@@ -409,7 +436,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             self._retrying -= 1
         self._requeue(live)
 
-    def _requeue(self, live: _LiveJob) -> None:
+    def _requeue(self, live: LiveJob) -> None:
         if not live.cancelled and not self._closing:
             self._send.send_nowait(live)
 
@@ -422,7 +449,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             in_flight=_GROUPS_IN_FLIGHT,
         )
 
-    async def _store_group(self, group: list[_Fetched]) -> Sequence[Stored | Exception]:
+    async def _store_group(self, group: list[Fetched]) -> Sequence[Stored | Exception]:
         items = [(live.id, idx, outcome) for live, idx, outcome, _, _ in group]
         try:
             return await self._store.finish_targets(items, self._wall(), self._config.max_bytes)
@@ -430,7 +457,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             return [exc] * len(group)
 
     async def _acknowledge_group(
-        self, group: list[_Fetched], results: Sequence[Stored | Exception]
+        self, group: list[Fetched], results: Sequence[Stored | Exception]
     ) -> None:
         unfinished = [
             live
@@ -440,7 +467,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         for live in unfinished:
             await self._interrupt_unfinished(live)
 
-    def _acknowledge(self, fetched: _Fetched, stored: Stored | Exception) -> _LiveJob | None:
+    def _acknowledge(self, fetched: Fetched, stored: Stored | Exception) -> LiveJob | None:
         """Hooks, then settle or requeue the job; return it if its last outcome was not stored."""
         live, idx, outcome, error, seconds = fetched
         if isinstance(stored, Exception):
@@ -461,7 +488,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             return live
         return None
 
-    async def _interrupt_unfinished(self, live: _LiveJob) -> None:
+    async def _interrupt_unfinished(self, live: LiveJob) -> None:
         # The last outcome did not finish the job (a store error): free its cap.
         failed: list[str] = []
         with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
@@ -474,7 +501,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         elif self._live.pop(live.id, None) is not None:
             self._report_depth()
 
-    def _settle(self, live: _LiveJob, status: JobStatus) -> None:
+    def _settle(self, live: LiveJob, status: JobStatus) -> None:
         self._live.pop(live.id, None)
         self._watchers.changed(live.id)
         self._call_job_hook(status.value)
@@ -502,49 +529,3 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             type(exc).__name__,
             extra={"job_id": job_id, "op": op, "error_type": type(exc).__name__},
         )
-
-
-@asynccontextmanager
-async def open_engine(
-    store: Store,
-    fetch: FetchFunc,
-    config: Config = Config(),  # noqa: B008 - Config is frozen
-    *,
-    logger: logging.Logger | None = None,
-    wall_clock: Callable[[], float] = time.time,
-) -> AsyncIterator[BatchEngine]:
-    """Open a :class:`BatchEngine` whose workers live until the block exits.
-
-    On entry, live jobs left in the store by a process that is gone are failed
-    (``interrupted``). On exit the engine is closed (see :meth:`BatchEngine.aclose`). An
-    exception from the block comes out as itself, with its ``__cause__`` and ``__context__``,
-    not wrapped in an exception group; two errors at once (the block's and a crashed worker's)
-    come out as a group.
-
-    Cancellation: cancelling the block cancels every fetch in flight; outcomes already fetched
-    are still stored, and the live jobs end ``failed``/``interrupted`` (bounded by 5 seconds
-    of store writes). A cancel during entry leaves nothing running.
-    """
-    if not callable(fetch):
-        raise TypeError("fetch must be an async function (caller, target) -> Result")
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a trio_batch.Config (got {type(config).__name__})")
-    log = logger if logger is not None else logging.getLogger("trio_batch")
-    engine = BatchEngine._create(store, fetch, config, log, wall_clock)
-    recovered = await store.recover(wall_clock())
-    if recovered:
-        log.warning(
-            "failed %d live jobs left by a process that is gone",
-            len(recovered),
-            extra={"jobs": len(recovered)},
-        )
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(engine._run)
-            try:
-                yield engine
-            finally:
-                await engine.aclose()
-    except BaseExceptionGroup as group:
-        raise_single_exception_from_group(group)
-        raise

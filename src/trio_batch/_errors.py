@@ -43,6 +43,11 @@ class SubmitError(Error):
 
 
 @final
+class NotRetryable(SubmitError):
+    """A retry was refused: the job is still live, or none of its targets failed."""
+
+
+@final
 class NoTargets(SubmitError):
     """The job has no targets."""
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, TypeAlias, final
+from typing import Any, Literal, NamedTuple, TypeAlias, cast, final
 
 JSONValue: TypeAlias = (
     "Mapping[str, JSONValue] | Sequence[JSONValue] | str | int | float | bool | None"
@@ -159,6 +159,46 @@ class TargetState(enum.StrEnum):
     FAILED = "failed"
 
 
+WebhookEvent = Literal["target", "end"]
+"""What a webhook is told about: each target that ends, and the job's end."""
+WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = ("target", "end")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """Where to tell a job's caller about its progress (SPEC §7); stored with the job.
+
+    The engine only stores it; the service (``trio-batch serve``) delivers it, signed with the
+    caller's secret. ``events`` is a non-empty subset of ``("target", "end")``.
+    """
+
+    url: str
+    events: tuple[WebhookEvent, ...] = ("end",)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            raise ValueError("Webhook.url must be a non-empty string")
+        events = tuple(self.events)
+        if not events or any(e not in WEBHOOK_EVENTS for e in events):
+            raise ValueError(
+                f"Webhook.events must be a non-empty list of 'target' and 'end' (got {events!r})"
+            )
+        object.__setattr__(self, "events", tuple(e for e in WEBHOOK_EVENTS if e in events))
+
+    def to_json(self) -> str:
+        """Compact JSON, as the store keeps it."""
+        return json.dumps({"url": self.url, "events": list(self.events)}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Webhook | None:
+        """The webhook stored as ``text``; None for the empty string (no webhook)."""
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(url=data["url"], events=tuple(data["events"]))
+
+
 CallerClass = Literal["fleet", "restricted"]
 """A caller's class: ``fleet`` callers share the web cache; ``restricted`` ones do not."""
 CALLER_CLASSES: tuple[CallerClass, ...] = ("fleet", "restricted")
@@ -186,6 +226,8 @@ class Job:
     created_at: float
     updated_at: float = 0.0
     lease: float = 0.0
+    retry_of: str = ""
+    """The job this one retries (``BatchEngine.retry``), or empty."""
 
 
 @final
@@ -234,9 +276,32 @@ class Snapshot(NamedTuple):
     targets: list[TargetStatus]
 
 
-def idempotency_key(caller: Caller, targets: list[Target]) -> str:
+def checked_submission(caller: object, caller_class: object, targets: object) -> list[Target]:
+    """The targets of a submit as a list, after checking the arguments' types.
+
+    Raises:
+        TypeError, ValueError: an argument is malformed; the message names it.
+    """
+    if not isinstance(caller, Caller):
+        raise TypeError(f"caller must be a trio_batch.Caller (got {type(caller).__name__})")
+    if caller_class not in CALLER_CLASSES:
+        raise ValueError(f"caller_class must be 'fleet' or 'restricted' (got {caller_class!r})")
+    if isinstance(targets, (str, bytes)):
+        raise TypeError("targets must be a sequence of trio_batch.Target, not a string")
+    checked: list[Target] = []
+    for i, target in enumerate(cast("Sequence[object]", targets)):
+        if not isinstance(target, Target):
+            raise TypeError(
+                f"targets[{i}] must be a trio_batch.Target (got {type(target).__name__})"
+            )
+        checked.append(target)
+    return checked
+
+
+def idempotency_key(caller: Caller, targets: list[Target], retry_of: str = "") -> str:
     """Hex SHA-256 of the caller's name and the canonical JSON of the targets (SPEC §3.1)."""
     canonical = json.dumps(
         [t.to_json() for t in targets], separators=(",", ":"), sort_keys=True, ensure_ascii=False
     )
-    return hashlib.sha256(f"{caller.name}\x00{canonical}".encode()).hexdigest()
+    link = f"\x00retry\x00{retry_of}" if retry_of else ""  # a retry is its own request
+    return hashlib.sha256(f"{caller.name}\x00{canonical}{link}".encode()).hexdigest()

@@ -19,7 +19,7 @@ SPEC_NAMES = {
     "Job", "TargetStatus", "JobStatus", "TargetState", "Submitted", "Snapshot",
     "SubmitError", "NoTargets", "TooManyTargets", "CallerBusy", "Busy",
 }  # fmt: skip
-EXTRA_NAMES = {"EngineStatistics", "Error", "FetchFunc", "StoreError"}
+EXTRA_NAMES = {"EngineStatistics", "Error", "FetchFunc", "NotRetryable", "StoreError", "Webhook"}
 
 
 def test_all_is_the_spec_names_plus_documented_extras() -> None:

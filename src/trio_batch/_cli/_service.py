@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator, Callable
 
 import trio
 
-from .._engine import BatchEngine, FetchFunc, open_engine
+from .._engine import BatchEngine
 from .._errors import StoreError
+from .._live import FetchFunc
 from .._model import Caller
+from .._open import open_engine
 from ..http import KeyRing, PrecheckFunc, Settings, create_app, load_keys, serve
 from ..metrics import PrometheusMetrics
 from ..stores import SQLiteStore, Store

@@ -25,7 +25,7 @@ from typing import final
 
 import trio
 
-from .._engine import FetchFunc
+from .._live import FetchFunc
 from .._model import Caller, Result, Target
 from ._catalog import list_jobs, resolve_id
 from ._common import DEFAULT_DB, EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError

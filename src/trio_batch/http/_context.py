@@ -11,7 +11,8 @@ from typing import final
 import trio
 from starlette.requests import Request
 
-from .._engine import BatchEngine, FetchFunc
+from .._engine import BatchEngine
+from .._live import FetchFunc
 from ..metrics import PrometheusMetrics
 from ._deadline import StoreCalls
 from ._errors import ApiError, retry_after_header

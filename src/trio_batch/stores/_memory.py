@@ -20,6 +20,7 @@ from .._model import (
     Result,
     Snapshot,
     Submitted,
+    Target,
     TargetState,
     TargetStatus,
 )
@@ -31,6 +32,7 @@ from ._protocol import (
     Limits,
     NewJob,
     Outcome,
+    ResumedJob,
     Stored,
 )
 from ._rules import check_caps, terminal_status
@@ -61,6 +63,9 @@ class _JobRow:
     done: int = 0
     bytes: int = 0
     seq: int = 0
+    workspace: str = ""
+    retry_of: str = ""
+    webhook: str = ""
 
     def view(self) -> Job:
         return Job(
@@ -73,7 +78,12 @@ class _JobRow:
             created_at=self.created_at,
             updated_at=self.updated_at,
             lease=self.lease,
+            retry_of=self.retry_of,
         )
+
+
+def _by_seq(row: _JobRow) -> int:
+    return row.seq
 
 
 def _target_status(idx: int, t: _TargetRow, *, results: bool) -> TargetStatus:
@@ -115,6 +125,7 @@ class MemoryStore:
         self._cache: dict[str, CacheEntry] = {}  # insertion order = stored order
         self._cache_bytes = 0
         self._closed = False
+        self._resumed = False  # after recover or resume, every live job is this engine's
 
     async def __aenter__(self) -> MemoryStore:
         await trio.lowlevel.checkpoint()
@@ -159,6 +170,9 @@ class MemoryStore:
             lease=job.now,
             targets=[_TargetRow(t.url, t.options) for t in job.targets],
             seq=next(self._seq),
+            workspace=job.workspace,
+            retry_of=job.retry_of,
+            webhook=job.webhook,
         )
         self._by_key[(job.caller, job.key)] = job.id
         bisect.insort(self._by_caller.setdefault(job.caller, []), (job.now, job.id))
@@ -170,7 +184,36 @@ class MemoryStore:
 
     async def recover(self, now: float) -> list[str]:
         await self._checkpoint()
+        self._resumed = True
         return self._interrupt([j.id for j in self._jobs.values() if j.status.live], now)
+
+    async def resume(self, now: float) -> list[ResumedJob]:
+        await self._checkpoint()
+        if self._resumed:
+            return []
+        self._resumed = True
+        resumed = []
+        for row in sorted((j for j in self._jobs.values() if j.status.live), key=_by_seq):
+            for target in row.targets:
+                if target.status is TargetState.RUNNING:
+                    target.status = TargetState.PENDING
+            row.updated_at = now
+            next_idx = next(
+                (i for i, t in enumerate(row.targets) if t.status is TargetState.PENDING),
+                len(row.targets),
+            )
+            resumed.append(
+                ResumedJob(
+                    id=row.id,
+                    caller=row.caller,
+                    workspace=row.workspace,
+                    caller_class=row.caller_class,
+                    targets=[Target(t.url, t.options) for t in row.targets],
+                    next_idx=next_idx,
+                    created_at=row.created_at,
+                )
+            )
+        return resumed
 
     async def start_target(self, job_id: str, idx: int, now: float) -> bool:
         await self._checkpoint()

@@ -32,6 +32,29 @@ class NewJob:
     key: str
     targets: Sequence[Target]
     now: float
+    workspace: str = ""
+    retry_of: str = ""
+    """The job this one retries (SPEC §7), or empty."""
+    webhook: str = ""
+    """The job's ``Webhook`` as JSON (``Webhook.to_json``), or empty for none."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ResumedJob:
+    """A live job taken over from an engine that is gone (``Store.resume``): what it needs to run.
+
+    ``targets`` are all of the job's targets; ``next_idx`` is the first one still pending (a
+    target that was running is pending again and is fetched again).
+    """
+
+    id: str
+    caller: str
+    workspace: str
+    caller_class: str
+    targets: Sequence[Target]
+    next_idx: int
+    created_at: float
 
 
 @final
@@ -138,6 +161,18 @@ class Store(Protocol):
 
         A single-process store treats every live job as orphaned: it is called when an
         engine opens. A repeat finds nothing more to do.
+        """
+        ...
+
+    async def resume(self, now: float) -> list[ResumedJob]:
+        """Take over the live jobs whose engine is gone, instead of failing them (SPEC §7).
+
+        Their running targets go back to pending; the jobs stay live and are returned oldest
+        first, now this engine's. A single-process store treats every live job as orphaned on
+        the first call and returns nothing on later calls (every live job is then this
+        engine's); a shared store (PostgreSQL) returns, on each call, the live jobs of the
+        instances that are gone since, so an engine calls it now and then to adopt them. Once
+        an engine calls this, the store no longer fails a gone instance's jobs by itself.
         """
         ...
 

@@ -12,8 +12,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import Busy, CallerBusy, TooManyTargets
-from .._model import LIVE_STATUSES, Job, JobStatus, Options, Result, TargetState, TargetStatus
-from ._protocol import Limits
+from .._model import (
+    LIVE_STATUSES,
+    Job,
+    JobStatus,
+    Options,
+    Result,
+    Target,
+    TargetState,
+    TargetStatus,
+)
+from ._protocol import Limits, ResumedJob
 
 LIVE_SQL = "(" + ", ".join(f"'{s.value}'" for s in LIVE_STATUSES) + ")"
 """The live statuses as an SQL list, for ``status IN {LIVE_SQL}``."""
@@ -22,7 +31,8 @@ Row = Sequence[Any]
 """A row of a SQL driver: its cells have no static type."""
 
 JOB_COLUMNS = (
-    "id, caller, status, error, targets_total, targets_done, created_at, updated_at, lease"
+    "id, caller, status, error, targets_total, targets_done, created_at, updated_at, lease, "
+    "retry_of"
 )
 """The columns :func:`job_from_row` decodes, in its order."""
 
@@ -90,6 +100,26 @@ def job_from_row(row: Row) -> Job:
         created_at=float(row[6]),
         updated_at=float(row[7]),
         lease=float(row[8]),
+        retry_of=str(row[9]),
+    )
+
+
+RESUME_JOB_COLUMNS = "id, caller, workspace, caller_class, created_at"
+"""The job columns :func:`resumed_job` reads, in its order."""
+
+
+def resumed_job(row: Row, targets: Sequence[Row]) -> ResumedJob:
+    """A :class:`ResumedJob` from :data:`RESUME_JOB_COLUMNS` and its ``url, options JSON,
+    status`` target rows in input order (running ones already put back to pending)."""
+    next_idx = next((i for i, t in enumerate(targets) if t[2] == TargetState.PENDING), len(targets))
+    return ResumedJob(
+        id=str(row[0]),
+        caller=str(row[1]),
+        workspace=str(row[2]),
+        caller_class=str(row[3]),
+        targets=[Target(str(t[0]), _options_from_json(str(t[1]))) for t in targets],
+        next_idx=next_idx,
+        created_at=float(row[4]),
     )
 
 

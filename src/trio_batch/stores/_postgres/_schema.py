@@ -25,7 +25,7 @@ from .._rules import LIVE_SQL
 Conn = psycopg.Connection[TupleRow]
 Cursor = psycopg.Cursor[TupleRow]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 7
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
@@ -159,6 +159,80 @@ MIGRATIONS: list[str] = [
     """,
     # The listing index of GET /v1/batch (SPEC §7): a page costs its rows.
     "CREATE INDEX jobs_by_caller ON jobs (caller, created_at DESC, id DESC)",
+    # SPEC §7: what resume needs to run a job again (the caller's workspace), retry's link, the
+    # webhook and its delivery state (hook_*: see stores/_hooks), and each target's times.
+    """
+    ALTER TABLE jobs ADD COLUMN workspace text NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN retry_of text NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN webhook text NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN hook_open boolean NOT NULL DEFAULT false;
+    ALTER TABLE jobs ADD COLUMN hook_cursor integer NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN hook_attempts integer NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN hook_since double precision NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN hook_next_at double precision NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_hooks ON jobs (hook_next_at) WHERE hook_open;
+    ALTER TABLE targets ADD COLUMN started_at double precision;
+    ALTER TABLE targets ADD COLUMN finished_at double precision
+    """,
+    "DROP FUNCTION admit_job(integer, text, text, text, text, double precision, "
+    "double precision, text, text[], text[], bigint, bigint, bigint)",
+    # Admission in one round trip: reuse, caps, insert and sweep in one function call.
+    f"""
+    CREATE FUNCTION admit_job(
+        p_lock integer, p_id text, p_caller text, p_class text, p_key text,
+        p_now double precision, p_ttl double precision, p_instance text,
+        p_urls text[], p_opts text[],
+        p_targets_per_job bigint, p_jobs_per_caller bigint, p_jobs_total bigint,
+        p_workspace text, p_retry_of text, p_webhook text,
+        OUT reused text, OUT caller_live bigint, OUT total_live bigint, OUT admitted boolean
+    ) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    DECLARE
+        prev record;
+        gone bigint;
+        freed bigint;
+    BEGIN
+        admitted := false;
+        caller_live := 0;
+        total_live := 0;
+        -- Serialises admissions across instances until the transaction ends. In READ
+        -- COMMITTED each statement below takes a new snapshot, so it sees every admission
+        -- committed before the lock was granted.
+        PERFORM pg_advisory_xact_lock(p_lock, {LOCK_ADMIT});
+        SELECT id, status, lease INTO prev FROM jobs
+        WHERE caller = p_caller AND key = p_key
+        ORDER BY created_at DESC, seq DESC LIMIT 1;
+        IF FOUND AND prev.status IN ('queued', 'running', 'done', 'partial')
+                AND prev.lease >= p_now - p_ttl THEN
+            reused := prev.id;
+            RETURN;
+        END IF;
+        SELECT count(*) FILTER (WHERE caller = p_caller), count(*)
+        INTO caller_live, total_live
+        FROM jobs WHERE status IN {LIVE_SQL};
+        IF cardinality(p_urls) > p_targets_per_job OR caller_live >= p_jobs_per_caller
+                OR total_live >= p_jobs_total THEN
+            RETURN;  -- refused: the caller raises the first cap broken (check_caps)
+        END IF;
+        INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at,
+            updated_at, lease, instance, workspace, retry_of, webhook, hook_open)
+        VALUES (p_id, p_caller, p_class, p_key, 'queued', cardinality(p_urls), p_now, p_now,
+            p_now, p_instance, p_workspace, p_retry_of, p_webhook, p_webhook <> '');
+        INSERT INTO targets (job_id, idx, url, options, status)
+        SELECT p_id, t.i - 1, t.u, t.o, 'pending'
+        FROM unnest(p_urls, p_opts) WITH ORDINALITY AS t (u, o, i);
+        WITH g AS (
+            DELETE FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < p_now - p_ttl
+            RETURNING bytes
+        )
+        SELECT count(*), coalesce(sum(bytes), 0) INTO gone, freed FROM g;
+        IF gone > 0 THEN
+            INSERT INTO counters (kind, shard, bytes) VALUES ('results', p_instance, -freed)
+            ON CONFLICT (kind, shard) DO UPDATE SET bytes = counters.bytes + excluded.bytes;
+        END IF;
+        admitted := true;
+    END
+    $$
+    """,
 ]
 
 

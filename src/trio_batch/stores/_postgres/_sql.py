@@ -20,8 +20,16 @@ from dataclasses import dataclass, field
 from typing import Protocol, final
 
 from ..._model import JobStatus, Snapshot
-from .._protocol import CacheEntry, FinishItem, Stored
-from .._rules import JOB_COLUMNS, LIVE_SQL, Row, job_from_row, target_from_row
+from .._protocol import CacheEntry, FinishItem, ResumedJob, Stored
+from .._rules import (
+    JOB_COLUMNS,
+    LIVE_SQL,
+    RESUME_JOB_COLUMNS,
+    Row,
+    job_from_row,
+    resumed_job,
+    target_from_row,
+)
 from ._schema import LOCK_CACHE, LOCK_EVICT, Conn, Cursor, advisory_lock
 
 
@@ -52,7 +60,7 @@ ADMIT = Statement(
     "admit",
     "SELECT reused, caller_live, total_live, admitted FROM admit_job("
     "%s, %s, %s, %s, %s, %s, %s, %s, ARRAY(SELECT json_array_elements_text(%s::json)), "
-    "ARRAY(SELECT json_array_elements_text(%s::json)), %s, %s, %s)",
+    "ARRAY(SELECT json_array_elements_text(%s::json)), %s, %s, %s, %s, %s, %s)",
 )
 
 START = Statement(
@@ -379,6 +387,49 @@ def reap(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def adopt(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[ResumedJob]:
+    """Take over the live jobs of instances that are gone (``Store.resume``), oldest first.
+
+    As :func:`reap`, but the jobs stay live: they move to ``instance`` and their running
+    targets go back to pending. Two instances adopting at once take each job once (the
+    second's update finds it owned by a live instance).
+    """
+    jobs = conn.execute(
+        f"""
+        WITH dead AS (
+            DELETE FROM instances
+            WHERE id <> %(me)s AND heartbeat_at < clock_timestamp() - timeout * interval '1 second'
+            RETURNING id
+        ), alive AS (
+            SELECT id FROM instances WHERE id NOT IN (SELECT id FROM dead)
+        )
+        UPDATE jobs SET instance = %(me)s, updated_at = %(now)s
+        WHERE status IN {LIVE_SQL}
+            AND (instance = %(own)s OR instance NOT IN (SELECT id FROM alive))
+        RETURNING {RESUME_JOB_COLUMNS}, seq
+        """,
+        {"me": instance, "own": instance if own_jobs else None, "now": now},
+    ).fetchall()
+    fold_shards(conn)
+    if not jobs:
+        return []
+    ids = [str(r[0]) for r in jobs]
+    conn.execute(
+        "UPDATE targets SET status = 'pending', started_at = NULL "
+        "WHERE job_id = ANY(%s) AND status = 'running'",
+        (ids,),
+    )
+    targets: dict[str, list[Row]] = {job_id: [] for job_id in ids}
+    for job_id, *row in conn.execute(
+        "SELECT job_id, url, options, status FROM targets WHERE job_id = ANY(%s) "
+        "ORDER BY job_id, idx",
+        (ids,),
+    ):
+        targets[str(job_id)].append(row)
+    jobs.sort(key=lambda r: (float(r[4]), int(r[5])))
+    return [resumed_job(r, targets[str(r[0])]) for r in jobs]
+
+
 # -- byte caps -----------------------------------------------------------------------------------
 
 
@@ -433,7 +484,8 @@ def snapshot(conn: Conn, job_id: str) -> Snapshot | None:
     ).fetchall()
     if not rows:
         return None
-    targets = [target_from_row(r[9:16]) for r in rows if r[9] is not None]
+    n = len(JOB_COLUMNS.split(","))
+    targets = [target_from_row(r[n : n + 7]) for r in rows if r[n] is not None]
     return Snapshot(job_from_row(rows[0]), targets)
 
 

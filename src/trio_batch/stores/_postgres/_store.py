@@ -29,7 +29,7 @@ from psycopg_pool import ConnectionPool
 from ..._errors import StoreError
 from ..._model import Job, Snapshot, Submitted
 from ..._util import NoPublicConstructor, raise_single_exception_from_group
-from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
+from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, ResumedJob, Stored
 from .._rules import check_caps, job_from_row, options_json
 from . import _sql
 from ._batch import WriteQueue
@@ -89,6 +89,7 @@ class PostgresStore(PostgresReads, metaclass=NoPublicConstructor):
         # The live jobs this instance admitted: start_target answers from it without waiting
         # for the database. Jobs leave it when they end here or a write finds them not live.
         self._live: set[str] = set()
+        self._resumed = False  # once an engine resumes, gone instances' jobs are adopted
         self._queue = WriteQueue(
             connect,
             instance=self._instance,
@@ -304,6 +305,8 @@ class PostgresStore(PostgresReads, metaclass=NoPublicConstructor):
                 extra={"instance": self._instance},
             )
             _sql.register(conn, self._instance, self._instance_timeout)
+        if self._resumed:  # gone instances' jobs are adopted (resume), not failed
+            return []
         return _sql.reap(conn, self._instance, time.time(), own_jobs=False)
 
     # -- the Store protocol -------------------------------------------------------------------
@@ -345,6 +348,9 @@ class PostgresStore(PostgresReads, metaclass=NoPublicConstructor):
             limits.targets_per_job,
             limits.jobs_per_caller,
             limits.jobs_total,
+            job.workspace,
+            job.retry_of,
+            job.webhook,
         )
         submitted: Submitted = await self._queue.execute(_sql.ADMIT, params, handle, admits=True)
         if not submitted.reused:
@@ -363,6 +369,26 @@ class PostgresStore(PostgresReads, metaclass=NoPublicConstructor):
         failed = await self._write(lambda conn: _sql.reap(conn, self._instance, now, own_jobs=True))
         self._forget(failed)
         return failed
+
+    async def resume(self, now: float) -> list[ResumedJob]:
+        """Adopt the live jobs of this instance and of instances that are gone (SPEC §7).
+
+        Their running targets go back to pending; the jobs stay live, now this instance's, and
+        are returned oldest first. The first call takes this instance's own live jobs too (as
+        :meth:`recover` does); later calls take only those of instances gone since, so an engine
+        calls it now and then. From the first call on, the heartbeat stops failing the jobs of
+        gone instances: they wait for a ``resume`` (of this instance or another).
+
+        Cancellation: if this raises :class:`trio.Cancelled`, no job was adopted. Once queued,
+        the write is not cancellable: it commits and this returns.
+        """
+        own = not self._resumed
+        self._resumed = True
+        resumed = await self._write(
+            lambda conn: _sql.adopt(conn, self._instance, now, own_jobs=own)
+        )
+        self._live.update(job.id for job in resumed)
+        return resumed
 
     async def start_target(self, job_id: str, idx: int, now: float) -> bool:
         """Mark the target running; False, writing nothing, when the job is no longer live.

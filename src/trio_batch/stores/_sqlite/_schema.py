@@ -12,7 +12,7 @@ import sqlite3
 
 from ..._errors import StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The writer connection's own checkpoints (about 32 MiB of WAL): only if the checkpointer
 # thread (_checkpoint) falls far behind.
@@ -71,6 +71,21 @@ MIGRATIONS: list[str] = [
     """,
     # The listing index of GET /v1/batch (SPEC §7): a page costs its rows.
     "CREATE INDEX jobs_by_caller ON jobs (caller, created_at DESC, id DESC)",
+    # SPEC §7: what resume needs to run a job again (the caller's workspace), retry's link, the
+    # webhook and its delivery state (hook_*: see stores/_hooks), and each target's times.
+    """
+    ALTER TABLE jobs ADD COLUMN workspace TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN retry_of TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN webhook TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN hook_open INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN hook_cursor INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN hook_attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN hook_since REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN hook_next_at REAL NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_hooks ON jobs (hook_next_at) WHERE hook_open = 1;
+    ALTER TABLE targets ADD COLUMN started_at REAL;
+    ALTER TABLE targets ADD COLUMN finished_at REAL
+    """,
 ]
 
 

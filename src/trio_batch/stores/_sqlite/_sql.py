@@ -17,13 +17,15 @@ from ..._model import (
     Submitted,
     TargetState,
 )
-from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
+from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, ResumedJob, Stored
 from .._rules import (
     JOB_COLUMNS,
     LIVE_SQL,
+    RESUME_JOB_COLUMNS,
     check_caps,
     job_from_row,
     options_json,
+    resumed_job,
     target_from_row,
     terminal_status,
 )
@@ -51,7 +53,8 @@ def admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | 
         return refused
     conn.execute(
         "INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at, "
-        "updated_at, lease) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+        "updated_at, lease, workspace, retry_of, webhook, hook_open) "
+        "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             job.id,
             job.caller,
@@ -61,6 +64,10 @@ def admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | 
             job.now,
             job.now,
             job.now,
+            job.workspace,
+            job.retry_of,
+            job.webhook,
+            1 if job.webhook else 0,
         ),
     )
     conn.executemany(
@@ -357,6 +364,27 @@ def interrupt(conn: sqlite3.Connection, job_ids: Sequence[str], now: float) -> l
         _end(conn, job_id, row[0], "failed", now, "interrupted")
         failed.append(job_id)
     return failed
+
+
+def resume(conn: sqlite3.Connection, now: float) -> list[ResumedJob]:
+    """Every live job, oldest first, with its running targets pending again (``Store.resume``)."""
+    jobs = conn.execute(
+        f"SELECT {RESUME_JOB_COLUMNS} FROM jobs WHERE status IN {LIVE_SQL} "
+        "ORDER BY created_at, rowid"
+    ).fetchall()
+    resumed = []
+    for row in jobs:
+        conn.execute(
+            "UPDATE targets SET status = 'pending', started_at = NULL "
+            "WHERE job_id = ? AND status = 'running'",
+            (row[0],),
+        )
+        targets = conn.execute(
+            "SELECT url, options, status FROM targets WHERE job_id = ? ORDER BY idx", (row[0],)
+        ).fetchall()
+        conn.execute("UPDATE jobs SET updated_at = ? WHERE id = ?", (now, row[0]))
+        resumed.append(resumed_job(row, targets))
+    return resumed
 
 
 def touch(conn: sqlite3.Connection, job_id: str, now: float) -> bool:

@@ -18,7 +18,15 @@ from ..._model import (
     Submitted,
 )
 from ..._util import NoPublicConstructor
-from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Stored
+from .._protocol import (
+    CacheEntry,
+    FinishItem,
+    Limits,
+    NewJob,
+    Outcome,
+    ResumedJob,
+    Stored,
+)
 from . import _sql as sql
 from ._checkpoint import Checkpointer
 from ._listing import SQLiteReads
@@ -63,6 +71,7 @@ class SQLiteStore(SQLiteReads, metaclass=NoPublicConstructor):
         self._closed = False
         # This store is the file's only writer, so it can mirror the set of live jobs exactly.
         self._live: set[str] = set()
+        self._resumed = False  # after recover or resume, every live job is this process's
 
     @property
     def path(self) -> str:
@@ -170,9 +179,21 @@ class SQLiteStore(SQLiteReads, metaclass=NoPublicConstructor):
 
     async def recover(self, now: float) -> list[str]:
         failed = await self._write(lambda conn: sql.interrupt(conn, sql.live_ids(conn), now))
+        self._resumed = True
         for job_id in failed:
             self._live.discard(job_id)
         return failed
+
+    async def resume(self, now: float) -> list[ResumedJob]:
+        if self._resumed:  # one writer: every live job is already this process's
+            if self._closed:
+                raise trio.ClosedResourceError("this SQLiteStore is closed")
+            await trio.lowlevel.checkpoint()
+            return []
+        resumed = await self._write(lambda conn: sql.resume(conn, now))
+        self._resumed = True
+        self._live.update(job.id for job in resumed)
+        return resumed
 
     async def start_target(self, job_id: str, idx: int, now: float) -> bool:
         """Queue the running mark and return at once (see the class docstring)."""

@@ -1,0 +1,64 @@
+"""The engine's record of a live job, and the small types around it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import final
+
+from ._model import Caller, Result, Target
+from .stores._protocol import Outcome, ResumedJob
+
+FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
+"""The per-target work: given the job's caller and one target, return its ``Result``."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class EngineStatistics:
+    """A snapshot of the engine's counters, for debugging and metrics."""
+
+    live_jobs: int
+    """Jobs of this engine that are queued or running."""
+    inflight_targets: int
+    """Targets whose fetch is running now."""
+    workers: int
+    """Worker tasks (``Config.workers`` clamped to ``Config.max_workers``)."""
+    queued_jobs: int
+    """Jobs waiting in the rotation for a worker."""
+    retrying_jobs: int
+    """Jobs waiting out ``Config.retry_wait`` after a busy target."""
+
+
+class LiveJob:
+    """What the engine knows of a live job: its targets, the next index, busy since when."""
+
+    __slots__ = ("busy_since", "caller", "cancelled", "id", "next_idx", "started", "targets")
+
+    def __init__(self, job_id: str, caller: Caller, targets: list[Target], started: float) -> None:
+        self.id = job_id
+        self.caller = caller
+        self.targets = targets
+        self.next_idx = 0
+        self.started = started
+        self.busy_since: float | None = None
+        self.cancelled = False
+
+
+# A fetched target waiting to be stored: job, index, outcome, the fetch's error, fetch seconds.
+Fetched = tuple[LiveJob, int, Outcome, "BaseException | None", float]
+
+
+def resumed_live_jobs(resumed: Sequence[ResumedJob], now: float, wall: float) -> list[LiveJob]:
+    """:class:`LiveJob` records for jobs taken over from an engine that is gone.
+
+    ``now`` is Trio's clock and ``wall`` the wall clock: a job's seconds count from its
+    creation, as if it had never stopped.
+    """
+    jobs = []
+    for job in resumed:
+        started = now - max(0.0, wall - job.created_at)
+        live = LiveJob(job.id, Caller(job.caller, job.workspace), list(job.targets), started)
+        live.next_idx = job.next_idx
+        jobs.append(live)
+    return jobs
