@@ -178,6 +178,8 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
                 await self._store.interrupt([job.id], self._wall())
             self._check_open()
+        if retry_of:
+            self._call_job_hook("retried")
         self._enter(LiveJob(job.id, caller, targets, trio.current_time()), "created")
         return submitted
 

@@ -452,8 +452,12 @@ class BatchClient(metaclass=NoPublicConstructor):
     async def retry(self, job_id: str) -> Submitted:
         """A new job with the failed targets of a finished one (``POST /v1/batch/{id}/retry``).
 
-        Needs a server with SPEC §7's retry route; one without answers 404 or 405
-        (:class:`ClientError`).
+        A repeat returns the same new job (``reused``). A job still live, or one without a
+        failed target, is a :class:`ClientError` with status 409; an unknown job 404.
+
+        Raises:
+            CallerBusy, Busy: a cap is full; ``retry_after`` says when to try again.
+            ClientError: any other refusal, with its status, error and hint.
         """
         data = (await self._call("POST", f"/v1/batch/{job_id}/retry")).json()
         return Submitted(str(data["id"]), bool(data["reused"]))

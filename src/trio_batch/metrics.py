@@ -16,8 +16,9 @@ a caller or a job id:
 ==============================================  =========  ==================================
 name                                            type       labels
 ==============================================  =========  ==================================
-``trio_batch_jobs_total``                       counter    ``event``: created reused done
-                                                           partial failed cancelled
+``trio_batch_jobs_total``                       counter    ``event``: created reused
+                                                           retried (also created) resumed
+                                                           done partial failed cancelled
 ``trio_batch_targets_total``                    counter    ``result`` (done, failed),
                                                            ``status`` (HTTP status a single
                                                            fetch would get; 200 when done)
@@ -47,7 +48,16 @@ if TYPE_CHECKING:
 
 __all__ = ["PrometheusMetrics", "target_status"]
 
-_JOB_EVENTS = ("created", "reused", "done", "partial", "failed", "cancelled")
+_JOB_EVENTS = (
+    "created",
+    "reused",
+    "retried",
+    "resumed",
+    "done",
+    "partial",
+    "failed",
+    "cancelled",
+)
 # Seconds: from a cached page (ms) to a slow batch (an hour).
 _JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
 _TARGET_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))

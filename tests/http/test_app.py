@@ -594,6 +594,7 @@ class TestOpenAPI:
             "/v1/batch/{id}/{idx}",
             "/v1/batch/{id}/results",
             "/v1/batch/{id}/events",
+            "/v1/batch/{id}/retry",
             "/v1/fetch",
             "/healthz",
             "/metrics",

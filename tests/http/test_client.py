@@ -136,6 +136,28 @@ class TestClient:
         assert [] == live
         assert set(ids) == set(done)
 
+    async def test_retry_runs_the_failed_targets_again(self) -> None:
+        """retry() gives a new job of the failed targets; a live job is a 409 ClientError."""
+        async with client_of() as (client, server):
+            server.fetch.script(B, TargetError("gone", hint="later"))
+            sub = await client.submit([A, B])
+            await client.wait(sub.id)
+            retried = await client.retry(sub.id)
+            again = await client.retry(sub.id)
+            await client.wait(retried.id)
+            results = [t async for t in client.results(retried.id)]
+            gate = server.fetch.hold(C)
+            other = await client.submit([C])
+            with pytest.raises(ClientError) as live:
+                await client.retry(other.id)
+            gate.set()
+
+        assert (retried.id, True) == (again.id, again.reused)
+        assert [B] == [t["url"] for t in results]
+        assert ["done"] == [t["status"] for t in results]
+        assert 409 == live.value.status and "running" in live.value.error
+        assert live.value.hint
+
     async def test_cancel(self) -> None:
         """cancel() is True for a live job, False once it is finished or for an unknown id."""
         async with client_of() as (client, server):
@@ -176,7 +198,7 @@ class TestClient:
                 await client.submit(["ftp://example.org/"])
             with pytest.raises(ClientError) as unknown:
                 await client.status("0" * 32)
-            with pytest.raises(ClientError) as no_retry_route:
+            with pytest.raises(ClientError) as unknown_retry:
                 await client.retry("0" * 32)
             async with open_client(server.url, "tb_wrong") as wrong:
                 with pytest.raises(ClientError) as bad_key:
@@ -186,7 +208,7 @@ class TestClient:
         assert bad_url.value.hint
         assert 404 == unknown.value.status
         assert unknown.value.hint
-        assert 404 == no_retry_route.value.status
+        assert 404 == unknown_retry.value.status
         assert 401 == bad_key.value.status
 
     async def test_an_unreachable_server_is_a_client_error(self) -> None:

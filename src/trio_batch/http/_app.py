@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from .._engine import BatchEngine
-from .._errors import SubmitError, TargetError, classify_failure
+from .._errors import NotRetryable, SubmitError, TargetError, classify_failure
 from .._live import FetchFunc
 from .._model import Snapshot
 from ..metrics import PrometheusMetrics
@@ -145,6 +145,7 @@ def create_app(
         route("/v1/batch/{id}/events", stream.events, "GET"),
         route("/v1/batch/{id}", _get_batch, "GET"),
         route("/v1/batch/{id}", _cancel, "DELETE"),
+        route("/v1/batch/{id}/retry", _retry, "POST"),
         route("/v1/batch/{id}/{idx:int}", _get_target, "GET"),
         route("/healthz", _healthz, "GET"),
         route("/metrics", _metrics, "GET"),
@@ -259,6 +260,54 @@ async def _cancel(ctx: Ctx, request: Request) -> Response:
         )
     after = await store.read(ctx.engine.status, snap.job.id)
     return JSONResponse(render.summary(after or snap, ctx.ttl))
+
+
+async def _retry(ctx: Ctx, request: Request) -> Response:
+    record = authenticate(ctx, request)
+    store = ctx.calls.request()
+    job_id = request.path_params["id"]
+    summary = await store.read(ctx.engine.summary, job_id)
+    if summary is None or summary.job.caller != record.name:
+        raise not_found()
+    try:
+        sub = await store.write(ctx.engine.retry, record.caller(), record.caller_class, job_id)
+    except NotRetryable:
+        now = await store.read(ctx.engine.summary, job_id)
+        status = (now or summary).job.status
+        if status.live:
+            raise ApiError(
+                409,
+                f"the job is {status.value}; only a finished job can be retried",
+                f"wait for it to end (GET /v1/batch/{job_id}/events), or cancel it, then retry",
+                extra={"status": status.value},
+            ) from None
+        raise ApiError(
+            409,
+            f"the job ended {status.value} with no failed target: nothing to retry",
+            "read its results instead",
+            extra={"status": status.value},
+        ) from None
+    except SubmitError as exc:
+        raise refusal(
+            exc,
+            count=summary.failed,
+            limit=ctx.engine.config.targets_per_job,
+            retry_after_seconds=ctx.retry_after,
+        ) from None
+    if sub is None:  # swept in between
+        raise not_found()
+    if sub.reused:
+        await store.write_soon(ctx.engine.touch, sub.id, key=("touch", sub.id))
+    snap = await store.read(ctx.engine.status, sub.id)
+    if snap is None:
+        raise not_found()
+    body = render.submitted(sub, snap, ctx.ttl)
+    body["retry_of"] = job_id
+    return JSONResponse(
+        body,
+        status_code=200 if sub.reused else 202,
+        headers={"Location": f"/v1/batch/{sub.id}"},
+    )
 
 
 async def _fetch(ctx: Ctx, request: Request) -> Response:

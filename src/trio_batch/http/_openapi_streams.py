@@ -1,4 +1,4 @@
-"""The OpenAPI operations of SPEC §7's reading routes: the listing, the streams and ``/ui``.
+"""The OpenAPI operations of SPEC §7's routes: the listing, the streams, retry and ``/ui``.
 
 Kept beside ``_openapi`` (which it extends) so neither file outgrows one head; the shared
 pieces (errors, the job id parameter, the schemas) come from there.
@@ -180,6 +180,48 @@ def ui() -> dict[str, JSONValue]:
     }
 
 
+def retry() -> dict[str, JSONValue]:
+    return {
+        "operationId": "retryBatch",
+        "summary": "Retry a finished batch's failed targets as a new batch",
+        "description": "A new job of the same caller with exactly the targets that ended "
+        "`failed`, same URLs and options, in input order; `retry_of` names the old job. A "
+        "repeat returns the same new job (200, reused) while it may be reused. Caps apply.",
+        "responses": {
+            "200": base._json(base._ref("Retried"), "The same retry exists already: reused."),
+            "202": base._json(base._ref("Retried"), "Accepted: a new job, queued."),
+            "401": base._AUTH_401,
+            "404": base._NO_JOB_404,
+            "409": base._error(
+                "The job is still queued or running, or none of its targets failed; "
+                "`status` says which."
+            ),
+            "429": base._error("You have your maximum of live batches.", retry_after=True),
+            "500": base._500,
+            "503": base._error(
+                f"The server has its maximum of live batches. {base._DATABASE}. "
+                f"{base._SHUTTING_DOWN}.",
+                retry_after=True,
+            ),
+        },
+    }
+
+
+def _retried() -> JSONValue:
+    submitted = base._SCHEMAS["Submitted"]
+    assert isinstance(submitted, dict)
+    required = submitted["required"]
+    properties = submitted["properties"]
+    assert isinstance(required, list)
+    assert isinstance(properties, dict)
+    return {
+        **submitted,
+        "description": "The answer to a retry: a submit's answer and the job it retries.",
+        "required": [*required, "retry_of"],
+        "properties": {**properties, "retry_of": {"type": "string"}},
+    }
+
+
 def add_paths(paths: dict[str, JSONValue], schemas: dict[str, JSONValue]) -> None:
     """Add the operations above to an OpenAPI document's ``paths`` and ``schemas``."""
     submit = paths["/v1/batch"]
@@ -187,5 +229,7 @@ def add_paths(paths: dict[str, JSONValue], schemas: dict[str, JSONValue]) -> Non
     paths["/v1/batch"] = {**submit, "get": list_jobs()}
     paths["/v1/batch/{id}/results"] = {"parameters": [base._JOB_ID], "get": results()}
     paths["/v1/batch/{id}/events"] = {"parameters": [base._JOB_ID], "get": events()}
+    paths["/v1/batch/{id}/retry"] = {"parameters": [base._JOB_ID], "post": retry()}
     paths["/ui"] = {"get": ui()}
     schemas.update(SCHEMAS)
+    schemas["Retried"] = _retried()

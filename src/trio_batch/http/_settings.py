@@ -54,6 +54,7 @@ class Settings:
     graceful_timeout: float = 10.0
     log_level: str = "info"
     access_log: bool = True
+    resume: bool = False
     store_timeout: float = 5.0
     pg_instance_timeout: float = 30.0
     pg_heartbeat: float = 0.0
@@ -78,6 +79,7 @@ class Settings:
             retry_wait=self.retry_wait,
             retry_for=self.retry_for,
             hooks=hooks if hooks is not None else Hooks(),
+            resume=self.resume,
         )
 
     @property
@@ -290,6 +292,14 @@ SPECS: tuple[_Spec, ...] = (
         "BOOL",
     ),
     _Spec(
+        "resume",
+        _bool,
+        "at start, put the live jobs of a process that is gone back to work (a target that "
+        "was running is fetched again) instead of failing them 'interrupted'; on PostgreSQL, "
+        "also adopt the jobs of instances that stop later (default false)",
+        "BOOL",
+    ),
+    _Spec(
         "store_timeout",
         _positive_float,
         f"seconds a request may wait for the database in all before it answers 503 with "
@@ -391,7 +401,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 default=None,
                 help=f"{spec.help}; env {env}",
             )
-        elif spec.name == "access_log":
+        elif spec.name in ("access_log", "resume"):
             parser.add_argument(
                 flag(spec.name),
                 dest=spec.name,

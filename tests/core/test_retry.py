@@ -1,0 +1,112 @@
+"""Retry (SPEC §7): a new job of exactly the failed targets, linked to the old one."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from trio_batch import (
+    Caller,
+    CallerBusy,
+    Config,
+    Hooks,
+    JobStatus,
+    NotRetryable,
+    Options,
+    Target,
+    TargetError,
+    open_engine,
+)
+from trio_batch.stores import Store
+from trio_batch.testing import ScriptedFetch
+
+ALICE = Caller("alice")
+TARGETS = [
+    Target("https://ok.example.test/0"),
+    Target("https://bad.example.test/1", Options(mode="text")),
+    Target("https://ok.example.test/2"),
+    Target("https://bad.example.test/3", Options(grep="x")),
+]
+
+
+class Ends:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self._ended = 0
+        self._waiters: dict[int, trio.Event] = {}
+
+    def job(self, event: str) -> None:
+        self.events.append(event)
+        if event in ("done", "partial", "failed", "cancelled"):
+            self._ended += 1
+            for n, ev in self._waiters.items():
+                if self._ended >= n:
+                    ev.set()
+
+    async def wait_for(self, n: int) -> None:
+        if self._ended < n:
+            ev = self._waiters.setdefault(n, trio.Event())
+            with trio.fail_after(20):
+                await ev.wait()
+
+
+def failing_fetch() -> ScriptedFetch:
+    fetch = ScriptedFetch()
+    for t in TARGETS:
+        if "bad" in t.url:
+            fetch.script(t.url, TargetError("upstream failed", hint="try later"))
+    return fetch
+
+
+async def test_retry_runs_the_failed_targets_in_order(store: Store) -> None:
+    ends = Ends()
+    fetch = failing_fetch()
+    async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
+        first = await engine.submit(ALICE, "fleet", TARGETS)
+        await ends.wait_for(1)
+        retried = await engine.retry(ALICE, "fleet", first.id)
+        assert retried is not None and not retried.reused
+        await ends.wait_for(2)
+        again = await engine.retry(ALICE, "fleet", first.id)
+        snap = await engine.status(retried.id)
+        old = await engine.status(first.id)
+
+    assert again is not None and (again.id, again.reused) == (retried.id, True)
+    assert old is not None and old.job.status is JobStatus.PARTIAL and old.job.retry_of == ""
+    assert snap is not None and snap.job.retry_of == first.id
+    assert [(t.url, t.options) for t in snap.targets] == [
+        (t.url, t.options) for t in TARGETS if "bad" in t.url
+    ]
+    assert snap.job.status is JobStatus.DONE  # the second fetch of each succeeds
+    assert fetch.calls[-2:] == [TARGETS[1].url, TARGETS[3].url]
+    assert ends.events.count("retried") == 1
+
+
+async def test_retry_refuses_live_jobs_and_jobs_without_failures(store: Store) -> None:
+    ends = Ends()
+    fetch = ScriptedFetch()
+    gate = fetch.hold("https://ok.example.test/a")
+    config = Config(jobs_per_caller=2, hooks=Hooks(job=ends.job))
+    async with open_engine(store, fetch, config) as engine:
+        live = await engine.submit(ALICE, "fleet", [Target("https://ok.example.test/a")])
+        with pytest.raises(NotRetryable, match="still"):
+            await engine.retry(ALICE, "fleet", live.id)
+        gate.set()
+        await ends.wait_for(1)
+        with pytest.raises(NotRetryable, match="no failed target"):
+            await engine.retry(ALICE, "fleet", live.id)
+        assert await engine.retry(Caller("bob"), "fleet", live.id) is None
+        assert await engine.retry(ALICE, "fleet", "0" * 32) is None
+
+
+async def test_retry_is_capped_like_a_submit(store: Store) -> None:
+    ends = Ends()
+    fetch = failing_fetch()
+    gate = fetch.hold("https://ok.example.test/busy")
+    async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
+        first = await engine.submit(ALICE, "fleet", TARGETS)
+        await ends.wait_for(1)
+        await engine.submit(ALICE, "fleet", [Target("https://ok.example.test/busy")])
+        with pytest.raises(CallerBusy):
+            await engine.retry(ALICE, "fleet", first.id)
+        gate.set()

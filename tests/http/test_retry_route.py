@@ -1,0 +1,102 @@
+"""POST /v1/batch/{id}/retry (SPEC §7): the failed targets again, as a linked job."""
+
+from __future__ import annotations
+
+from trio_batch import Config, Job, TargetError
+
+from .conftest import BOB, Api, auth, open_api
+
+OK = "https://ok.example.test/"
+BAD = "https://bad.example.test/"
+BAD2 = "https://bad.example.test/2"
+
+
+async def ended(api: Api, job_id: str) -> Job:
+    with api.engine.watch(job_id) as watch:
+        while True:
+            job = await api.engine.job(job_id)
+            assert job is not None
+            if not job.status.live:
+                return job
+            await watch.wait()
+
+
+async def retry(api: Api, job_id: str, key: str | None = None) -> tuple[int, dict[str, object]]:
+    headers = auth(key) if key else auth()
+    response = await api.client.post(f"/v1/batch/{job_id}/retry", headers=headers)
+    return response.status_code, response.json()
+
+
+async def test_retry_makes_a_linked_job_of_the_failed_targets(api: Api) -> None:
+    api.fetch.script(BAD, TargetError("upstream failed", hint="later"))
+    api.fetch.script(BAD2, TargetError("upstream failed", hint="later"))
+    submitted = await api.client.post(
+        "/v1/batch",
+        json={
+            "targets": [
+                {"url": BAD2, "options": {"mode": "text"}},
+                {"url": OK},
+                {"url": BAD},
+            ]
+        },
+        headers=auth(),
+    )
+    old = submitted.json()["id"]
+    await ended(api, old)
+
+    status, body = await retry(api, old)
+    again_status, again = await retry(api, old)
+    assert isinstance(body["id"], str)
+    new = await api.get(f"/v1/batch/{body['id']}", results=1)
+
+    assert 202 == status
+    assert (200, body["id"], True) == (again_status, again["id"], again["reused"])
+    assert old == body["retry_of"] == again["retry_of"]
+    assert 2 == body["targets_total"]
+    targets = new.json()["targets"]
+    assert [BAD2, BAD] == [t["url"] for t in targets]
+    links = body["links"]
+    assert isinstance(links, dict)
+    assert str(links["self"]).endswith(str(body["id"]))
+
+
+async def test_a_live_job_or_one_without_failures_is_409(api: Api) -> None:
+    gate = api.fetch.hold(OK)
+    job = (await api.submit(OK)).json()["id"]
+
+    live_status, live = await retry(api, job)
+    gate.set()
+    await ended(api, job)
+    done_status, done = await retry(api, job)
+
+    assert (409, "running") == (live_status, live["status"])
+    assert "only a finished job" in str(live["error"]) and "events" in str(live["hint"])
+    assert (409, "done") == (done_status, done["status"])
+    assert "no failed target" in str(done["error"]) and done["hint"]
+
+
+async def test_another_callers_job_or_an_unknown_one_is_404(api: Api) -> None:
+    api.fetch.script(BAD, TargetError("upstream failed"))
+    job = (await api.submit(BAD)).json()["id"]
+    await ended(api, job)
+
+    other, _ = await retry(api, job, key=BOB)
+    unknown, _ = await retry(api, "0" * 32)
+
+    assert (404, 404) == (other, unknown)
+
+
+async def test_a_retry_is_capped_like_a_submit() -> None:
+    async with open_api(Config(ttl=3600, jobs_per_caller=1)) as api:
+        api.fetch.script(BAD, TargetError("upstream failed"))
+        job = (await api.submit(BAD)).json()["id"]
+        await ended(api, job)
+        gate = api.fetch.hold(OK)
+        await api.submit(OK)
+
+        status, body = await retry(api, job)
+        response = await api.client.post(f"/v1/batch/{job}/retry", headers=auth())
+        gate.set()
+
+    assert 429 == status and body["hint"]
+    assert response.headers["Retry-After"]

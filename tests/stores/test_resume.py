@@ -1,0 +1,167 @@
+"""Resume (SPEC §7): live jobs a process left behind go back to work instead of failing.
+
+The state a killed process leaves is written straight through the store (a job half done, a
+target left running, a job never reached), then an engine opens on it with ``resume``. The kill
+-9 runs of a real server are in ``tests/http/test_resume_kill.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import trio
+
+from trio_batch import (
+    Caller,
+    CallerBusy,
+    Config,
+    Hooks,
+    JobStatus,
+    Target,
+    TargetState,
+    open_engine,
+)
+from trio_batch.stores import Store
+from trio_batch.stores._protocol import Limits, NewJob, Outcome
+from trio_batch.testing import ScriptedFetch
+
+from ..pg_support import PG_DSN, SKIP_REASON
+
+LIMITS = Limits(ttl=3600, targets_per_job=10, jobs_per_caller=2, jobs_total=8)
+
+
+def new_job(job_id: str, n: int, now: float) -> NewJob:
+    return NewJob(
+        id=job_id,
+        caller="alice",
+        caller_class="restricted",
+        key=job_id,
+        targets=[Target(f"https://{job_id}.example.test/{i}") for i in range(n)],
+        now=now,
+        workspace="lab",
+    )
+
+
+async def left_by_a_dead_process(store: Store) -> None:
+    """Job a: target 0 done, target 1 running. Job b: never reached. No engine owns them."""
+    now = time.time()
+    await store.admit(new_job("a", 3, now), LIMITS)
+    await store.admit(new_job("b", 2, now + 1), LIMITS)
+    assert await store.start_target("a", 0, now)
+    await store.finish_target("a", 0, Outcome(TargetState.DONE, '{"content":"a0"}'), now, 2**30)
+    assert await store.start_target("a", 1, now)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.ended = 0
+        self.all_ended = trio.Event()
+
+    def job(self, event: str) -> None:
+        self.events.append(event)
+        if event in ("done", "partial", "failed", "cancelled"):
+            self.ended += 1
+            if self.ended == 2:
+                self.all_ended.set()
+
+
+async def test_resume_finishes_what_was_live_in_turn(store: Store) -> None:
+    """The running target is fetched again, the jobs alternate from where they were, once each."""
+    await left_by_a_dead_process(store)
+    fetch = ScriptedFetch()
+    rec = Recorder()
+    config = Config(workers=1, jobs_per_caller=2, resume=True, hooks=Hooks(job=rec.job))
+    async with open_engine(store, fetch, config) as engine:
+        with trio.fail_after(20):
+            await rec.all_ended.wait()
+        a = await engine.status("a")
+        b = await engine.status("b")
+
+    assert fetch.calls == [
+        "https://a.example.test/1",
+        "https://b.example.test/0",
+        "https://a.example.test/2",
+        "https://b.example.test/1",
+    ]
+    assert {(c.name, c.workspace) for c in fetch.callers} == {("alice", "lab")}
+    assert rec.events.count("resumed") == 2
+    assert a is not None and b is not None
+    assert (a.job.status, a.job.targets_done) == (JobStatus.DONE, 3)
+    assert a.targets[0].result is not None and a.targets[0].result.content == "a0"
+    assert (b.job.status, b.job.targets_done) == (JobStatus.DONE, 2)
+
+
+async def test_caps_are_free_once_resumed_jobs_end(store: Store) -> None:
+    await left_by_a_dead_process(store)
+    rec = Recorder()
+    fetch = ScriptedFetch()
+    gate = fetch.hold("https://a.example.test/1")
+    config = Config(workers=2, jobs_per_caller=2, resume=True, hooks=Hooks(job=rec.job))
+    async with open_engine(store, fetch, config) as engine:
+        with pytest.raises(CallerBusy):  # both resumed jobs hold alice's two places
+            await engine.submit(Caller("alice"), "fleet", [Target("https://c.example.test/")])
+        gate.set()
+        with trio.fail_after(20):
+            await rec.all_ended.wait()
+        first = await engine.submit(Caller("alice"), "fleet", [Target("https://c.example.test/")])
+        second = await engine.submit(Caller("alice"), "fleet", [Target("https://d.example.test/")])
+    assert not first.reused and not second.reused
+
+
+async def test_without_resume_the_jobs_are_interrupted(store: Store) -> None:
+    await left_by_a_dead_process(store)
+    fetch = ScriptedFetch()
+    async with open_engine(store, fetch, Config(jobs_per_caller=2)) as engine:
+        a = await engine.status("a")
+    assert fetch.calls == []
+    assert a is not None and (a.job.status, a.job.error) == (JobStatus.FAILED, "interrupted")
+    assert [t.status for t in a.targets] == [
+        TargetState.DONE,
+        TargetState.PENDING,
+        TargetState.PENDING,
+    ]
+
+
+async def test_a_second_resume_takes_nothing_more(store: Store) -> None:
+    await left_by_a_dead_process(store)
+    first = await store.resume(time.time())
+    assert [(j.id, j.next_idx, len(j.targets)) for j in first] == [("a", 1, 3), ("b", 0, 2)]
+    assert (first[0].caller, first[0].workspace, first[0].caller_class) == (
+        "alice",
+        "lab",
+        "restricted",
+    )
+    assert await store.resume(time.time()) == []
+
+
+@pytest.mark.slow
+async def test_a_live_postgres_instance_adopts_a_gone_one(tmp_path: object) -> None:
+    """An instance that stops with live jobs: another, running with resume, finishes them."""
+    if not PG_DSN:
+        pytest.skip(SKIP_REASON)
+    from trio_batch.stores import PostgresStore
+
+    from ..pg_support import open_test_schema
+
+    fetch = ScriptedFetch()
+    rec = Recorder()
+    config = Config(workers=1, jobs_per_caller=2, resume=True, hooks=Hooks(job=rec.job))
+    async with (
+        open_test_schema(PG_DSN) as schema,
+        PostgresStore.open(PG_DSN, schema=schema) as survivor,
+        open_engine(survivor, fetch, config) as engine,
+    ):
+        async with PostgresStore.open(PG_DSN, schema=schema) as gone:
+            await left_by_a_dead_process(gone)
+        # closing deregistered it: its jobs are a gone instance's, adopted within seconds
+        with trio.fail_after(30):
+            await rec.all_ended.wait()
+        a = await engine.status("a")
+    assert a is not None and (a.job.status, a.job.targets_done) == (JobStatus.DONE, 3)
+    assert fetch.calls[0] == "https://a.example.test/1"
+    assert sorted(fetch.calls) == sorted(
+        ["https://a.example.test/1", "https://a.example.test/2"]
+        + [f"https://b.example.test/{i}" for i in range(2)]
+    )
