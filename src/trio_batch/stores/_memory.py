@@ -27,6 +27,7 @@ from .._model import (
 from ._protocol import (
     CacheEntry,
     FinishItem,
+    HookDue,
     JobCursor,
     JobSummary,
     Limits,
@@ -35,6 +36,7 @@ from ._protocol import (
     ResumedJob,
     Stored,
 )
+from ._hooks import is_due
 from ._rules import check_caps, terminal_status
 
 
@@ -66,6 +68,11 @@ class _JobRow:
     workspace: str = ""
     retry_of: str = ""
     webhook: str = ""
+    hook_open: bool = False  # webhook delivery state: see stores/_hooks
+    hook_cursor: int = 0
+    hook_attempts: int = 0
+    hook_since: float = 0.0
+    hook_next_at: float = 0.0
 
     def view(self) -> Job:
         return Job(
@@ -126,6 +133,8 @@ class MemoryStore:
         self._cache_bytes = 0
         self._closed = False
         self._resumed = False  # after recover or resume, every live job is this engine's
+        self._hooks: set[str] = set()  # jobs whose webhook hook is open
+        self._held: set[str] = set()  # finished jobs kept from sweep and eviction by their hook
 
     async def __aenter__(self) -> MemoryStore:
         await trio.lowlevel.checkpoint()
@@ -173,7 +182,10 @@ class MemoryStore:
             workspace=job.workspace,
             retry_of=job.retry_of,
             webhook=job.webhook,
+            hook_open=bool(job.webhook),
         )
+        if job.webhook:
+            self._hooks.add(job.id)
         self._by_key[(job.caller, job.key)] = job.id
         bisect.insort(self._by_caller.setdefault(job.caller, []), (job.now, job.id))
         self._live_of.setdefault(job.caller, set()).add(job.id)
@@ -381,6 +393,59 @@ class MemoryStore:
             heapq.heappush(self._finished, (now, row.seq, job_id))
         return True
 
+    async def hooks_due(self, now: float, limit: int) -> list[HookDue]:
+        await self._checkpoint()
+        rows = [
+            row
+            for row in map(self._jobs.__getitem__, self._hooks)
+            if row.hook_next_at <= now
+            and is_due(row.status, row.hook_cursor, row.done, row.webhook)
+        ]
+        rows.sort(key=lambda row: (row.hook_next_at, row.seq))
+        return [
+            HookDue(
+                job_id=row.id,
+                caller=row.caller,
+                webhook=row.webhook,
+                status=row.status,
+                targets_done=row.done,
+                targets_total=len(row.targets),
+                cursor=row.hook_cursor,
+                attempts=row.hook_attempts,
+                since=row.hook_since,
+                next_at=row.hook_next_at,
+            )
+            for row in rows[:limit]
+        ]
+
+    async def hook_advance(
+        self,
+        due: HookDue,
+        *,
+        cursor: int,
+        attempts: int,
+        since: float,
+        next_at: float,
+        close: bool = False,
+    ) -> bool:
+        await self._checkpoint()
+        row = self._jobs.get(due.job_id)
+        if (
+            row is None
+            or not row.hook_open
+            or (row.hook_cursor, row.hook_attempts) != (due.cursor, due.attempts)
+        ):
+            return False
+        row.hook_cursor, row.hook_attempts = cursor, attempts
+        row.hook_since, row.hook_next_at = since, next_at
+        if close:
+            row.hook_open = False
+            self._hooks.discard(row.id)
+            if row.id in self._held:
+                self._held.discard(row.id)
+                heapq.heappush(self._finished, (row.lease, row.seq, row.id))
+        return True
+
     async def cache_get(self, key: str) -> CacheEntry | None:
         await self._checkpoint()
         return self._cache.get(key)
@@ -429,15 +494,21 @@ class MemoryStore:
         while self._finished and self._finished[0][0] < cutoff:
             lease, _, job_id = heapq.heappop(self._finished)
             row = self._current(lease, job_id)
-            if row is not None:
+            if row is not None and not self._hold(row):
                 self._delete(row)
+
+    def _hold(self, row: _JobRow) -> bool:
+        """Keep a finished job whose webhook hook is open; back in the heap when it closes."""
+        if row.hook_open:
+            self._held.add(row.id)
+        return row.hook_open
 
     def _evict(self, max_bytes: int) -> int:
         evicted = 0
         while self._bytes > max_bytes and self._finished:
             lease, _, job_id = heapq.heappop(self._finished)
             row = self._current(lease, job_id)
-            if row is not None:
+            if row is not None and not self._hold(row):
                 self._delete(row)
                 evicted += 1
         return evicted

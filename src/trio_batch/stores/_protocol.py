@@ -129,6 +129,44 @@ class CacheEntry:
     expires_at: float
 
 
+TARGET_TOKEN = '"target"'
+"""How a stored webhook (``Webhook.to_json``: compact JSON, keys ``url`` and ``events``) asks for
+target events. A URL's quotes are escaped in JSON, so only an ``events`` entry spells this."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HookDue:
+    """A job with a webhook event due: what it takes to build and send that event."""
+
+    job_id: str
+    caller: str
+    webhook: str
+    """The job's ``Webhook`` as JSON (``Webhook.from_json`` reads it)."""
+    status: JobStatus
+    targets_done: int
+    targets_total: int
+    cursor: int
+    """Target events handled so far."""
+    attempts: int
+    """Failed attempts of the current event."""
+    since: float
+    """Unix time of the current event's first attempt (0 before it)."""
+    next_at: float
+
+    @property
+    def wants_targets(self) -> bool:
+        return TARGET_TOKEN in self.webhook
+
+    @property
+    def target(self) -> int | None:
+        """The index of the target whose event is next, or None when the end event is next."""
+        if self.wants_targets and self.cursor < self.targets_done:
+            return self.cursor
+        return None
+
+
+
 class Store(Protocol):
     """What an engine needs from a store. Each method is atomic.
 
@@ -292,4 +330,32 @@ class Store(Protocol):
     async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
         """Store ``entry`` under ``key`` (replacing any), then drop the entries stored longest
         ago while the cache's bytes exceed ``max_bytes``. A repeat replaces the entry."""
+        ...
+
+    async def hooks_due(self, now: float, limit: int) -> list[HookDue]:
+        """Jobs with a webhook event to send now, soonest ``next_at`` first (SPEC §7).
+
+        At most ``limit``. Only jobs whose hook is open, whose ``next_at`` is not after ``now``
+        and that have an event due (``stores/_hooks``): a live job whose next target has not
+        ended is not returned. Writes nothing.
+        """
+        ...
+
+    async def hook_advance(
+        self,
+        due: HookDue,
+        *,
+        cursor: int,
+        attempts: int,
+        since: float,
+        next_at: float,
+        close: bool = False,
+    ) -> bool:
+        """Move the job's delivery state from what ``due`` read to these values.
+
+        A compare-and-set: applied only while the hook is open with ``due.cursor`` and
+        ``due.attempts``; returns whether it was. ``close`` ends the hook (the end event is
+        handled): nothing more is delivered, and the job may be swept or evicted again. A
+        repeat returns False.
+        """
         ...

@@ -25,7 +25,7 @@ from .._rules import LIVE_SQL
 Conn = psycopg.Connection[TupleRow]
 Cursor = psycopg.Cursor[TupleRow]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
@@ -234,6 +234,15 @@ MIGRATIONS: list[str] = [
     $$
     """,
 ]
+# admit_job's sweep spares a finished job whose webhook is still to deliver (stores/_hooks): the
+# same function otherwise, replaced in place.
+_SWEEP = f"DELETE FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < p_now - p_ttl"
+assert MIGRATIONS[6].count(_SWEEP) == 1
+MIGRATIONS.append(
+    MIGRATIONS[6]
+    .replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+    .replace(_SWEEP, _SWEEP + " AND NOT hook_open")
+)
 
 
 def statements(migration: str) -> list[str]:

@@ -448,7 +448,7 @@ def evict(conn: Conn, locks: int, shard: str, max_bytes: int) -> int:
         ), ordered AS (
             SELECT id, sum(bytes) OVER (ORDER BY lease, seq ROWS UNBOUNDED PRECEDING)
                 - bytes AS before
-            FROM jobs WHERE status NOT IN {LIVE_SQL}
+            FROM jobs WHERE status NOT IN {LIVE_SQL} AND NOT hook_open
         ), gone AS (
             DELETE FROM jobs WHERE id IN (
                 SELECT o.id FROM ordered AS o, total WHERE total.b - o.before > %(max)s

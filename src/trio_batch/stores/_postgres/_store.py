@@ -33,6 +33,7 @@ from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, Resumed
 from .._rules import check_caps, job_from_row, options_json
 from . import _sql
 from ._batch import WriteQueue
+from ._hooks import PostgresHooks
 from ._listing import PostgresReads
 from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
@@ -50,7 +51,7 @@ _DEREGISTER_SECONDS = 5
 
 
 @final
-class PostgresStore(PostgresReads, metaclass=NoPublicConstructor):
+class PostgresStore(PostgresReads, PostgresHooks, metaclass=NoPublicConstructor):
     """Jobs in PostgreSQL, shared by any number of engines and processes.
 
     Open it with ``async with PostgresStore.open(dsn) as store``; the schema is created or

@@ -110,7 +110,9 @@ def _delete_jobs(conn: sqlite3.Connection, rows: Sequence[tuple[str, int]]) -> N
 
 def _sweep(conn: sqlite3.Connection, cutoff: float) -> None:
     rows = conn.execute(
-        f"SELECT id, bytes FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < ?", (cutoff,)
+        f"SELECT id, bytes FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < ? "
+        "AND hook_open = 0",  # a webhook still to deliver keeps its job (stores/_hooks)
+        (cutoff,),
     ).fetchall()
     if rows:
         _delete_jobs(conn, rows)
@@ -120,7 +122,7 @@ def _evict(conn: sqlite3.Connection, max_bytes: int, stored: int) -> int:
     evicted = 0
     while stored > max_bytes:
         row = conn.execute(
-            f"SELECT id, bytes FROM jobs WHERE status NOT IN {LIVE_SQL} "
+            f"SELECT id, bytes FROM jobs WHERE status NOT IN {LIVE_SQL} AND hook_open = 0 "
             "ORDER BY lease, rowid LIMIT 1"
         ).fetchone()
         if row is None:

@@ -29,6 +29,7 @@ from .._protocol import (
 )
 from . import _sql as sql
 from ._checkpoint import Checkpointer
+from ._hooks import SQLiteHooks
 from ._listing import SQLiteReads
 from ._schema import connect, lock_file, open_writer
 from ._writer import Writer
@@ -37,7 +38,7 @@ T = TypeVar("T")
 
 
 @final
-class SQLiteStore(SQLiteReads, metaclass=NoPublicConstructor):
+class SQLiteStore(SQLiteReads, SQLiteHooks, metaclass=NoPublicConstructor):
     """Jobs in one SQLite file (WAL), for one process.
 
     Open it with ``async with SQLiteStore.open(path) as store``; the schema is created or

@@ -1,0 +1,79 @@
+"""Webhook delivery state (SPEC §7), kept on the job's row: the job is the outbox.
+
+A job runs its targets one after the other, so they end in input order: the first
+``targets_done`` targets are the ended ones. The store keeps, per job with a webhook:
+
+- ``hook_open``: something may still be delivered (set at admission when a webhook is given,
+  cleared once the end event is handled);
+- ``hook_cursor``: how many target events are handled (delivered or given up);
+- ``hook_attempts`` and ``hook_since``: failed attempts of the current event, and when its
+  first attempt was (unix seconds);
+- ``hook_next_at``: the current event is not tried again before this unix time.
+
+Target event ``k`` is due when the webhook asks for ``target`` events and ``hook_cursor <= k <
+targets_done``; the end event is due when the job is terminal and every target event is handled.
+:meth:`Store.hooks_due` returns only jobs with an event due now, so a live job whose next target
+has not ended is not returned again and again; the dispatcher is woken by the engine when a
+target ends. :meth:`Store.hook_advance` is a compare-and-set on ``(cursor, attempts)``: of two
+dispatchers (two PostgreSQL instances) that sent the same event, one advances; the receiver
+dedupes the other by ``webhook-id`` (delivery is at least once).
+
+Sweeping (``ttl``) and eviction (``max_bytes``) skip a finished job whose hook is open: its end
+event needs the job's row. A hook is closed within about an hour of each event's first attempt
+(given up after that), so a job is kept at most that much longer than ``ttl`` would keep it.
+"""
+
+from __future__ import annotations
+
+from .._model import JobStatus
+from ._protocol import TARGET_TOKEN, HookDue
+from ._rules import LIVE_SQL, Row
+
+HOOK_COLUMNS = (
+    "id, caller, webhook, status, targets_done, targets_total, hook_cursor, hook_attempts, "
+    "hook_since, hook_next_at"
+)
+"""The columns :func:`hook_from_row` decodes, in its order."""
+
+
+def is_due(status: JobStatus, cursor: int, targets_done: int, webhook: str) -> bool:
+    """Whether an open hook has an event to send (its ``next_at`` aside)."""
+    return not status.live or (cursor < targets_done and TARGET_TOKEN in webhook)
+
+
+def hook_from_row(row: Row) -> HookDue:
+    """A :class:`HookDue` from a row of :data:`HOOK_COLUMNS`."""
+    return HookDue(
+        job_id=str(row[0]),
+        caller=str(row[1]),
+        webhook=str(row[2]),
+        status=JobStatus(row[3]),
+        targets_done=int(row[4]),
+        targets_total=int(row[5]),
+        cursor=int(row[6]),
+        attempts=int(row[7]),
+        since=float(row[8]),
+        next_at=float(row[9]),
+    )
+
+
+def due_query(open_sql: str, now: float, limit: int) -> tuple[str, list[object]]:
+    """``hooks_due`` in SQL with ``?`` placeholders; ``open_sql`` is the backend's "hook open"
+    test, spelled as its partial index ``jobs_hooks`` is, so the index serves the query."""
+    sql = (
+        f"SELECT {HOOK_COLUMNS} FROM jobs WHERE {open_sql} AND hook_next_at <= ? "
+        f"AND (status NOT IN {LIVE_SQL} OR (hook_cursor < targets_done AND webhook LIKE ?)) "
+        "ORDER BY hook_next_at LIMIT ?"
+    )
+    return sql, [now, f"%{TARGET_TOKEN}%", limit]
+
+
+def advance_query(
+    open_sql: str, due: HookDue, cursor: int, attempts: int, since: float, next_at: float, close: bool
+) -> tuple[str, list[object]]:
+    """``hook_advance`` in SQL with ``?`` placeholders: one compare-and-set ``UPDATE``."""
+    sql = (
+        "UPDATE jobs SET hook_cursor = ?, hook_attempts = ?, hook_since = ?, hook_next_at = ?, "
+        f"hook_open = ? WHERE id = ? AND {open_sql} AND hook_cursor = ? AND hook_attempts = ?"
+    )
+    return sql, [cursor, attempts, since, next_at, not close, due.job_id, due.cursor, due.attempts]

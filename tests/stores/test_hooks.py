@@ -1,0 +1,159 @@
+"""The store contract for webhook delivery state (SPEC §7): the job row is the outbox."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trio_batch import JobStatus, Options, Result, Target, TargetState, Webhook
+from trio_batch.stores import Limits, NewJob, Outcome, Store
+from trio_batch.stores._protocol import HookDue
+
+LIMITS = Limits(ttl=100.0, targets_per_job=4, jobs_per_caller=10, jobs_total=10)
+END = Webhook("https://hooks.test/in").to_json()
+BOTH = Webhook("https://hooks.test/in", ("target", "end")).to_json()
+DONE = Outcome(TargetState.DONE, result_json=Result("ok", {}).to_json())
+
+
+def new_job(job_id: str, webhook: str = END, n: int = 2, now: float = 1000.0) -> NewJob:
+    targets = [Target(f"https://x.test/{job_id}/{i}", Options()) for i in range(n)]
+    return NewJob(job_id, "alice", "fleet", f"key-{job_id}", targets, now, webhook=webhook)
+
+
+async def finish(store: Store, job_id: str, idx: int, now: float = 1000.0, size: int = 0) -> None:
+    assert await store.start_target(job_id, idx, now)
+    outcome = DONE
+    if size:
+        outcome = Outcome(TargetState.DONE, result_json=Result("x" * size, {}).to_json())
+    await store.finish_target(job_id, idx, outcome, now, 10**9)
+
+
+async def due_ids(store: Store, now: float = 2000.0) -> list[tuple[str, int | None]]:
+    return [(d.job_id, d.target) for d in await store.hooks_due(now, 100)]
+
+
+async def advance(store: Store, due: HookDue, *, close: bool = False) -> bool:
+    return await store.hook_advance(
+        due, cursor=due.cursor + (0 if close else 1), attempts=0, since=0, next_at=0, close=close
+    )
+
+
+class TestDue:
+    async def test_a_job_without_webhook_is_never_due(self, store: Store) -> None:
+        """No webhook, no hook: a finished job has nothing to deliver."""
+        await store.admit(new_job("j1", webhook=""), LIMITS)
+        await finish(store, "j1", 0)
+        await finish(store, "j1", 1)
+
+        assert [] == await due_ids(store)
+
+    async def test_end_only_is_due_once_the_job_is_terminal(self, store: Store) -> None:
+        """A live job with an end-only webhook is not returned; a finished one is, with its row."""
+        await store.admit(new_job("j1"), LIMITS)
+        await finish(store, "j1", 0)
+        live = await due_ids(store)
+        await finish(store, "j1", 1, now=1001.0)
+        (due,) = await store.hooks_due(2000.0, 10)
+
+        assert [] == live
+        assert HookDue("j1", "alice", END, JobStatus.DONE, 2, 2, 0, 0, 0.0, 0.0) == due
+        assert due.target is None
+
+    async def test_target_events_in_order_then_end(self, store: Store) -> None:
+        """Each ended target is due in turn; a handled one is not returned again; then the end."""
+        await store.admit(new_job("j1", webhook=BOTH), LIMITS)
+        seen: list[list[tuple[str, int | None]]] = [await due_ids(store)]
+        await finish(store, "j1", 0)
+        seen.append(await due_ids(store))
+        (first,) = await store.hooks_due(2000.0, 10)
+        assert await advance(store, first)
+        seen.append(await due_ids(store))
+        await finish(store, "j1", 1)
+        (second,) = await store.hooks_due(2000.0, 10)
+        assert await advance(store, second)
+        seen.append(await due_ids(store))
+        (end,) = await store.hooks_due(2000.0, 10)
+        assert await advance(store, end, close=True)
+        seen.append(await due_ids(store))
+
+        assert [[], [("j1", 0)], [], [("j1", None)], []] == seen
+        assert (JobStatus.DONE, JobStatus.DONE) == (second.status, end.status)
+        assert (1, 2) == (second.target, end.cursor)
+
+    async def test_a_cancelled_job_ends_after_the_targets_it_stored(self, store: Store) -> None:
+        """Cancelled after one target: that target's event, then the end."""
+        await store.admit(new_job("j1", webhook=BOTH, n=3), LIMITS)
+        await finish(store, "j1", 0)
+        await store.cancel("j1", 1001.0)
+        (first,) = await store.hooks_due(2000.0, 10)
+        assert await advance(store, first)
+        (end,) = await store.hooks_due(2000.0, 10)
+
+        assert (0, None, JobStatus.CANCELLED) == (first.target, end.target, end.status)
+
+    async def test_next_at_defers_and_orders(self, store: Store) -> None:
+        """A retry waits for its next_at; due jobs come soonest first, at most limit of them."""
+        for job_id in ("a", "b", "c"):
+            await store.admit(new_job(job_id, n=1), LIMITS)
+            await finish(store, job_id, 0)
+        (a, b, c) = sorted(await store.hooks_due(2000.0, 10), key=lambda d: d.job_id)
+        assert await store.hook_advance(a, cursor=0, attempts=1, since=2000, next_at=2050)
+        assert await store.hook_advance(c, cursor=0, attempts=1, since=2000, next_at=2010)
+
+        assert [("b", None)] == await due_ids(store, 2005.0)
+        assert ["b", "c"] == [d.job_id for d in await store.hooks_due(2020.0, 10)]
+        assert ["b", "c"] == [d.job_id for d in await store.hooks_due(2100.0, 2)]
+        (again,) = [d for d in await store.hooks_due(2100.0, 10) if d.job_id == "a"]
+        assert (1, 2000.0, 2050.0) == (again.attempts, again.since, again.next_at)
+        assert b.job_id == "b"
+
+
+class TestAdvance:
+    async def test_is_a_compare_and_set(self, store: Store) -> None:
+        """Of two advances from the same read, one applies; a closed hook takes none."""
+        await store.admit(new_job("j1", n=1), LIMITS)
+        await finish(store, "j1", 0)
+        (due,) = await store.hooks_due(2000.0, 10)
+
+        first = await store.hook_advance(due, cursor=0, attempts=1, since=2000, next_at=2005)
+        second = await store.hook_advance(due, cursor=0, attempts=1, since=2000, next_at=2005)
+        (now,) = await store.hooks_due(2005.0, 10)
+        closed = await advance(store, now, close=True)
+        after = await advance(store, now, close=True)
+
+        assert (True, False, True, False) == (first, second, closed, after)
+        assert await store.hooks_due(9999.0, 10) == []
+
+    async def test_an_unknown_job_is_not_advanced(self, store: Store) -> None:
+        ghost = HookDue("nope", "alice", END, JobStatus.DONE, 1, 1, 0, 0, 0.0, 0.0)
+
+        assert not await advance(store, ghost, close=True)
+
+
+class TestKeeping:
+    async def test_sweep_keeps_a_job_whose_hook_is_open(self, store: Store) -> None:
+        """Past its ttl, a finished job is kept until its webhook is handled, then swept."""
+        await store.admit(new_job("j1", n=1), LIMITS)
+        await finish(store, "j1", 0)
+        await store.admit(new_job("later", webhook="", now=2000.0), dataclasses.replace(LIMITS, ttl=1.0))
+        kept = await store.snapshot("j1")
+        (due,) = await store.hooks_due(2000.0, 10)
+        assert await advance(store, due, close=True)
+        await store.admit(new_job("later2", webhook="", now=2000.0), dataclasses.replace(LIMITS, ttl=1.0))
+
+        assert kept is not None
+        assert await store.snapshot("j1") is None
+
+    async def test_eviction_skips_a_job_whose_hook_is_open(self, store: Store) -> None:
+        """The byte cap evicts an older finished job without a webhook, not one with an open hook."""
+        await store.admit(new_job("hooked", n=1), LIMITS)
+        await finish(store, "hooked", 0, now=1000.0, size=500)
+        await store.admit(new_job("plain", webhook="", n=1), LIMITS)
+        await finish(store, "plain", 0, now=1001.0, size=500)
+        await store.admit(new_job("new", webhook="", n=1), LIMITS)
+        assert await store.start_target("new", 0, 1002.0)
+        outcome = Outcome(TargetState.DONE, result_json=Result("x" * 500, {}).to_json())
+        stored = await store.finish_target("new", 0, outcome, 1002.0, 1300)
+
+        assert 1 == stored.evicted
+        assert await store.snapshot("hooked") is not None
+        assert await store.snapshot("plain") is None
