@@ -69,7 +69,13 @@ def due_query(open_sql: str, now: float, limit: int) -> tuple[str, list[object]]
 
 
 def advance_query(
-    open_sql: str, due: HookDue, cursor: int, attempts: int, since: float, next_at: float, close: bool
+    open_sql: str,
+    due: HookDue,
+    cursor: int,
+    attempts: int,
+    since: float,
+    next_at: float,
+    close: bool,
 ) -> tuple[str, list[object]]:
     """``hook_advance`` in SQL with ``?`` placeholders: one compare-and-set ``UPDATE``."""
     sql = (

@@ -24,6 +24,7 @@ from .._model import (
     TargetState,
     TargetStatus,
 )
+from ._hooks import is_due
 from ._protocol import (
     CacheEntry,
     FinishItem,
@@ -36,7 +37,6 @@ from ._protocol import (
     ResumedJob,
     Stored,
 )
-from ._hooks import is_due
 from ._rules import check_caps, terminal_status
 
 

@@ -166,7 +166,6 @@ class HookDue:
         return None
 
 
-
 class Store(Protocol):
     """What an engine needs from a store. Each method is atomic.
 
