@@ -49,7 +49,7 @@ _CLEANUP_SECONDS = 5.0
 # Outcomes stored by one Store.finish_targets call at most.
 _MAX_GROUP = 512
 # Seconds between two looks for the jobs of engines that are gone (Config.resume).
-_ADOPT_EVERY = 5.0
+_ADOPT_EVERY = 1.0
 # Groups whose store call may be in flight at once: group k+1 is sent while k commits.
 _GROUPS_IN_FLIGHT = 2
 

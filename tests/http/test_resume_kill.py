@@ -1,0 +1,216 @@
+"""kill -9 at random moments of a batch, restart with --resume: every job ends, nothing lost.
+
+The real ``trio-batch serve`` runs in a child process against a local site; the test kills it
+with SIGKILL at 20 random points (each a random delay after the server listens again), starts
+it again with ``--resume`` each time, then lets it finish. Every target must end ``done`` with
+its own page (no result lost), each job's count must equal its targets (none stored twice),
+and the caller's caps must be free at the end. Runs on SQLite and on PostgreSQL (where a killed
+instance's jobs are adopted once its heartbeat is older than ``--pg-instance-timeout``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from trio_batch.http import add_key, serve
+
+from ..pg_support import PG_DSN, SKIP_REASON, open_test_schema
+
+KILLS = int(os.environ.get("TRIO_BATCH_KILL_POINTS", "20"))
+JOBS = 3
+TARGETS = 16
+# Long enough that the batch outlasts the kills: every restart finds live jobs to resume.
+PAGE_SECONDS = 0.25
+
+
+def _site(hits: Counter[str]) -> Starlette:
+    async def page(request: Request) -> Response:
+        n = request.path_params["n"]
+        hits[request.url.path] += 1
+        await trio.sleep(PAGE_SECONDS)
+        return HTMLResponse(f"<html><body><h1>Page {n}</h1><p>Text of page {n}.</p></body>")
+
+    return Starlette(routes=[Route("/page/{n:int}", page)])
+
+
+@asynccontextmanager
+async def local_site(hits: Counter[str]) -> AsyncIterator[int]:
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        port: int = await nursery.start(
+            lambda task_status: serve(
+                _site(hits), port=0, shutdown_trigger=stop.wait, task_status=task_status
+            )
+        )
+        yield port
+        stop.set()
+
+
+class Server:
+    """``trio-batch serve --resume`` in a child process, started again after each kill."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.args = args
+        self.env = env
+        self.log = bytearray()
+        self.starts = 0
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[tuple[trio.Process, int]]:
+        cmd = [sys.executable, "-c", "from trio_batch._cli import entry; entry()", "serve"]
+        proc = await trio.lowlevel.open_process(
+            [*cmd, *self.args], stderr=subprocess.PIPE, env=self.env
+        )
+        self.starts += 1
+        try:
+            assert proc.stderr is not None
+            with trio.fail_after(60):
+                port = await self._read_port(proc.stderr)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._drain, proc.stderr)
+                yield proc, port
+                nursery.cancel_scope.cancel()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+
+    async def _read_port(self, stream: trio.abc.ReceiveStream) -> int:
+        start = len(self.log)
+        while True:
+            chunk = await stream.receive_some()
+            if not chunk:
+                raise AssertionError(f"the server exited before listening:\n{self.log.decode()}")
+            self.log += chunk
+            found = re.search(rb"serving the trio-batch API on \S+ port (\d+)", self.log[start:])
+            if found:
+                return int(found.group(1))
+
+    async def _drain(self, stream: trio.abc.ReceiveStream) -> None:
+        async for chunk in stream:
+            self.log += chunk
+
+
+async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    keys_file = tmp_path / "keys.toml"
+    _, key = add_key(keys_file, "alice")
+    hits: Counter[str] = Counter()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
+    async with local_site(hits) as site_port:
+        server = Server(
+            [
+                "--port=0",
+                *db_args,
+                f"--keys={keys_file}",
+                "--allow-net=127.0.0.0/8",
+                "--workers=2",
+                f"--jobs-per-caller={JOBS}",
+                "--resume",
+                "--no-access-log",
+            ],
+            env,
+        )
+        headers = {"Authorization": f"Bearer {key}"}
+        job_ids: list[str] = []
+        kill_points: list[float] = []
+        for kill in range(KILLS + 1):
+            async with server.running() as (proc, port):
+                base = f"http://127.0.0.1:{port}"
+                async with httpx.AsyncClient(base_url=base, headers=headers) as client:
+                    if not job_ids:
+                        for j in range(JOBS):
+                            body = {
+                                "targets": [
+                                    {"url": f"http://127.0.0.1:{site_port}/page/{j * 100 + i}"}
+                                    for i in range(TARGETS)
+                                ]
+                            }
+                            sub = await client.post("/v1/batch", json=body)
+                            assert sub.status_code == 202, sub.text
+                            job_ids.append(sub.json()["id"])
+                    if kill < KILLS:
+                        delay = rng.uniform(0.05, 0.5)
+                        kill_points.append(delay)
+                        await trio.sleep(delay)
+                        proc.send_signal(signal.SIGKILL)
+                        continue
+                    summaries = await until_all_end(client, job_ids)
+                    results = [
+                        (await client.get(f"/v1/batch/{i}", params={"results": 1})).json()
+                        for i in job_ids
+                    ]
+                    fresh = [
+                        await client.post(
+                            "/v1/batch", json={"targets": [{"url": f"https://x{n}.test/"}]}
+                        )
+                        for n in range(JOBS)
+                    ]
+
+    text = server.log.decode()
+    where = f"seed {seed}, kill points {[round(p, 3) for p in kill_points]}"
+    assert [s["status"] for s in summaries] == ["done"] * JOBS, where
+    for j, result in enumerate(results):
+        assert result["targets_total"] == result["counts"]["done"] == TARGETS, where
+        contents = [t["result"]["content"].split("\n")[0].strip() for t in result["targets"]]
+        assert contents == [f"Page {j * 100 + i}" for i in range(TARGETS)], where
+    assert set(hits) == {f"/page/{j * 100 + i}" for j in range(JOBS) for i in range(TARGETS)}
+    assert [r.status_code for r in fresh] == [202] * JOBS, [r.text for r in fresh]
+    assert server.starts == KILLS + 1
+    assert text.count("resumed") >= KILLS * 3 // 4, where  # the kills landed mid-batch
+    assert "Traceback" not in text, text
+    assert f"127.0.0.1:{site_port}" not in text
+
+
+async def until_all_end(client: httpx.AsyncClient, job_ids: list[str]) -> list[dict[str, object]]:
+    summaries = []
+    with trio.fail_after(120):
+        for job_id in job_ids:
+            async with client.stream("GET", f"/v1/batch/{job_id}/events") as events:
+                async for line in events.aiter_lines():
+                    if line.startswith("event: end"):
+                        break
+            summaries.append((await client.get(f"/v1/batch/{job_id}")).json())
+    return summaries
+
+
+@pytest.mark.slow
+async def test_sqlite_kill_9_and_resume(tmp_path: Path) -> None:
+    seed = random.randrange(2**32)
+    await kill_and_resume([f"--db={tmp_path / 'jobs.sqlite'}"], tmp_path, seed)
+
+
+@pytest.mark.slow
+async def test_postgres_kill_9_and_resume(tmp_path: Path) -> None:
+    if not PG_DSN:
+        pytest.skip(SKIP_REASON)
+    seed = random.randrange(2**32)
+    async with open_test_schema(PG_DSN) as schema:
+        await kill_and_resume(
+            [
+                f"--db={PG_DSN}",
+                f"--pg-schema={schema}",
+                "--pg-instance-timeout=1",
+                "--pg-heartbeat=0.25",
+            ],
+            tmp_path,
+            seed,
+        )
