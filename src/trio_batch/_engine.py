@@ -268,8 +268,10 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         """Stop: cancel every fetch in flight, stop the workers, fail the live jobs.
 
         Live jobs end ``failed`` with the error ``interrupted`` so no cap stays taken; their
-        unstarted targets stay ``pending``. Closing again waits for the first close and then
-        does nothing. Leaving the ``open_engine`` block calls this.
+        unstarted targets stay ``pending``. With ``Config.resume`` they stay live instead, for
+        the next engine to resume (on a shared store, another instance adopts them). Closing
+        again waits for the first close and then does nothing. Leaving the ``open_engine``
+        block calls this.
 
         Cancellation: closing is shielded, so it completes even in a cancelled scope, but its
         store writes are bounded (5 seconds): a store that hangs cannot hang the close. After
@@ -287,9 +289,12 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             with trio.CancelScope(shield=True):
                 await self._runner_done.wait()
             failed: list[str] = []
+            if self._config.resume and self._live:  # the next engine resumes them
+                self._log.info("left %d live jobs to resume", len(self._live))
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
                 try:
-                    failed = await self._store.interrupt(list(self._live), self._wall())
+                    if not self._config.resume:
+                        failed = await self._store.interrupt(list(self._live), self._wall())
                 except Exception as exc:
                     self._store_error("interrupt", "", exc)
                 for job_id in failed:
@@ -352,7 +357,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         while True:
             await trio.sleep(_ADOPT_EVERY)
             try:
-                self._resume(await self._store.resume(self._wall()))
+                self._resume(await self._store.resume(self._wall(), opening=False))
             except Exception as exc:
                 self._store_error("resume", "", exc)
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import trio
+import trio.testing
 
 from trio_batch import (
     Caller,
@@ -133,7 +134,33 @@ async def test_a_second_resume_takes_nothing_more(store: Store) -> None:
         "lab",
         "restricted",
     )
-    assert await store.resume(time.time()) == []
+    assert await store.resume(time.time(), opening=False) == []
+
+
+async def test_closing_with_resume_leaves_live_jobs_to_the_next_engine(store: Store) -> None:
+    """A restart (SIGTERM) with resume hands the live jobs over instead of failing them."""
+    first = ScriptedFetch()
+    gate = first.hold("https://a.example.test/1")
+    config = Config(workers=1, resume=True)
+    async with open_engine(store, first, config) as engine:
+        sub = await engine.submit(Caller("alice", "lab"), "fleet", new_job("a", 3, 0).targets)
+        while len(first.calls) < 2:
+            await trio.testing.wait_all_tasks_blocked()
+    del gate  # never set: the fetch is cancelled by the close
+    mid = await store.read_job(sub.id)
+
+    second = ScriptedFetch()
+    rec = Recorder()
+    rec.ended = 1  # one job to wait for
+    again = Config(workers=1, resume=True, hooks=Hooks(job=rec.job))
+    async with open_engine(store, second, again) as engine:
+        with trio.fail_after(20):
+            await rec.all_ended.wait()
+        snap = await engine.status(sub.id)
+
+    assert mid is not None and mid.status is JobStatus.RUNNING and mid.targets_done == 1
+    assert second.calls == ["https://a.example.test/1", "https://a.example.test/2"]
+    assert snap is not None and (snap.job.status, snap.job.targets_done) == (JobStatus.DONE, 3)
 
 
 @pytest.mark.slow

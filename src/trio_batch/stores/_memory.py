@@ -132,7 +132,6 @@ class MemoryStore:
         self._cache: dict[str, CacheEntry] = {}  # insertion order = stored order
         self._cache_bytes = 0
         self._closed = False
-        self._resumed = False  # after recover or resume, every live job is this engine's
         self._hooks: set[str] = set()  # jobs whose webhook hook is open
         self._held: set[str] = set()  # finished jobs kept from sweep and eviction by their hook
 
@@ -196,14 +195,12 @@ class MemoryStore:
 
     async def recover(self, now: float) -> list[str]:
         await self._checkpoint()
-        self._resumed = True
         return self._interrupt([j.id for j in self._jobs.values() if j.status.live], now)
 
-    async def resume(self, now: float) -> list[ResumedJob]:
+    async def resume(self, now: float, *, opening: bool = True) -> list[ResumedJob]:
         await self._checkpoint()
-        if self._resumed:
+        if not opening:  # one engine at a time: every live job is already its own
             return []
-        self._resumed = True
         resumed = []
         for row in sorted((j for j in self._jobs.values() if j.status.live), key=_by_seq):
             for target in row.targets:

@@ -201,15 +201,16 @@ class Store(Protocol):
         """
         ...
 
-    async def resume(self, now: float) -> list[ResumedJob]:
+    async def resume(self, now: float, *, opening: bool = True) -> list[ResumedJob]:
         """Take over the live jobs whose engine is gone, instead of failing them (SPEC §7).
 
         Their running targets go back to pending; the jobs stay live and are returned oldest
-        first, now this engine's. A single-process store treats every live job as orphaned on
-        the first call and returns nothing on later calls (every live job is then this
-        engine's); a shared store (PostgreSQL) returns, on each call, the live jobs of the
-        instances that are gone since, so an engine calls it now and then to adopt them. Once
-        an engine calls this, the store no longer fails a gone instance's jobs by itself.
+        first, now this engine's. ``opening``: an engine is opening (as for :meth:`recover`):
+        a single-process store treats every live job as orphaned. Later calls
+        (``opening=False``, now and then while the engine runs) return the live jobs of the
+        instances of a shared store (PostgreSQL) that are gone since; a single-process store
+        returns none. Once an engine calls this, a shared store no longer fails a gone
+        instance's jobs by itself.
         """
         ...
 

@@ -90,7 +90,7 @@ class PostgresStore(PostgresReads, PostgresHooks, metaclass=NoPublicConstructor)
         # The live jobs this instance admitted: start_target answers from it without waiting
         # for the database. Jobs leave it when they end here or a write finds them not live.
         self._live: set[str] = set()
-        self._resumed = False  # once an engine resumes, gone instances' jobs are adopted
+        self._adopting = False  # once an engine resumes, gone instances' jobs are adopted
         self._queue = WriteQueue(
             connect,
             instance=self._instance,
@@ -306,7 +306,7 @@ class PostgresStore(PostgresReads, PostgresHooks, metaclass=NoPublicConstructor)
                 extra={"instance": self._instance},
             )
             _sql.register(conn, self._instance, self._instance_timeout)
-        if self._resumed:  # gone instances' jobs are adopted (resume), not failed
+        if self._adopting:  # gone instances' jobs are adopted (resume), not failed
             return []
         return _sql.reap(conn, self._instance, time.time(), own_jobs=False)
 
@@ -371,22 +371,21 @@ class PostgresStore(PostgresReads, PostgresHooks, metaclass=NoPublicConstructor)
         self._forget(failed)
         return failed
 
-    async def resume(self, now: float) -> list[ResumedJob]:
+    async def resume(self, now: float, *, opening: bool = True) -> list[ResumedJob]:
         """Adopt the live jobs of this instance and of instances that are gone (SPEC §7).
 
         Their running targets go back to pending; the jobs stay live, now this instance's, and
-        are returned oldest first. The first call takes this instance's own live jobs too (as
-        :meth:`recover` does); later calls take only those of instances gone since, so an engine
-        calls it now and then. From the first call on, the heartbeat stops failing the jobs of
+        are returned oldest first. With ``opening`` it takes this instance's own live jobs too
+        (as :meth:`recover` does); without, only those of instances gone since (an engine calls
+        it so now and then). From the first call on, the heartbeat stops failing the jobs of
         gone instances: they wait for a ``resume`` (of this instance or another).
 
         Cancellation: if this raises :class:`trio.Cancelled`, no job was adopted. Once queued,
         the write is not cancellable: it commits and this returns.
         """
-        own = not self._resumed
-        self._resumed = True
+        self._adopting = True
         resumed = await self._write(
-            lambda conn: _sql.adopt(conn, self._instance, now, own_jobs=own)
+            lambda conn: _sql.adopt(conn, self._instance, now, own_jobs=opening)
         )
         self._live.update(job.id for job in resumed)
         return resumed

@@ -72,7 +72,6 @@ class SQLiteStore(SQLiteReads, SQLiteHooks, metaclass=NoPublicConstructor):
         self._closed = False
         # This store is the file's only writer, so it can mirror the set of live jobs exactly.
         self._live: set[str] = set()
-        self._resumed = False  # after recover or resume, every live job is this process's
 
     @property
     def path(self) -> str:
@@ -180,19 +179,17 @@ class SQLiteStore(SQLiteReads, SQLiteHooks, metaclass=NoPublicConstructor):
 
     async def recover(self, now: float) -> list[str]:
         failed = await self._write(lambda conn: sql.interrupt(conn, sql.live_ids(conn), now))
-        self._resumed = True
         for job_id in failed:
             self._live.discard(job_id)
         return failed
 
-    async def resume(self, now: float) -> list[ResumedJob]:
-        if self._resumed:  # one writer: every live job is already this process's
+    async def resume(self, now: float, *, opening: bool = True) -> list[ResumedJob]:
+        if not opening:  # one writer: every live job is already this process's
             if self._closed:
                 raise trio.ClosedResourceError("this SQLiteStore is closed")
             await trio.lowlevel.checkpoint()
             return []
         resumed = await self._write(lambda conn: sql.resume(conn, now))
-        self._resumed = True
         self._live.update(job.id for job in resumed)
         return resumed
 
