@@ -106,6 +106,7 @@ class JobWatchers:
         self._jobs: dict[str, _Entry] = {}
         self._poll = poll
         self._count = 0
+        self._any: trio.Event | None = None  # for next_change; made only when someone waits
         self.closed = False
 
     @property
@@ -120,6 +121,9 @@ class JobWatchers:
 
     def changed(self, job_id: str) -> None:
         """The engine stored something of ``job_id``: wake its watchers. Never blocks."""
+        if self._any is not None:
+            self._any.set()
+            self._any = None
         entry = self._jobs.get(job_id)
         if entry is not None:
             entry.generation += 1
@@ -131,8 +135,18 @@ class JobWatchers:
     def close(self) -> None:
         """Wake every watcher; their waits raise :class:`trio.ClosedResourceError`."""
         self.closed = True
+        if self._any is not None:
+            self._any.set()
         for entry in self._jobs.values():
             entry.event.set()
+
+    def next_change(self) -> trio.Event:
+        """An event set at the next change of any job, or when the engine closes."""
+        if self.closed:
+            raise trio.ClosedResourceError("the BatchEngine closed")
+        if self._any is None:
+            self._any = trio.Event()
+        return self._any
 
     @contextmanager
     def watch(self, job_id: str) -> Iterator[JobWatch]:
@@ -243,6 +257,19 @@ class EngineReads:
         """
         self._check_open()
         return self._watchers.watch(job_id)
+
+    def next_change(self) -> trio.Event:
+        """A :class:`trio.Event` set at the engine's next change of any job, or when it closes.
+
+        The changes are those :meth:`watch` reports, for every job. Take the event *before*
+        reading the store, then wait on it: a change in between is not missed. What the HTTP
+        service's webhook deliveries wake on; costs the engine nothing while nobody waits.
+
+        Raises:
+            trio.ClosedResourceError: the engine is closed.
+        """
+        self._check_open()
+        return self._watchers.next_change()
 
     @property
     def watchers(self) -> int:

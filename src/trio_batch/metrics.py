@@ -29,6 +29,8 @@ name                                            type       labels
 ``trio_batch_targets_in_flight``                gauge
 ``trio_batch_busy_retries_total``               counter
 ``trio_batch_evicted_jobs_total``               counter
+``trio_batch_webhook_deliveries_total``         counter    ``outcome``: delivered retried
+                                                           given_up
 ``trio_batch_http_requests_total``              counter    ``method``, ``route``, ``status``
 ``trio_batch_http_request_seconds``             histogram  ``method``, ``route``, ``status``
 ==============================================  =========  ==================================
@@ -58,6 +60,7 @@ _JOB_EVENTS = (
     "failed",
     "cancelled",
 )
+_DELIVERY_OUTCOMES = ("delivered", "retried", "given_up")
 # Seconds: from a cached page (ms) to a slow batch (an hour).
 _JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
 _TARGET_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
@@ -126,6 +129,14 @@ class PrometheusMetrics:
         self.retries = Counter(
             "trio_batch_busy_retries", "Busy targets put back to be tried again", registry=r
         )
+        self.deliveries = Counter(
+            "trio_batch_webhook_deliveries",
+            "Webhook delivery attempts by outcome (retried: failed, tried again later)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in _DELIVERY_OUTCOMES:
+            self.deliveries.labels(outcome=outcome)
         self.evictions = Counter(
             "trio_batch_evicted_jobs", "Finished jobs evicted for the byte cap", registry=r
         )
@@ -154,6 +165,10 @@ class PrometheusMetrics:
             retry=self._retry,
             evicted=self.evictions.inc,
         )
+
+    def observe_delivery(self, outcome: str) -> None:
+        """Count one webhook delivery attempt: ``delivered``, ``retried`` or ``given_up``."""
+        self.deliveries.labels(outcome=outcome if outcome in _DELIVERY_OUTCOMES else "other").inc()
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one HTTP request. ``route`` must be a route template, never a raw path."""

@@ -69,7 +69,9 @@ class TestLoneSurrogates:
         )
 
         assert (400, "\\ud800") == (r.status_code, r.json()["field"])
-        assert r.json()["error"] == "\\ud800 is not a field; the body has one field, targets"
+        assert r.json()["error"] == (
+            "\\ud800 is not a field; the body has the fields targets and webhook"
+        )
         assert_no_request_text_logged(caplog)
 
     async def test_a_surrogate_pair_is_text(self, api: Api) -> None:

@@ -128,6 +128,8 @@ async def run_service(
     Raises:
         KeysFileError: the keys file is missing or malformed.
     """
+    from ..http._deliveries import open_deliveries  # webhooks (SPEC §7); needs httpx
+
     keys = load_keys(settings.keys)
     if not len(keys):
         _log.warning("the keys file has no keys: every request will get 401")
@@ -141,7 +143,10 @@ async def run_service(
                 fetch = await stack.enter_async_context(_open_fetcher(settings, store, keys))
                 if precheck is None:
                     precheck = _web_precheck(settings)
-            async with open_engine(store, fetch, config) as engine:
+            async with (
+                open_engine(store, fetch, config) as engine,
+                open_deliveries(store, engine, keys, allow=_networks(settings), metrics=metrics),
+            ):
                 await _serve_engine(
                     settings, engine, keys, fetch, precheck, metrics, signals, task_status
                 )

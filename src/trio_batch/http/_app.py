@@ -52,6 +52,7 @@ from ._parse import (
     read_json,
 )
 from ._ui import ui_page
+from ._webhook_input import parse_webhook
 
 
 def _default_precheck() -> PrecheckFunc:
@@ -186,14 +187,18 @@ async def _owned(
 
 async def _submit(ctx: Ctx, request: Request) -> Response:
     record = authenticate(ctx, request)
-    targets = parse_batch(await read_json(request, ctx.max_body))
+    body = await read_json(request, ctx.max_body)
+    targets = parse_batch(body)
     for i, target in enumerate(targets):
         check_target(
             target, f"targets[{i}]", precheck=ctx.precheck, check_options=ctx.check_options
         )
+    submit = functools.partial(
+        ctx.engine.submit, webhook=parse_webhook(body, record, precheck=ctx.precheck)
+    )
     store = ctx.calls.request()
     try:
-        sub = await store.write(ctx.engine.submit, record.caller(), record.caller_class, targets)
+        sub = await store.write(submit, record.caller(), record.caller_class, targets)
     except SubmitError as exc:
         raise refusal(
             exc,

@@ -207,10 +207,10 @@ def parse_batch(data: object) -> list[Target]:
             field="body",
         )
     for name in data:
-        if name != "targets":
+        if name not in ("targets", "webhook"):  # the webhook: _webhook_input
             raise ApiError(
                 400,
-                f"{shown(name)} is not a field; the body has one field, targets",
+                f"{shown(name)} is not a field; the body has the fields targets and webhook",
                 "remove the field",
                 field=shown(name),
             )

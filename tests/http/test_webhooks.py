@@ -1,0 +1,401 @@
+"""Webhook deliveries (SPEC §7): what a receiver gets, signed, in order, retried, guarded.
+
+These tests run a real receiver on 127.0.0.1 and the real clock, with the retry waits made
+short through :class:`DeliveryPolicy` (a socket wait would let a mock clock jump past them).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import ipaddress
+import itertools
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from tests.http.conftest import ALICE, BOB, auth, lifespan
+from tests.http.test_webhook_secrets import docs_verifier
+from trio_batch import Caller, Config, JobStatus, Target, TargetError, Webhook, open_engine
+from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
+from trio_batch.http._deliveries import DeliveryPolicy, Dispatcher, open_deliveries
+from trio_batch.metrics import PrometheusMetrics
+from trio_batch.stores import MemoryStore, SQLiteStore, Store
+from trio_batch.testing import ScriptedFetch
+from trio_batch.web import precheck
+
+SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
+LOOPBACK = [ipaddress.ip_network("127.0.0.1/32")]
+FAST = DeliveryPolicy(first_wait=0.05, max_wait=0.2, poll=0.2, min_gap=0.005, timeout=2.0)
+
+
+def make_keys() -> KeyRing:
+    return KeyRing(
+        [
+            KeyRecord("alice", "lab", "fleet", hash_key(ALICE), webhook_secret=SECRET),
+            KeyRecord("bob", "", "fleet", hash_key(BOB)),
+        ]
+    )
+
+
+@dataclass
+class Delivery:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Receiver:
+    """A tiny HTTP/1.1 server that records each request and answers the scripted statuses."""
+
+    def __init__(self) -> None:
+        self.got: list[Delivery] = []
+        self.statuses: deque[int] = deque()
+        self.port = 0
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        first, *lines = head.decode().split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in lines)}
+        while len(body) < int(headers.get("content-length", "0")):
+            body += await stream.receive_some(65536)
+        self.got.append(Delivery(first.split()[1], headers, body))
+        status = self.statuses.popleft() if self.statuses else 200
+        answer = f"HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        await stream.send_all(answer.encode())
+        await stream.aclose()
+
+    def url(self, host: str = "127.0.0.1", path: str = "/hook") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    async def wait_for(self, n: int) -> list[Delivery]:
+        await until(lambda: len(self.got) >= n)
+        return self.got
+
+
+async def until(check: Callable[[], object]) -> None:
+    """Wait (real time, at most 10 s) until ``check()`` is true."""
+    with trio.fail_after(10):
+        for _ in itertools.count():
+            if check():
+                return
+            await trio.sleep(0.01)
+
+
+@dataclass
+class Service:
+    client: httpx.AsyncClient
+    fetch: ScriptedFetch
+    metrics: PrometheusMetrics
+    dispatcher: Dispatcher
+    receiver: Receiver
+
+    async def submit(self, n: int = 2, key: str = ALICE, **webhook: Any) -> httpx.Response:
+        webhook.setdefault("url", self.receiver.url())
+        targets = [{"url": f"https://example.org/{i}"} for i in range(n)]
+        body = {"targets": targets, "webhook": webhook}
+        return await self.client.post("/v1/batch", json=body, headers=auth(key))
+
+    def count(self, outcome: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "trio_batch_webhook_deliveries_total", {"outcome": outcome}
+        )
+        return value or 0.0
+
+
+@contextlib.asynccontextmanager
+async def open_receiver() -> AsyncIterator[Receiver]:
+    receiver = Receiver()
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, receiver.handle, 0, host="127.0.0.1")
+        )
+        receiver.port = listeners[0].socket.getsockname()[1]
+        yield receiver
+        nursery.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def open_service(
+    store: Store | None = None, *, allow: Any = LOOPBACK, **kwargs: Any
+) -> AsyncIterator[Service]:
+    store = store if store is not None else MemoryStore()
+    fetch = ScriptedFetch()
+    metrics = PrometheusMetrics()
+    keys = make_keys()
+    async with (
+        open_receiver() as receiver,
+        open_engine(store, fetch, Config(ttl=3600, hooks=metrics.hooks())) as engine,
+    ):
+        app = create_app(
+            engine, keys, precheck=functools.partial(precheck, allow=LOOPBACK), metrics=metrics
+        )
+        async with (
+            lifespan(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://api.test"
+            ) as client,
+            open_deliveries(
+                store, engine, keys, allow=allow, metrics=metrics, policy=FAST, **kwargs
+            ) as dispatcher,
+        ):
+            yield Service(client, fetch, metrics, dispatcher, receiver)
+
+
+class TestDeliveries:
+    async def test_the_end_event_is_signed_for_the_documented_verifier(self) -> None:
+        """One POST of batch.end with the job's summary, signed with the caller's secret."""
+        verify = docs_verifier()
+        async with open_service() as svc:
+            r = await svc.submit(2)
+            job_id = r.json()["id"]
+            (got,) = await svc.receiver.wait_for(1)
+            summary = (await svc.client.get(f"/v1/batch/{job_id}", headers=auth())).json()
+
+        assert 202 == r.status_code
+        assert "/hook" == got.path
+        assert verify(SECRET, got.headers, got.body)
+        assert f"{job_id}.end" == got.headers["webhook-id"]
+        assert "application/json" == got.headers["content-type"]
+        assert {"type": "batch.end", "job_id": job_id} == {
+            k: v for k, v in got.json.items() if k != "data"
+        }
+        data = got.json["data"]
+        assert ("done", {"pending": 0, "running": 0, "done": 2, "failed": 0}) == (
+            data["status"],
+            data["counts"],
+        )
+        assert {k: summary[k] for k in ("id", "status", "counts", "links")} == {
+            k: data[k] for k in ("id", "status", "counts", "links")
+        }
+        assert 1 == svc.count("delivered")
+
+    async def test_target_events_come_in_order_then_the_end(self) -> None:
+        """events: target and end: one batch.target a target, by index, then batch.end."""
+        async with open_service() as svc:
+            svc.fetch.script("https://example.org/1", TargetError("gone", hint="h", status=404))
+            r = await svc.submit(3, events=["target", "end"])
+            job_id = r.json()["id"]
+            got = await svc.receiver.wait_for(4)
+
+        assert [
+            ("batch.target", {"idx": 0, "status": "done"}),
+            ("batch.target", {"idx": 1, "status": "failed"}),
+            ("batch.target", {"idx": 2, "status": "done"}),
+        ] == [(d.json["type"], d.json["data"]) for d in got[:3]]
+        assert "batch.end" == got[3].json["type"]
+        assert "partial" == got[3].json["data"]["status"]
+        assert [f"{job_id}.t0", f"{job_id}.t1", f"{job_id}.t2", f"{job_id}.end"] == [
+            d.headers["webhook-id"] for d in got
+        ]
+
+    async def test_a_failing_receiver_gets_the_same_id_until_it_answers_2xx(self) -> None:
+        """500, 500, then 200: three attempts of one message, each signed anew."""
+        verify = docs_verifier()
+        async with open_service() as svc:
+            svc.receiver.statuses.extend([500, 500, 200])
+            r = await svc.submit(1)
+            got = await svc.receiver.wait_for(3)
+            await trio.sleep(0.3)
+
+        assert 3 == len(got)
+        assert {f"{r.json()['id']}.end"} == {d.headers["webhook-id"] for d in got}
+        assert all(verify(SECRET, d.headers, d.body) for d in got)
+        assert (2, 1, 0) == (svc.count("retried"), svc.count("delivered"), svc.count("given_up"))
+
+    async def test_an_event_is_given_up_after_its_time(self) -> None:
+        """A receiver that never answers 2xx is tried until give_up_after, then left alone."""
+        policy = DeliveryPolicy(first_wait=0.05, max_wait=0.05, poll=0.1, give_up_after=0.3)
+        async with open_receiver() as receiver:
+            receiver.statuses.extend([503] * 1000)
+            store = MemoryStore()
+            metrics = PrometheusMetrics()
+            async with open_engine(store, ScriptedFetch()) as engine:
+                await engine.submit(
+                    Caller("alice", "lab", hash_key(ALICE)),
+                    "fleet",
+                    [_target()],
+                    webhook=Webhook(receiver.url()),
+                )
+                async with open_deliveries(
+                    store, engine, make_keys(), allow=LOOPBACK, metrics=metrics, policy=policy
+                ):
+                    await until(
+                        lambda: metrics.registry.get_sample_value(
+                            "trio_batch_webhook_deliveries_total", {"outcome": "given_up"}
+                        )
+                    )
+                    tried = len(receiver.got)
+                    await trio.sleep(0.3)
+
+        assert tried >= 3
+        assert tried == len(receiver.got)
+        assert [] == await store.hooks_due(float("inf"), 10)
+
+
+def _target() -> Target:
+    return Target("https://example.org/x")
+
+
+class TestRefused:
+    @pytest.mark.parametrize(
+        "host", ["127.0.0.2", "10.0.0.1", "169.254.169.254", "[::1]", "0x7f000002"]
+    )
+    async def test_a_private_address_is_refused_at_submit(self, host: str) -> None:
+        """The webhook URL gets a target's pre-check: 400 naming webhook.url, no job."""
+        async with open_service() as svc:
+            r = await svc.submit(1, url=svc.receiver.url(host))
+            listed = (await svc.client.get("/v1/batch", headers=auth())).json()
+
+        assert (400, "webhook.url") == (r.status_code, r.json()["field"])
+        assert r.json()["error"].startswith("webhook.url: ")
+        assert [] == listed["jobs"]
+        assert [] == svc.receiver.got
+
+    async def test_a_name_that_resolves_to_a_refused_address_is_never_contacted(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The guard refuses at connect time; the event is retried, the receiver never hit."""
+        _log_everything(caplog)
+
+        async def resolver(host: str, port: int) -> list[str]:
+            return ["127.0.0.1"]  # the receiver's address, which this dispatcher refuses
+
+        async with open_service(allow=(), resolver=resolver) as svc:
+            r = await svc.submit(1, url=svc.receiver.url("hooks.example.org"))
+            await until(lambda: svc.count("retried") >= 2)
+
+        assert 202 == r.status_code
+        assert [] == svc.receiver.got
+        _assert_no_address_logged(caplog, "hooks.example.org", "127.0.0.1", f":{svc.receiver.port}")
+
+    async def test_no_log_record_holds_the_url_or_host(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Deliveries, retries and give-ups log the job id, event, attempt and status only."""
+        _log_everything(caplog)
+        async with open_service() as svc:
+            svc.receiver.statuses.extend([500, 404])
+            await svc.submit(2, events=["target", "end"], url=svc.receiver.url(path="/p/secret"))
+            await svc.receiver.wait_for(5)
+
+        messages = [r.getMessage() for r in caplog.records if r.name.startswith("trio_batch")]
+        assert any("trying again later" in m for m in messages)
+        _assert_no_address_logged(caplog, "127.0.0.1", "/p/secret", f":{svc.receiver.port}")
+
+
+def _log_everything(caplog: pytest.LogCaptureFixture) -> None:
+    """INFO from every library (httpx logs each request's URL there), DEBUG from trio_batch.
+
+    (httpcore's DEBUG traces name hosts, for target fetches too: keep httpcore above DEBUG.)
+    """
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="trio_batch")
+
+
+def _assert_no_address_logged(caplog: pytest.LogCaptureFixture, *needles: str) -> None:
+    for record in caplog.records:
+        text = record.getMessage() + " " + " ".join(map(str, record.__dict__.values()))
+        for needle in needles:
+            assert needle not in text, (record.name, record.getMessage())
+
+
+class TestSubmit:
+    async def test_a_caller_without_a_secret_gets_400_naming_webhook(self) -> None:
+        async with open_service() as svc:
+            r = await svc.submit(1, key=BOB)
+
+        assert (400, "webhook") == (r.status_code, r.json()["field"])
+        assert "trio-batch keys secret bob --keys" in r.json()["hint"]
+
+    @pytest.mark.parametrize(
+        ("webhook", "field"),
+        [
+            ("https://x.org/", "webhook"),
+            ({"events": ["end"]}, "webhook.url"),
+            ({"url": 7}, "webhook.url"),
+            ({"url": "ftp://x.org/"}, "webhook.url"),
+            ({"url": "https://x.org/", "events": []}, "webhook.events"),
+            ({"url": "https://x.org/", "events": ["start"]}, "webhook.events"),
+            ({"url": "https://x.org/", "events": "end"}, "webhook.events"),
+            ({"url": "https://x.org/", "secret": "x"}, "webhook.secret"),
+        ],
+    )
+    async def test_a_malformed_webhook_is_400_naming_its_field(
+        self, webhook: object, field: str
+    ) -> None:
+        async with open_service() as svc:
+            r = await svc.client.post(
+                "/v1/batch",
+                json={"targets": [{"url": "https://example.org/"}], "webhook": webhook},
+                headers=auth(),
+            )
+
+        assert (400, field) == (r.status_code, r.json()["field"])
+        assert r.json()["hint"]
+
+
+async def test_every_store_delivers_in_order(store: Store) -> None:
+    """Target events then the end, on MemoryStore, SQLite and (when set up) PostgreSQL."""
+    async with open_service(store) as svc:
+        r = await svc.submit(3, events=["target", "end"])
+        got = await svc.receiver.wait_for(4)
+        await trio.sleep(0.3)
+
+    job_id = r.json()["id"]
+    assert [f"{job_id}.t0", f"{job_id}.t1", f"{job_id}.t2", f"{job_id}.end"] == [
+        d.headers["webhook-id"] for d in got
+    ]
+    assert [] == await store.hooks_due(float("inf"), 10)
+
+
+async def test_deliveries_left_in_the_store_are_sent_after_a_restart(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """A job finished while nothing delivered; the next service's dispatcher delivers it."""
+    path = os.path.join(tmp_path, "jobs.sqlite")
+    async with open_receiver() as receiver:
+        async with SQLiteStore.open(path) as store, open_engine(store, ScriptedFetch()) as engine:
+            sub = await engine.submit(
+                Caller("alice", "lab", hash_key(ALICE)),
+                "fleet",
+                [_target(), _target()],
+                webhook=Webhook(receiver.url(), ("target", "end")),
+            )
+            with trio.fail_after(10):
+                for _ in itertools.count():
+                    snap = await engine.status(sub.id)
+                    if snap is not None and not snap.job.status.live:
+                        break
+                    await trio.sleep(0.01)
+        assert snap is not None
+        assert JobStatus.DONE == snap.job.status
+        async with (
+            SQLiteStore.open(path) as store,
+            open_engine(store, ScriptedFetch()) as engine,
+            open_deliveries(store, engine, make_keys(), allow=LOOPBACK, policy=FAST),
+        ):
+            got = await receiver.wait_for(3)
+
+    assert [f"{sub.id}.t0", f"{sub.id}.t1", f"{sub.id}.end"] == [
+        d.headers["webhook-id"] for d in got
+    ]
