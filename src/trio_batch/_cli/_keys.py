@@ -52,10 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "secret",
         help="make (or replace) a caller's webhook secret; printed once, on the last line",
         description="Make a new webhook secret for a caller, replacing any old one, printed "
-        "once on the last line as whsec_<base64>. It will sign the caller's webhook deliveries "
+        "once on the last line as whsec_<base64>. It signs the caller's webhook deliveries "
         "(Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature headers) so its "
-        "receiver can check them. This version does not send webhooks yet: the secret is kept "
-        "for when it does.",
+        "receiver can check them. Restart the server to use a new secret.",
     )
     secret.add_argument("name", help="the caller, as `keys add` named it")
     _keys_flag(secret)

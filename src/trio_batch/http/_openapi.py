@@ -116,7 +116,32 @@ _SCHEMAS: dict[str, JSONValue] = {
     "BatchIn": {
         "type": "object",
         "required": ["targets"],
-        "properties": {"targets": {"type": "array", "items": _ref("TargetIn")}},
+        "properties": {
+            "targets": {"type": "array", "items": _ref("TargetIn")},
+            "webhook": _ref("WebhookIn"),
+        },
+        "additionalProperties": False,
+    },
+    "WebhookIn": {
+        "type": "object",
+        "description": "Where to POST the job's events, signed as Standard Webhooks do with the "
+        "caller's secret (`trio-batch keys secret NAME`); retried for up to an hour.",
+        "required": ["url"],
+        "properties": {
+            "url": {
+                "type": "string",
+                "minLength": 1,
+                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
+                "description": "An absolute http(s) URL of a public host (a target's checks).",
+            },
+            "events": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"enum": ["target", "end"]},
+                "default": ["end"],
+                "description": "`target`: each target that ends; `end`: the job's end.",
+            },
+        },
         "additionalProperties": False,
     },
     "Links": {
@@ -312,8 +337,9 @@ def _submit_batch(kib: int) -> dict[str, JSONValue]:
             ),
             "400": _error(
                 "Malformed JSON, an unknown field, a wrong type (`field` names it), a "
-                "target URL failing the pre-check (`field` names its index), or no "
-                "targets."
+                "target URL failing the pre-check (`field` names its index), no "
+                "targets, or a `webhook` that is malformed, fails the pre-check or has "
+                "no caller secret (`field` names it)."
             ),
             "401": _AUTH_401,
             "413": _error(f"The body is over {kib} KiB, or there are too many targets."),
