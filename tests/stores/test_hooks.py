@@ -9,6 +9,7 @@ from trio_batch.stores import Limits, NewJob, Outcome, Store
 from trio_batch.stores._protocol import HookDue
 
 LIMITS = Limits(ttl=100.0, targets_per_job=4, jobs_per_caller=10, jobs_total=10)
+SHORT_TTL = dataclasses.replace(LIMITS, ttl=1.0)
 END = Webhook("https://hooks.test/in").to_json()
 BOTH = Webhook("https://hooks.test/in", ("target", "end")).to_json()
 DONE = Outcome(TargetState.DONE, result_json=Result("ok", {}).to_json())
@@ -134,17 +135,17 @@ class TestKeeping:
         """Past its ttl, a finished job is kept until its webhook is handled, then swept."""
         await store.admit(new_job("j1", n=1), LIMITS)
         await finish(store, "j1", 0)
-        await store.admit(new_job("later", webhook="", now=2000.0), dataclasses.replace(LIMITS, ttl=1.0))
+        await store.admit(new_job("later", webhook="", now=2000.0), SHORT_TTL)
         kept = await store.snapshot("j1")
         (due,) = await store.hooks_due(2000.0, 10)
         assert await advance(store, due, close=True)
-        await store.admit(new_job("later2", webhook="", now=2000.0), dataclasses.replace(LIMITS, ttl=1.0))
+        await store.admit(new_job("later2", webhook="", now=2000.0), SHORT_TTL)
 
         assert kept is not None
         assert await store.snapshot("j1") is None
 
     async def test_eviction_skips_a_job_whose_hook_is_open(self, store: Store) -> None:
-        """The byte cap evicts an older finished job without a webhook, not one with an open hook."""
+        """The byte cap evicts an older finished job without a webhook, not one with open hook."""
         await store.admit(new_job("hooked", n=1), LIMITS)
         await finish(store, "hooked", 0, now=1000.0, size=500)
         await store.admit(new_job("plain", webhook="", n=1), LIMITS)
