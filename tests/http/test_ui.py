@@ -47,7 +47,7 @@ class TestPage:
         assert "connect-src 'self'" in csp
         assert "sessionStorage" in r.text
         assert '<label for="key">' in r.text
-        assert "retry" not in r.text.lower().replace("retry after", "")
+        assert 'class: "retry"' in r.text
 
 
 def _drive(
@@ -88,6 +88,17 @@ def _drive(
             seen["bar_after"] = live.get_by_role("progressbar").get_attribute("aria-valuenow")
             seen["cancel_disabled"] = live.get_by_role("button", name="Cancel").is_disabled()
             seen["ndjson"] = live.get_by_role("link", name="NDJSON").get_attribute("href")
+            seen["retry_disabled_when_all_done"] = live.get_by_role(
+                "button", name="Retry failed"
+            ).is_disabled()
+            partial = page.locator(f'tr[data-job-id="{job_ids[1]}"]')
+            expect(partial).to_have_attribute("data-status", "partial")
+            partial.get_by_role("button", name="Retry failed").click()
+            expect(page.locator("tbody tr")).to_have_count(4)
+            newest = page.locator("tbody tr").first
+            expect(newest).to_have_attribute("data-status", "done", timeout=10_000)
+            expect(newest.locator(".counts")).to_contain_text("1 done, 0 failed")
+            seen["retried_as"] = newest.get_attribute("data-job-id")
         finally:
             browser.close()
     seen["errors"] = errors
@@ -143,5 +154,7 @@ class TestInChromium:
         assert "2" == seen["bar_after"]
         assert seen["cancel_disabled"] is True
         assert f"/v1/batch/{ids[-1]}/results" == seen["ndjson"]
+        assert seen["retry_disabled_when_all_done"] is True
+        assert seen["retried_as"] not in ids
         assert isinstance(seen["shot_bytes"], int)
         assert seen["shot_bytes"] > 0

@@ -5,8 +5,9 @@ lets in exactly this script and this style (by their SHA-256) and requests to th
 The key the user pastes is kept in ``sessionStorage`` (gone with the tab) and sent as the Bearer
 header; the page reads ``GET /v1/batch`` for the list and follows each live job's events stream
 (``fetch`` with the header, since ``EventSource`` cannot send one), resuming with
-``Last-Event-ID`` after a dropped connection. There is no retry button: this server has no retry
-route yet (SPEC §7's ``POST /v1/batch/{id}/retry``).
+``Last-Event-ID`` after a dropped connection. Each job has Cancel (while live), Retry failed
+(once finished with failed targets: ``POST /v1/batch/{id}/retry``, the new job appears on top)
+and an NDJSON link.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ function row(id) {
   for (const s of ["done", "failed", "running"]) bar.append(el("span", {class: s}));
   const cancel = el("button", {type: "button", class: "cancel"}, "Cancel");
   cancel.addEventListener("click", () => cancelJob(id));
+  const retry = el("button", {type: "button", class: "retry"}, "Retry failed");
+  retry.addEventListener("click", () => retryJob(id));
   const link = el("a", {href: "/v1/batch/" + id + "/results", class: "ndjson"}, "NDJSON");
   link.addEventListener("click", (ev) => { ev.preventDefault(); download(id); });
   const cells = [
@@ -107,7 +110,7 @@ function row(id) {
   cells[0].append(el("code", {title: id}, id.slice(0, 12)));
   cells[2].append(bar, el("div", {class: "counts"}));
   const actions = el("div", {class: "actions"});
-  actions.append(cancel, link);
+  actions.append(cancel, retry, link);
   cells[3].append(actions);
   tr.append(cells[0], el("td", {class: "status"}), cells[1], cells[2], cells[3]);
   return tr;
@@ -134,6 +137,9 @@ function paint(job) {
   const cancel = tr.querySelector(".cancel");
   cancel.disabled = !live(s.status);
   cancel.setAttribute("aria-label", "Cancel job " + s.id.slice(0, 12));
+  const retry = tr.querySelector(".retry");
+  retry.disabled = live(s.status) || !c.failed;
+  retry.setAttribute("aria-label", "Retry failed targets of job " + s.id.slice(0, 12));
 }
 
 function onTarget(job, data) {
@@ -278,6 +284,18 @@ async function cancelJob(id) {
     const job = jobs.get(id);
     if (job) { if (job.ctl) job.ctl.abort(); job.summary = await r.json(); paint(job); }
     say("job " + id.slice(0, 12) + " cancelled");
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+async function retryJob(id) {
+  try {
+    const r = await api("/v1/batch/" + id + "/retry", {method: "POST"});
+    const made = await r.json();
+    say("retrying the failed targets of job " + id.slice(0, 12) + " as job " +
+      made.id.slice(0, 12));
+    await refresh();
   } catch (e) {
     say(e.message, true);
   }
