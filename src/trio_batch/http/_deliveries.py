@@ -14,6 +14,8 @@ poll. Logs carry the job id, the event, the attempt and the status code; never t
 Any 2xx is delivered. Anything else (another status, a timeout, a refusal by the guard) is tried
 again after ``first_wait`` seconds, doubling up to ``max_wait``, until ``give_up_after`` seconds
 have passed since the event's first attempt; then the event is given up and the next one goes.
+The clock of a run of failures goes on across the events it gives up (until one is delivered),
+so a receiver that is down gets one attempt of each later event, not another hour of each.
 """
 
 from __future__ import annotations
@@ -237,7 +239,9 @@ class Dispatcher:
             await self._advance(due, "delivered", close=idx is None)
             return
         now = self._clock()
-        since = due.since if due.attempts else now
+        # A run of failures counts from its first attempt, across the events it gives up: a
+        # receiver that is down costs one attempt per later event, not an hour each.
+        since = due.since or now
         if now - since >= self._policy.give_up_after:
             _log.warning(
                 "job %s: %s event given up after %d attempts (last status %s)",
@@ -247,7 +251,7 @@ class Dispatcher:
                 status or "none",
                 extra=extra,
             )
-            await self._advance(due, "given_up", close=idx is None)
+            await self._advance(due, "given_up", close=idx is None, since=since)
             return
         next_at = now + self._policy.wait(attempt)
         _log.info(
@@ -301,11 +305,13 @@ class Dispatcher:
             return response.status_code
         return None
 
-    async def _advance(self, due: HookDue, outcome: str, *, close: bool) -> None:
+    async def _advance(
+        self, due: HookDue, outcome: str, *, close: bool, since: float = 0.0
+    ) -> None:
         """The current event is handled (delivered or given up): on to the next."""
         cursor = due.cursor if close else due.cursor + 1
         if await self._store.hook_advance(
-            due, cursor=cursor, attempts=0, since=0.0, next_at=0.0, close=close
+            due, cursor=cursor, attempts=0, since=since, next_at=0.0, close=close
         ):
             self._count(outcome)
 

@@ -6,8 +6,8 @@ A job runs its targets one after the other, so they end in input order: the firs
 - ``hook_open``: something may still be delivered (set at admission when a webhook is given,
   cleared once the end event is handled);
 - ``hook_cursor``: how many target events are handled (delivered or given up);
-- ``hook_attempts`` and ``hook_since``: failed attempts of the current event, and when its
-  first attempt was (unix seconds);
+- ``hook_attempts`` and ``hook_since``: failed attempts of the current event, and when the
+  current run of failed attempts began (unix seconds; 0 after a delivery);
 - ``hook_next_at``: the current event is not tried again before this unix time.
 
 Target event ``k`` is due when the webhook asks for ``target`` events and ``hook_cursor <= k <
