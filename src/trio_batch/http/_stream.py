@@ -346,7 +346,12 @@ async def events(ctx: Ctx, request: Request) -> Response:
         ended = await follow_targets(
             ctx, job_id, start, None, target_events, write, results=False, idle=idle
         )
-        last = None if ended is None else await _read(ctx, lambda: ctx.engine.summary(job_id))
+        last = None
+        if ended is not None:
+            # The job's followers all end at once: they read its summary once between them.
+            with ctx.engine.watch(job_id) as watch:
+                read = functools.partial(ctx.engine.summary, job_id)
+                last = await _shared(watch.memo, events, functools.partial(_read, ctx, read))
         if last is None:
             raise LookupError("the job is gone")
         await write(sse("end", "end", render.summary_of(last, ctx.ttl, lease=touched)))
