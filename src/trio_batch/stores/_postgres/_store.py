@@ -31,10 +31,10 @@ from ..._model import Job, Snapshot, Submitted
 from ..._util import NoPublicConstructor, raise_single_exception_from_group
 from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, ResumedJob, Stored
 from .._rules import check_caps, job_from_row, options_json
+from .._sql_listing import PostgresReads
 from . import _sql
 from ._batch import WriteQueue
 from ._hooks import PostgresHooks
-from ._listing import PostgresReads
 from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
 from ._threads import TimedOut, connections, open_pool, run_with_connection, sleep_real

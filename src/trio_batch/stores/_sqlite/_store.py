@@ -27,10 +27,10 @@ from .._protocol import (
     ResumedJob,
     Stored,
 )
+from .._sql_listing import SQLiteReads
 from . import _sql as sql
 from ._checkpoint import Checkpointer
 from ._hooks import SQLiteHooks
-from ._listing import SQLiteReads
 from ._schema import connect, lock_file, open_writer
 from ._writer import Writer
 
