@@ -36,6 +36,78 @@ LOCK_ADMIT = 1
 LOCK_EVICT = 2
 LOCK_CACHE = 3
 
+# Admission in one round trip: reuse, caps, insert and sweep in one function call (migration 3;
+# migration 7 adds the SPEC §7 columns to it).
+_ADMIT_JOB = f"""
+    CREATE FUNCTION admit_job(
+        p_lock integer, p_id text, p_caller text, p_class text, p_key text,
+        p_now double precision, p_ttl double precision, p_instance text,
+        p_urls text[], p_opts text[],
+        p_targets_per_job bigint, p_jobs_per_caller bigint, p_jobs_total bigint,
+        OUT reused text, OUT caller_live bigint, OUT total_live bigint, OUT admitted boolean
+    ) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    DECLARE
+        prev record;
+        gone bigint;
+        freed bigint;
+    BEGIN
+        admitted := false;
+        caller_live := 0;
+        total_live := 0;
+        -- Serialises admissions across instances until the transaction ends. In READ
+        -- COMMITTED each statement below takes a new snapshot, so it sees every admission
+        -- committed before the lock was granted.
+        PERFORM pg_advisory_xact_lock(p_lock, {LOCK_ADMIT});
+        SELECT id, status, lease INTO prev FROM jobs
+        WHERE caller = p_caller AND key = p_key
+        ORDER BY created_at DESC, seq DESC LIMIT 1;
+        IF FOUND AND prev.status IN ('queued', 'running', 'done', 'partial')
+                AND prev.lease >= p_now - p_ttl THEN
+            reused := prev.id;
+            RETURN;
+        END IF;
+        SELECT count(*) FILTER (WHERE caller = p_caller), count(*)
+        INTO caller_live, total_live
+        FROM jobs WHERE status IN {LIVE_SQL};
+        IF cardinality(p_urls) > p_targets_per_job OR caller_live >= p_jobs_per_caller
+                OR total_live >= p_jobs_total THEN
+            RETURN;  -- refused: the caller raises the first cap broken (check_caps)
+        END IF;
+        INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at,
+            updated_at, lease, instance)
+        VALUES (p_id, p_caller, p_class, p_key, 'queued', cardinality(p_urls), p_now, p_now,
+            p_now, p_instance);
+        INSERT INTO targets (job_id, idx, url, options, status)
+        SELECT p_id, t.i - 1, t.u, t.o, 'pending'
+        FROM unnest(p_urls, p_opts) WITH ORDINALITY AS t (u, o, i);
+        WITH g AS (
+            DELETE FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < p_now - p_ttl
+            RETURNING bytes
+        )
+        SELECT count(*), coalesce(sum(bytes), 0) INTO gone, freed FROM g;
+        IF gone > 0 THEN
+            INSERT INTO counters (kind, shard, bytes) VALUES ('results', p_instance, -freed)
+            ON CONFLICT (kind, shard) DO UPDATE SET bytes = counters.bytes + excluded.bytes;
+        END IF;
+        admitted := true;
+    END
+    $$
+    """
+_V1_PARAMS = "p_targets_per_job bigint, p_jobs_per_caller bigint, p_jobs_total bigint,"
+_V1_INSERT = """INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at,
+            updated_at, lease, instance)
+        VALUES (p_id, p_caller, p_class, p_key, 'queued', cardinality(p_urls), p_now, p_now,
+            p_now, p_instance);"""
+_V2_INSERT = """INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at,
+            updated_at, lease, instance, workspace, retry_of, webhook, hook_open)
+        VALUES (p_id, p_caller, p_class, p_key, 'queued', cardinality(p_urls), p_now, p_now,
+            p_now, p_instance, p_workspace, p_retry_of, p_webhook, p_webhook <> '');"""
+assert _ADMIT_JOB.count(_V1_PARAMS) == 1
+assert _ADMIT_JOB.count(_V1_INSERT) == 1
+_ADMIT_JOB_V2 = _ADMIT_JOB.replace(
+    _V1_PARAMS, _V1_PARAMS + "\n        p_workspace text, p_retry_of text, p_webhook text,"
+).replace(_V1_INSERT, _V2_INSERT)
+
 # Each migration takes the schema from version i to i + 1; all of them run in one transaction
 # behind an advisory lock, so two instances migrating at once do it one after the other.
 MIGRATIONS: list[str] = [
@@ -101,62 +173,7 @@ MIGRATIONS: list[str] = [
     CREATE INDEX web_cache_by_age ON web_cache (stored_at, seq);
     INSERT INTO counters (kind, shard) VALUES ('cache', '')
     """,
-    # Admission in one round trip: reuse, caps, insert and sweep in one function call.
-    f"""
-    CREATE FUNCTION admit_job(
-        p_lock integer, p_id text, p_caller text, p_class text, p_key text,
-        p_now double precision, p_ttl double precision, p_instance text,
-        p_urls text[], p_opts text[],
-        p_targets_per_job bigint, p_jobs_per_caller bigint, p_jobs_total bigint,
-        OUT reused text, OUT caller_live bigint, OUT total_live bigint, OUT admitted boolean
-    ) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-    DECLARE
-        prev record;
-        gone bigint;
-        freed bigint;
-    BEGIN
-        admitted := false;
-        caller_live := 0;
-        total_live := 0;
-        -- Serialises admissions across instances until the transaction ends. In READ
-        -- COMMITTED each statement below takes a new snapshot, so it sees every admission
-        -- committed before the lock was granted.
-        PERFORM pg_advisory_xact_lock(p_lock, {LOCK_ADMIT});
-        SELECT id, status, lease INTO prev FROM jobs
-        WHERE caller = p_caller AND key = p_key
-        ORDER BY created_at DESC, seq DESC LIMIT 1;
-        IF FOUND AND prev.status IN ('queued', 'running', 'done', 'partial')
-                AND prev.lease >= p_now - p_ttl THEN
-            reused := prev.id;
-            RETURN;
-        END IF;
-        SELECT count(*) FILTER (WHERE caller = p_caller), count(*)
-        INTO caller_live, total_live
-        FROM jobs WHERE status IN {LIVE_SQL};
-        IF cardinality(p_urls) > p_targets_per_job OR caller_live >= p_jobs_per_caller
-                OR total_live >= p_jobs_total THEN
-            RETURN;  -- refused: the caller raises the first cap broken (check_caps)
-        END IF;
-        INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at,
-            updated_at, lease, instance)
-        VALUES (p_id, p_caller, p_class, p_key, 'queued', cardinality(p_urls), p_now, p_now,
-            p_now, p_instance);
-        INSERT INTO targets (job_id, idx, url, options, status)
-        SELECT p_id, t.i - 1, t.u, t.o, 'pending'
-        FROM unnest(p_urls, p_opts) WITH ORDINALITY AS t (u, o, i);
-        WITH g AS (
-            DELETE FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < p_now - p_ttl
-            RETURNING bytes
-        )
-        SELECT count(*), coalesce(sum(bytes), 0) INTO gone, freed FROM g;
-        IF gone > 0 THEN
-            INSERT INTO counters (kind, shard, bytes) VALUES ('results', p_instance, -freed)
-            ON CONFLICT (kind, shard) DO UPDATE SET bytes = counters.bytes + excluded.bytes;
-        END IF;
-        admitted := true;
-    END
-    $$
-    """,
+    _ADMIT_JOB,
     # The listing index of GET /v1/batch (SPEC §7): a page costs its rows.
     "CREATE INDEX jobs_by_caller ON jobs (caller, created_at DESC, id DESC)",
     # SPEC §7: what resume needs to run a job again (the caller's workspace), retry's link, the
@@ -176,63 +193,7 @@ MIGRATIONS: list[str] = [
     """,
     "DROP FUNCTION admit_job(integer, text, text, text, text, double precision, "
     "double precision, text, text[], text[], bigint, bigint, bigint)",
-    # Admission in one round trip: reuse, caps, insert and sweep in one function call.
-    f"""
-    CREATE FUNCTION admit_job(
-        p_lock integer, p_id text, p_caller text, p_class text, p_key text,
-        p_now double precision, p_ttl double precision, p_instance text,
-        p_urls text[], p_opts text[],
-        p_targets_per_job bigint, p_jobs_per_caller bigint, p_jobs_total bigint,
-        p_workspace text, p_retry_of text, p_webhook text,
-        OUT reused text, OUT caller_live bigint, OUT total_live bigint, OUT admitted boolean
-    ) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-    DECLARE
-        prev record;
-        gone bigint;
-        freed bigint;
-    BEGIN
-        admitted := false;
-        caller_live := 0;
-        total_live := 0;
-        -- Serialises admissions across instances until the transaction ends. In READ
-        -- COMMITTED each statement below takes a new snapshot, so it sees every admission
-        -- committed before the lock was granted.
-        PERFORM pg_advisory_xact_lock(p_lock, {LOCK_ADMIT});
-        SELECT id, status, lease INTO prev FROM jobs
-        WHERE caller = p_caller AND key = p_key
-        ORDER BY created_at DESC, seq DESC LIMIT 1;
-        IF FOUND AND prev.status IN ('queued', 'running', 'done', 'partial')
-                AND prev.lease >= p_now - p_ttl THEN
-            reused := prev.id;
-            RETURN;
-        END IF;
-        SELECT count(*) FILTER (WHERE caller = p_caller), count(*)
-        INTO caller_live, total_live
-        FROM jobs WHERE status IN {LIVE_SQL};
-        IF cardinality(p_urls) > p_targets_per_job OR caller_live >= p_jobs_per_caller
-                OR total_live >= p_jobs_total THEN
-            RETURN;  -- refused: the caller raises the first cap broken (check_caps)
-        END IF;
-        INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at,
-            updated_at, lease, instance, workspace, retry_of, webhook, hook_open)
-        VALUES (p_id, p_caller, p_class, p_key, 'queued', cardinality(p_urls), p_now, p_now,
-            p_now, p_instance, p_workspace, p_retry_of, p_webhook, p_webhook <> '');
-        INSERT INTO targets (job_id, idx, url, options, status)
-        SELECT p_id, t.i - 1, t.u, t.o, 'pending'
-        FROM unnest(p_urls, p_opts) WITH ORDINALITY AS t (u, o, i);
-        WITH g AS (
-            DELETE FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < p_now - p_ttl
-            RETURNING bytes
-        )
-        SELECT count(*), coalesce(sum(bytes), 0) INTO gone, freed FROM g;
-        IF gone > 0 THEN
-            INSERT INTO counters (kind, shard, bytes) VALUES ('results', p_instance, -freed)
-            ON CONFLICT (kind, shard) DO UPDATE SET bytes = counters.bytes + excluded.bytes;
-        END IF;
-        admitted := true;
-    END
-    $$
-    """,
+    _ADMIT_JOB_V2,
 ]
 # admit_job's sweep spares a finished job whose webhook is still to deliver (stores/_hooks): the
 # same function otherwise, replaced in place.
