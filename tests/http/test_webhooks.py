@@ -108,6 +108,7 @@ class Service:
     metrics: PrometheusMetrics
     dispatcher: Dispatcher
     receiver: Receiver
+    transport: httpx.AsyncBaseTransport
 
     async def submit(self, n: int = 2, key: str = ALICE, **webhook: Any) -> httpx.Response:
         webhook.setdefault("url", self.receiver.url())
@@ -149,16 +150,15 @@ async def open_service(
         app = create_app(
             engine, keys, precheck=functools.partial(precheck, allow=LOOPBACK), metrics=metrics
         )
+        transport = httpx.ASGITransport(app=app)
         async with (
             lifespan(app),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://api.test"
-            ) as client,
+            httpx.AsyncClient(transport=transport, base_url="http://api.test") as client,
             open_deliveries(
                 store, engine, keys, allow=allow, metrics=metrics, policy=FAST, **kwargs
             ) as dispatcher,
         ):
-            yield Service(client, fetch, metrics, dispatcher, receiver)
+            yield Service(client, fetch, metrics, dispatcher, receiver, transport)
 
 
 class TestDeliveries:
@@ -408,3 +408,20 @@ async def test_deliveries_left_in_the_store_are_sent_after_a_restart(
     assert [f"{sub.id}.t0", f"{sub.id}.t1", f"{sub.id}.end"] == [
         d.headers["webhook-id"] for d in got
     ]
+
+
+async def test_the_python_client_submits_a_webhook() -> None:
+    """``client.submit(targets, webhook=...)`` reaches the route: the receiver gets the end."""
+    from trio_batch.client import open_client
+
+    async with (
+        open_service() as svc,
+        open_client("http://api.test", ALICE, transport=svc.transport) as client,
+    ):
+        sub = await client.submit(
+            ["https://example.org/a"],
+            webhook={"url": svc.receiver.url(), "events": ["target", "end"]},
+        )
+        got = await svc.receiver.wait_for(2)
+
+    assert [f"{sub.id}.t0", f"{sub.id}.end"] == [d.headers["webhook-id"] for d in got]
