@@ -73,10 +73,12 @@ def fuzz_api(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks W1-W5 beside the bare baseline; ``-- --quick`` for a run under a minute.
+    """Benchmarks W1-W5 beside the bare baseline, and W6 (followers); ``-- --quick`` is short.
 
-    Prints a table and writes bench/results/latest.{json,md,png}. ``-- --pg DSN`` (or
-    TRIO_BATCH_TEST_PG) adds the PostgresStore rows; ``-- --only W1,W2`` picks workloads.
+    W6 is what a follower of one job costs (200 followers, NDJSON follow and SSE events: RSS,
+    heap and CPU per follower). Prints a table and writes bench/results/latest.{json,md,png}.
+    ``-- --pg DSN`` (or TRIO_BATCH_TEST_PG) adds the PostgresStore rows; ``-- --only W1,W6``
+    picks workloads.
     """
     session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "bench"))
     session.run("python", "-m", "bench.run", *session.posargs)

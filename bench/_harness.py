@@ -73,6 +73,10 @@ class Settings:
     w5_targets: int = 2000
     w5_readers: int = 2
     w5_repeats: int = 3
+    w6_followers: int = 200
+    w6_targets: int = 100
+    w6_wave: int = 50
+    w6_repeats: int = 3
 
 
 FULL = Settings()
@@ -87,6 +91,7 @@ QUICK = Settings(
     w4_repeats=1,
     w5_targets=500,
     w5_repeats=1,
+    w6_repeats=1,
 )
 TINY = Settings(
     w1_targets=200,
@@ -105,6 +110,10 @@ TINY = Settings(
     w4_repeats=1,
     w5_targets=200,
     w5_repeats=1,
+    w6_followers=20,
+    w6_targets=10,
+    w6_wave=10,
+    w6_repeats=1,
 )
 
 

@@ -1,11 +1,12 @@
-"""Benchmarks W1-W5 of trio-batch, each beside a bare baseline, in one reproducible run.
+"""Benchmarks W1-W6 of trio-batch, W1 and W2 beside a bare baseline, in one reproducible run.
 
 Run ``python -m bench.run`` (the full set, a few minutes) or ``python -m bench.run --quick``
 (under a minute); ``nox -s bench`` does the same in a fresh environment. The run prints a table
 and writes ``bench/results/latest.json`` (machine, versions, every figure with min/median/max over
 its repeats), ``bench/results/latest.md`` (the table in Markdown) and ``bench/results/latest.png``
 (the plot). Everything is timed in real time (``trio.run`` without a mock clock). ``--pg DSN``
-(or ``TRIO_BATCH_TEST_PG``) adds the ``PostgresStore`` rows; ``--only W1,W3`` picks workloads;
+(or ``TRIO_BATCH_TEST_PG``) adds the ``PostgresStore`` rows; ``--only W1,W3`` picks workloads
+(W6, the cost of a job's followers, is ``bench/followers.py``);
 ``--render`` measures nothing and redraws the Markdown and the plot from ``latest.json``.
 
 This module is the command: it records the machine and the versions, repeats each workload
@@ -52,6 +53,7 @@ from ._harness import (
     postgres_skip_reason,
     sleep_fetch,
 )
+from .followers import LABELS, measure
 from .report import figure_from_json, goals, render, report
 from .workloads import (
     DrainRun,
@@ -129,7 +131,7 @@ def versions() -> dict[str, str]:
 # -- the run --------------------------------------------------------------------------------------
 
 
-ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5"})
+ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5", "W6"})
 
 
 def run_w1_w2(
@@ -219,7 +221,7 @@ def run_all(
     pg_dsn: str,
     only: frozenset[str] = ALL_WORKLOADS,
 ) -> list[Figure]:
-    """Every selected workload on every store kind, in the order W1/W2, then W3-W5 per store."""
+    """Every selected workload on every store kind, in the order W1/W2, then W3-W6 per store."""
     figures = run_w1_w2(kinds, workdir, pg_dsn, s, only=only)
     for kind in kinds:
         if "W3" in only:
@@ -228,6 +230,8 @@ def run_all(
             figures += run_w4(kind, workdir, pg_dsn, s)
         if "W5" in only:
             figures += run_w5(kind, workdir, pg_dsn, s)
+        if "W6" in only:
+            figures += run_w6(kind, pg_dsn, s)
     return figures
 
 
@@ -359,6 +363,55 @@ def run_w5(kind: str, workdir: str, pg_dsn: str, s: Settings) -> list[Figure]:
     return figures
 
 
+def run_w6(kind: str, pg_dsn: str, s: Settings) -> list[Figure]:
+    """W6 on one store: what a follower of one job costs, for NDJSON follow and SSE events.
+
+    Each repeat runs in a fresh process (see ``bench/followers.py``); the heap is measured once.
+    """
+    n, t = s.w6_followers, s.w6_targets
+    costs = measure(
+        kind,
+        pg_dsn,
+        followers=n,
+        targets=t,
+        wave=s.w6_wave,
+        repeats=s.w6_repeats,
+        workers=s.workers,
+    )
+    figures: list[Figure] = []
+    extra = {"followers": n, "targets": t, "wave": s.w6_wave}
+    for route, cost in costs.items():
+        label = LABELS[route]
+        rows = [
+            ("RSS per waiting follower", "KiB", [b / 1024 for b in cost.rss_bytes]),
+            ("heap per waiting follower", "KiB", [b / 1024 for b in cost.heap_bytes]),
+            ("CPU to connect a follower", "µs", [c * 1e6 for c in cost.connect_cpu]),
+            ("CPU per follower per stored target", "µs", [c * 1e6 for c in cost.target_cpu]),
+            ("store reads per stored target, all followers", "reads", cost.reads_per_target),
+        ]
+        for name, unit, values in rows:
+            if values:
+                figures.append(
+                    Figure(
+                        "W6",
+                        kind,
+                        "trio-batch",
+                        f"{name} ({label})",
+                        unit,
+                        values,
+                        False,
+                        {**extra, "route": route},
+                    )
+                )
+        rss = statistics.median(cost.rss_bytes) / 1024 if cost.rss_bytes else float("nan")
+        log(
+            f"W6 {kind:8} {label:13} {rss:6.1f} KiB RSS, "
+            f"{statistics.median(cost.heap_bytes) / 1024:6.1f} KiB heap a follower; "
+            f"{statistics.median(cost.target_cpu) * 1e6:6.1f} µs a follower a stored target"
+        )
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bench.run``: measure (or ``--render``) and write the result files."""
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
@@ -368,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stores", default="memory,sqlite,postgres", help="comma-separated")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W5", help="workloads, comma-separated")
+    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6", help="workloads, comma-separated")
     parser.add_argument(
         "--render",
         action="store_true",
@@ -393,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trio-batch-bench-") as workdir:
         only = frozenset(w.strip().upper() for w in args.only.split(",") if w.strip())
         if not only <= ALL_WORKLOADS:
-            parser.error(f"--only takes W1 ... W5 (got {args.only!r})")
+            parser.error(f"--only takes W1 ... W6 (got {args.only!r})")
         figures = run_all(s, kinds, workdir, args.pg, only)
     notes.append(f"wall time of the whole run: {time.perf_counter() - started:.0f} s")
     report(figures, s, mode, notes, args.out, make_plot=not args.no_plot, started=at_start)

@@ -17,7 +17,7 @@ from bench import _harness, report, run
 
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One tiny run of W1-W5 on MemoryStore and SQLiteStore, shared by the tests below."""
+    """One tiny run of W1-W6 on MemoryStore and SQLiteStore, shared by the tests below."""
     out = tmp_path_factory.mktemp("bench")
     argv = ["--tiny", "--stores", "memory,sqlite,postgres", "--pg", "", "--no-plot"]
     assert run.main([*argv, "--out", str(out)]) == 0
@@ -34,17 +34,41 @@ class TestBenchHarness:
         have = {(f["workload"], f["store"], f["system"]) for f in tiny_report["figures"]}
 
         for store in ("memory", "sqlite"):
-            for workload in ("W1", "W2", "W3", "W4", "W5"):
+            for workload in ("W1", "W2", "W3", "W4", "W5", "W6"):
                 assert (workload, store, "trio-batch") in have
             assert ("W1", store, "baseline") in have
             assert ("W2", store, "baseline") in have
         assert ("W2", "none", "floor") in have
 
     def test_figures_carry_min_median_max(self, tiny_report: dict[str, Any]) -> None:
-        """Every figure lists its repeats with min <= median <= max, all positive."""
+        """Every figure lists its repeats with min <= median <= max, all positive.
+
+        W6's RSS and CPU per stored target are differences of two measurements: in a tiny run
+        (20 followers of 10 targets) they may come out at zero or below.
+        """
         for fig in tiny_report["figures"]:
             assert fig["values"], fig["name"]
-            assert 0 < fig["min"] <= fig["median"] <= fig["max"], fig
+            difference = fig["workload"] == "W6" and fig["name"].startswith(("RSS", "CPU per"))
+            assert fig["min"] <= fig["median"] <= fig["max"], fig
+            assert difference or fig["min"] > 0, fig
+
+    def test_followers_for_each_route(self, tiny_report: dict[str, Any]) -> None:
+        """W6 reports memory, CPU and store reads per follower for NDJSON follow and SSE."""
+        names = {f["name"] for f in tiny_report["figures"] if f["workload"] == "W6"}
+
+        for route in ("NDJSON follow", "SSE events"):
+            for figure in (
+                "RSS per waiting follower",
+                "heap per waiting follower",
+                "CPU to connect a follower",
+                "CPU per follower per stored target",
+                "store reads per stored target, all followers",
+            ):
+                assert f"{figure} ({route})" in names
+        assert (
+            "| W6 | sqlite | trio-batch | heap per waiting follower (SSE events) |"
+            in (tiny_report["_md"])
+        )
 
     def test_report_names_machine_versions_and_goals(self, tiny_report: dict[str, Any]) -> None:
         """The report records where it ran, with what, and each goal's verdict."""

@@ -1,0 +1,483 @@
+"""W6: what a follower of one job costs, in memory and CPU (issue 14: "many followers (200) of
+one job cost little").
+
+:func:`follower_run` is one ``trio.run``: a job of ``targets`` noop targets whose first target
+waits on a gate, ``followers`` streams of it (``GET /v1/batch/{id}/results?follow=1``, NDJSON,
+or ``GET /v1/batch/{id}/events``, SSE), then the gate opens and the job runs to its end. The app
+runs in-process, driven through ASGI by the smallest client there is (it counts the bytes it
+gets and keeps none), so the figures are the server's own cost of a stream without hypercorn's
+socket handling. It measures:
+
+- while the followers wait: the resident set size (``/proc/self/statm``) and, with
+  ``measure_heap``, the Python heap (tracemalloc, in a run of its own: tracing inflates both the
+  RSS and the CPU), each minus the same just before the first follower connected;
+- CPU (``time.process_time``, every thread of the process: the store's threads too) to connect
+  them, and to run the job to its end with them; ``bench/run.py`` subtracts the same job run
+  with no follower, and divides by followers and targets;
+- the store reads made while the job ran (1 a change when the followers share their reads).
+
+The followers connect in waves of ``wave`` (default 50): each wave's requests are answered and
+their watches open before the next wave starts. A burst of 200 requests at once queues 200 reads
+of the job (each request checks its owner) behind the store's few reader threads; that measures
+a connection burst, not what a follower costs. Any follower answered other than 200 stops the
+run at once with an error that says so, and so does a wave that is not watching within
+``deadline`` seconds: nothing waits for ever.
+
+:func:`measure` runs each repeat in a fresh process (``python -m bench.followers --json``): in a
+process that has already freed a run's followers, the next run's followers reuse that memory
+and the RSS shows little. ``python -m bench.followers`` (also ``python -m tests.http.follow_cost``)
+prints one store's figures; ``python -m bench.run --only W6`` puts them in
+``bench/results/latest.*``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from trio_batch import BatchEngine, Caller, Hooks, Result, Target, open_engine
+from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
+
+from ._harness import HERE, PG_ENV, RESULT, TerminalCounter, caps, open_bench_store, targets_for
+
+ROUTES: dict[str, tuple[str, dict[str, str]]] = {
+    "results": ("results", {"follow": "1"}),  # NDJSON, one line per target, follow=1
+    "events": ("events", {}),  # SSE: a target event per target, then end
+}
+"""Route name -> (the path's last part, the query)."""
+
+LABELS = {"results": "NDJSON follow", "events": "SSE events"}
+
+_KEY = "tb_bench-follower-key"
+_READS = ("read_job", "read_targets", "job_summary")
+
+
+@dataclass(frozen=True)
+class FollowerRun:
+    """What one :func:`follower_run` measured."""
+
+    followers: int
+    targets: int
+    route: str
+    rss_bytes: int | None
+    """RSS while the followers wait, minus RSS before they connected (None: no /proc)."""
+    heap_bytes: int | None
+    """Python heap likewise (tracemalloc), with ``measure_heap`` only."""
+    connect_cpu: float
+    """Process CPU seconds from the first follower's request until all of them watch."""
+    run_cpu: float
+    """Process CPU seconds from the gate's opening until the job and every follower ended."""
+    reads: int
+    """Store reads (job, targets, summary) while the job ran."""
+    received: int
+    """Body bytes the followers got, all together."""
+
+
+def rss_bytes() -> int | None:
+    """This process's resident set size now (Linux), or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _count_reads(store: object, counts: list[int]) -> None:
+    """Count the store's reads in ``counts[0]`` (an instance attribute hides each method)."""
+
+    def counted(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def read(*args: Any, **kwargs: Any) -> Any:
+            counts[0] += 1
+            return await method(*args, **kwargs)
+
+        return read
+
+    for name in _READS:
+        setattr(store, name, counted(getattr(store, name)))
+
+
+@asynccontextmanager
+async def _lifespan(app: Any) -> AsyncIterator[None]:
+    """Run the app's ASGI lifespan as a server does: startup before the block, shutdown after."""
+    to_app, inbox = trio.open_memory_channel[dict[str, Any]](2)
+    started, stopped = trio.Event(), trio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind.endswith(".failed"):
+            raise RuntimeError(f"lifespan {kind}: {message.get('message', '')}")
+        (started if kind == "lifespan.startup.complete" else stopped).set()
+
+    scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(app, scope, inbox.receive, send)
+        await to_app.send({"type": "lifespan.startup"})
+        await started.wait()
+        try:
+            yield
+        finally:
+            await to_app.send({"type": "lifespan.shutdown"})
+            await stopped.wait()
+
+
+async def _follow(app: Any, path: str, query: str, on_status: Callable[[int], None]) -> int:
+    """GET ``path`` on ``app`` until the app returns; the body's length (the bytes are dropped)."""
+    asked = False
+    received = 0
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"authorization", f"Bearer {_KEY}".encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("bench.invalid", 80),
+        "state": {},
+    }
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await trio.sleep_forever()  # the client never hangs up: the stream ends by itself
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal received
+        if message["type"] == "http.response.start":
+            on_status(message["status"])
+        else:
+            received += len(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return received
+
+
+async def _wait_watching(
+    engine: BatchEngine, n: int, refused: list[int], deadline: float, route: str
+) -> str | None:
+    """Wait until ``n`` followers watch the job; or why they never will."""
+    # A watch opens after its answer has begun, and nothing signals it, so poll. Not with
+    # wait_all_tasks_blocked: a task waiting for a store thread counts as blocked, so that
+    # returns at once and the loop spins, taking the GIL from the very threads that answer the
+    # followers' reads (the cause of the store time-outs of an earlier version of this script).
+    while engine.watchers < n:
+        if refused:
+            return (
+                f"a {route} follower was answered {refused[0]}, not 200 ({len(refused)} so far): "
+                "the measurement would not mean anything; is the machine overloaded?"
+            )
+        if trio.current_time() > deadline:
+            return (
+                f"only {engine.watchers} of {n} {route} followers watch the job after the "
+                "deadline: the store answers too slowly here"
+            )
+        await trio.sleep(0.005)
+    return None
+
+
+async def follower_run(
+    kind: str,
+    workdir: str,
+    pg_dsn: str,
+    *,
+    followers: int,
+    targets: int,
+    route: str = "results",
+    wave: int = 50,
+    workers: int = 2,
+    measure_heap: bool = False,
+    store_timeout: float = 5.0,
+    deadline: float = 60.0,
+) -> FollowerRun:
+    """W6 once: ``followers`` streams of one job of ``targets`` targets (module docstring).
+
+    Raises:
+        RuntimeError: a follower was answered other than 200, or the followers were not all
+            watching within ``deadline`` seconds.
+    """
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {', '.join(ROUTES)} (got {route!r})")
+    tail, params = ROUTES[route]
+    gate = trio.Event()
+    urls = targets_for("w6", targets)
+    first = urls[0].url
+
+    async def fetch(caller: Caller, target: Target) -> Result:
+        if target.url == first:
+            await gate.wait()
+        return RESULT
+
+    counter = TerminalCounter()
+    config = caps(1, targets, Hooks(job=counter), workers)
+    reads = [0]
+    refused: list[int] = []
+    received = [0]
+
+    def on_status(status: int) -> None:
+        if status != 200:
+            refused.append(status)
+
+    keys = KeyRing([KeyRecord("bench", "", "fleet", hash_key(_KEY))])
+    async with (
+        open_bench_store(kind, workdir, pg_dsn) as store,
+        open_engine(store, fetch, config) as engine,
+    ):
+        _count_reads(store, reads)
+        app = create_app(
+            engine,
+            keys,
+            precheck=lambda url: None,
+            access_log_enabled=False,
+            store_timeout=store_timeout,
+        )
+        async with _lifespan(app):
+            finished = counter.expect(1)
+            job = await engine.submit(Caller("bench"), "fleet", urls)
+            path = f"/v1/batch/{job.id}/{tail}"
+            query = "&".join(f"{k}={v}" for k, v in params.items())
+
+            async def follower() -> None:
+                received[0] += await _follow(app, path, query, on_status)
+
+            gc.collect()
+            if measure_heap:
+                tracemalloc.start()
+                heap0 = tracemalloc.get_traced_memory()[0]
+            rss0 = rss_bytes()
+            cpu0 = time.process_time()
+            failure = None
+            async with trio.open_nursery() as nursery:
+                until = trio.current_time() + deadline
+                step = wave if wave > 0 else max(1, followers)
+                for begun in range(0, followers, step):
+                    for _ in range(min(step, followers - begun)):
+                        nursery.start_soon(follower)
+                    failure = await _wait_watching(
+                        engine, min(begun + step, followers), refused, until, route
+                    )
+                    if failure is not None:
+                        nursery.cancel_scope.cancel()
+                        break
+                connect_cpu = time.process_time() - cpu0
+                gc.collect()
+                rss1 = rss_bytes()
+                heap = None
+                if measure_heap:
+                    heap = tracemalloc.get_traced_memory()[0] - heap0
+                    tracemalloc.stop()
+                reads[0] = 0
+                cpu1 = time.process_time()
+                gate.set()
+                if failure is None:
+                    await finished.wait()
+            run_cpu = time.process_time() - cpu1
+    if failure is not None:
+        raise RuntimeError(failure)  # here, not in a nursery: as itself, not in a group
+    rss = None if rss0 is None or rss1 is None or measure_heap else rss1 - rss0
+    return FollowerRun(
+        followers, targets, route, rss, heap, connect_cpu, run_cpu, reads[0], received[0]
+    )
+
+
+@dataclass(frozen=True)
+class FollowerCost:
+    """Per-follower figures of one store and route, from :func:`measure`."""
+
+    rss_bytes: list[float]
+    """RSS a waiting follower holds, per repeat (empty: no /proc)."""
+    heap_bytes: list[float]
+    """Python heap a waiting follower holds (one tracemalloc run)."""
+    connect_cpu: list[float]
+    """CPU seconds to connect a follower, per repeat."""
+    target_cpu: list[float]
+    """CPU seconds a follower adds to one stored target, per repeat."""
+    reads_per_target: list[float]
+    """Store reads per stored target, all followers together, per repeat."""
+
+
+def one_repeat(
+    kind: str,
+    workdir: str,
+    pg_dsn: str,
+    *,
+    followers: int,
+    targets: int,
+    route: str,
+    wave: int = 50,
+    workers: int = 2,
+    measure_heap: bool = False,
+) -> dict[str, Any]:
+    """One repeat of one route, in this process: the job alone, then with the followers, then
+    (``measure_heap``) with them under tracemalloc; the runs as a JSON-able dict.
+
+    The run with the followers comes right after the run alone: that one warms the code paths
+    and the imports, and frees nothing a follower's memory could reuse, so the RSS it measures
+    is the followers'. A second run with followers in the same process would reuse the memory
+    the first one freed, hence :func:`measure` runs each repeat in a fresh process.
+    """
+    run = functools.partial(
+        follower_run, kind, workdir, pg_dsn, targets=targets, wave=wave, workers=workers
+    )
+    alone = trio.run(functools.partial(run, followers=0, route=route))
+    got = trio.run(functools.partial(run, followers=followers, route=route))
+    out = {"alone": dataclasses.asdict(alone), "followers": dataclasses.asdict(got)}
+    if measure_heap:
+        traced = trio.run(
+            functools.partial(run, followers=followers, route=route, measure_heap=True)
+        )
+        out["heap"] = dataclasses.asdict(traced)
+    return out
+
+
+def measure(
+    kind: str,
+    pg_dsn: str,
+    *,
+    followers: int,
+    targets: int,
+    routes: Sequence[str] = tuple(ROUTES),
+    wave: int = 50,
+    repeats: int = 3,
+    workers: int = 2,
+) -> dict[str, FollowerCost]:
+    """Each route's per-follower cost on one store: ``repeats`` runs of :func:`one_repeat`, each
+    in a fresh process (``python -m bench.followers --json``), the first one with the heap.
+
+    Raises:
+        RuntimeError: a run failed (its error output is in the message).
+    """
+    out = {r: FollowerCost([], [], [], [], []) for r in routes}
+    for rep in range(repeats):
+        for route in routes:
+            argv = [
+                sys.executable, "-m", "bench.followers", "--json", "--store", kind,
+                "--route", route, "--followers", str(followers), "--targets", str(targets),
+                "--wave", str(wave), "--workers", str(workers),
+            ]  # fmt: skip
+            if rep == 0:
+                argv.append("--heap")
+            done = subprocess.run(
+                argv,
+                cwd=HERE.parent,
+                env={
+                    **os.environ,
+                    PG_ENV: pg_dsn,
+                },  # not on the command line: it may hold a password
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            if done.returncode != 0:
+                error = done.stderr.strip()[-2000:]
+                raise RuntimeError(f"W6 {kind} {route} failed (exit {done.returncode}): {error}")
+            runs = json.loads(done.stdout)
+            alone, got = runs["alone"], runs["followers"]
+            cost = out[route]
+            if got["rss_bytes"] is not None:
+                cost.rss_bytes.append(got["rss_bytes"] / followers)
+            cost.connect_cpu.append(got["connect_cpu"] / followers)
+            cost.target_cpu.append((got["run_cpu"] - alone["run_cpu"]) / followers / targets)
+            cost.reads_per_target.append(got["reads"] / targets)
+            if "heap" in runs:
+                cost.heap_bytes.append(runs["heap"]["heap_bytes"] / followers)
+    return out
+
+
+def describe(kind: str, route: str, cost: FollowerCost, followers: int, targets: int) -> str:
+    """The figures of one store and route as a few lines of text (medians over the repeats)."""
+    med = statistics.median
+    rss = f"{med(cost.rss_bytes) / 1024:.1f} KiB RSS, " if cost.rss_bytes else ""
+    per_target = med(cost.target_cpu)
+    return (
+        f"{kind} {route} ({LABELS[route]}): {followers} followers x {targets} targets, "
+        f"median of {len(cost.target_cpu)}\n"
+        f"  a waiting follower: {rss}{med(cost.heap_bytes) / 1024:.1f} KiB Python heap\n"
+        f"  CPU: {med(cost.connect_cpu) * 1e6:.0f} us to connect a follower; "
+        f"{per_target * 1e6:.1f} us a follower a stored target "
+        f"({per_target * followers * 1e3:.2f} ms a stored target for all {followers})\n"
+        f"  store reads a stored target, all followers together: "
+        f"{med(cost.reads_per_target):.2f}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.followers``: measure one store's followers and print the figures."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.followers", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--followers", type=int, default=200)
+    parser.add_argument("--targets", type=int, default=100)
+    parser.add_argument("--store", choices=["memory", "sqlite", "postgres"], default="memory")
+    parser.add_argument("--route", choices=[*ROUTES, "both"], default="both")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--wave", type=int, default=50, help="followers connecting at once")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--pg", default=os.environ.get(PG_ENV, ""), help="PostgreSQL DSN")
+    parser.add_argument(
+        "--json", action="store_true", help="one repeat of one route in this process, as JSON"
+    )
+    parser.add_argument("--heap", action="store_true", help="with --json: the tracemalloc run too")
+    args = parser.parse_args(argv)
+    if args.followers < 1 or args.targets < 1 or args.repeat < 1:
+        parser.error("--followers, --targets and --repeat must be at least 1")
+    if args.store == "postgres" and not args.pg:
+        parser.error(f"--store postgres needs --pg DSN or {PG_ENV}")
+    routes = tuple(ROUTES) if args.route == "both" else (args.route,)
+    if args.json:
+        if len(routes) != 1:
+            parser.error("--json measures one --route")
+        with tempfile.TemporaryDirectory(prefix="trio-batch-followers-") as workdir:
+            runs = one_repeat(
+                args.store,
+                workdir,
+                args.pg,
+                followers=args.followers,
+                targets=args.targets,
+                route=routes[0],
+                wave=args.wave,
+                workers=args.workers,
+                measure_heap=args.heap,
+            )
+        print(json.dumps(runs))
+        return 0
+    costs = measure(
+        args.store,
+        args.pg,
+        followers=args.followers,
+        targets=args.targets,
+        routes=routes,
+        wave=args.wave,
+        repeats=args.repeat,
+        workers=args.workers,
+    )
+    for route, cost in costs.items():
+        print(describe(args.store, route, cost, args.followers, args.targets))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
