@@ -180,7 +180,9 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             self._check_open()
         if retry_of:
             self._call_job_hook("retried")
-        self._enter(LiveJob(job.id, caller, targets, trio.current_time()), "created")
+        live = LiveJob(job.id, caller, targets, trio.current_time())
+        live.hooked = webhook is not None
+        self._enter(live, "created")
         return submitted
 
     def _enter(self, live: LiveJob, event: str) -> None:
@@ -208,8 +210,8 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         before = await self._store.cancel(job_id, self._wall())
         if before is None:
             return False
-        self._watchers.changed(job_id)
         live = self._live.pop(job_id, None)
+        self._watchers.changed(job_id, hooked=live is not None and live.hooked)
         if live is not None:
             live.cancelled = True
             seconds = trio.current_time() - live.started
@@ -486,7 +488,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             evicted(stored.evicted)
         live.busy_since = None
         live.next_idx = idx + 1
-        self._watchers.changed(live.id)
+        self._watchers.changed(live.id, hooked=live.hooked)
         if stored.terminal is not None:
             self._settle(live, stored.terminal)
         elif live.next_idx < len(live.targets):
@@ -510,7 +512,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
 
     def _settle(self, live: LiveJob, status: JobStatus) -> None:
         self._live.pop(live.id, None)
-        self._watchers.changed(live.id)
+        self._watchers.changed(live.id, hooked=live.hooked)
         self._call_job_hook(status.value)
         if (hook := self._hooks.job_seconds) is not None:
             hook(trio.current_time() - live.started)

@@ -106,7 +106,7 @@ class JobWatchers:
         self._jobs: dict[str, _Entry] = {}
         self._poll = poll
         self._count = 0
-        self._any: trio.Event | None = None  # for next_change; made only when someone waits
+        self._hooked: trio.Event | None = None  # next_change's; made only when someone waits
         self.closed = False
 
     @property
@@ -119,11 +119,14 @@ class JobWatchers:
         """Jobs with at least one watcher."""
         return len(self._jobs)
 
-    def changed(self, job_id: str) -> None:
-        """The engine stored something of ``job_id``: wake its watchers. Never blocks."""
-        if self._any is not None:
-            self._any.set()
-            self._any = None
+    def changed(self, job_id: str, *, hooked: bool = False) -> None:
+        """The engine stored something of ``job_id``: wake its watchers. Never blocks.
+
+        ``hooked``: the job has a webhook (it wakes :meth:`next_change` too).
+        """
+        if hooked and self._hooked is not None:
+            self._hooked.set()
+            self._hooked = None
         entry = self._jobs.get(job_id)
         if entry is not None:
             entry.generation += 1
@@ -135,18 +138,18 @@ class JobWatchers:
     def close(self) -> None:
         """Wake every watcher; their waits raise :class:`trio.ClosedResourceError`."""
         self.closed = True
-        if self._any is not None:
-            self._any.set()
+        if self._hooked is not None:
+            self._hooked.set()
         for entry in self._jobs.values():
             entry.event.set()
 
     def next_change(self) -> trio.Event:
-        """An event set at the next change of any job, or when the engine closes."""
+        """An event set at the next change of a job with a webhook, or when the engine closes."""
         if self.closed:
             raise trio.ClosedResourceError("the BatchEngine closed")
-        if self._any is None:
-            self._any = trio.Event()
-        return self._any
+        if self._hooked is None:
+            self._hooked = trio.Event()
+        return self._hooked
 
     @contextmanager
     def watch(self, job_id: str) -> Iterator[JobWatch]:
@@ -258,12 +261,14 @@ class EngineReads:
         self._check_open()
         return self._watchers.watch(job_id)
 
-    def next_change(self) -> trio.Event:
-        """A :class:`trio.Event` set at the engine's next change of any job, or when it closes.
+    def next_webhook_change(self) -> trio.Event:
+        """A :class:`trio.Event` set at the engine's next change of a job that has a webhook
+        (a target stored, the job ended), or when the engine closes.
 
-        The changes are those :meth:`watch` reports, for every job. Take the event *before*
-        reading the store, then wait on it: a change in between is not missed. What the HTTP
-        service's webhook deliveries wake on; costs the engine nothing while nobody waits.
+        Take the event *before* reading the store, then wait on it: a change in between is not
+        missed. What the HTTP service's webhook deliveries wake on, so a busy engine whose jobs
+        have no webhook never wakes them. Changes made by another engine on a shared store are
+        not seen: poll the store too.
 
         Raises:
             trio.ClosedResourceError: the engine is closed.

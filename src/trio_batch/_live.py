@@ -33,7 +33,16 @@ class EngineStatistics:
 class LiveJob:
     """What the engine knows of a live job: its targets, the next index, busy since when."""
 
-    __slots__ = ("busy_since", "caller", "cancelled", "id", "next_idx", "started", "targets")
+    __slots__ = (
+        "busy_since",
+        "caller",
+        "cancelled",
+        "hooked",
+        "id",
+        "next_idx",
+        "started",
+        "targets",
+    )
 
     def __init__(self, job_id: str, caller: Caller, targets: list[Target], started: float) -> None:
         self.id = job_id
@@ -43,6 +52,7 @@ class LiveJob:
         self.started = started
         self.busy_since: float | None = None
         self.cancelled = False
+        self.hooked = False  # the job has a webhook: its changes wake the deliveries
 
 
 # A fetched target waiting to be stored: job, index, outcome, the fetch's error, fetch seconds.

@@ -22,10 +22,20 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from tests.http.conftest import ALICE, BOB, auth, lifespan
 from tests.http.test_webhook_secrets import docs_verifier
-from trio_batch import Caller, Config, JobStatus, Target, TargetError, Webhook, open_engine
+from trio_batch import (
+    BatchEngine,
+    Caller,
+    Config,
+    JobStatus,
+    Target,
+    TargetError,
+    Webhook,
+    open_engine,
+)
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
 from trio_batch.http._deliveries import DeliveryPolicy, Dispatcher, open_deliveries
 from trio_batch.metrics import PrometheusMetrics
@@ -109,6 +119,7 @@ class Service:
     dispatcher: Dispatcher
     receiver: Receiver
     transport: httpx.AsyncBaseTransport
+    engine: BatchEngine
 
     async def submit(self, n: int = 2, key: str = ALICE, **webhook: Any) -> httpx.Response:
         webhook.setdefault("url", self.receiver.url())
@@ -137,7 +148,11 @@ async def open_receiver() -> AsyncIterator[Receiver]:
 
 @contextlib.asynccontextmanager
 async def open_service(
-    store: Store | None = None, *, allow: Any = LOOPBACK, **kwargs: Any
+    store: Store | None = None,
+    *,
+    allow: Any = LOOPBACK,
+    policy: DeliveryPolicy = FAST,
+    **kwargs: Any,
 ) -> AsyncIterator[Service]:
     store = store if store is not None else MemoryStore()
     fetch = ScriptedFetch()
@@ -155,10 +170,10 @@ async def open_service(
             lifespan(app),
             httpx.AsyncClient(transport=transport, base_url="http://api.test") as client,
             open_deliveries(
-                store, engine, keys, allow=allow, metrics=metrics, policy=FAST, **kwargs
+                store, engine, keys, allow=allow, metrics=metrics, policy=policy, **kwargs
             ) as dispatcher,
         ):
-            yield Service(client, fetch, metrics, dispatcher, receiver, transport)
+            yield Service(client, fetch, metrics, dispatcher, receiver, transport, engine)
 
 
 class TestDeliveries:
@@ -425,3 +440,23 @@ async def test_the_python_client_submits_a_webhook() -> None:
         got = await svc.receiver.wait_for(2)
 
     assert [f"{sub.id}.t0", f"{sub.id}.end"] == [d.headers["webhook-id"] for d in got]
+
+
+async def test_jobs_without_a_webhook_never_wake_the_deliveries() -> None:
+    """A busy engine whose jobs have no webhook costs the dispatcher no store read."""
+    quiet = DeliveryPolicy(poll=3600.0, min_gap=0.0)
+    async with open_service(policy=quiet) as svc:
+        await trio.testing.wait_all_tasks_blocked()  # its first look at the store is done
+        before = svc.dispatcher.reads
+        for i in range(5):
+            body = {"targets": [{"url": f"https://example.org/{i}/{j}"} for j in range(3)]}
+            job = (await svc.client.post("/v1/batch", json=body, headers=auth())).json()["id"]
+            with svc.engine.watch(job) as watch:
+                while (state := await svc.engine.job(job)) is None or state.status.live:
+                    await watch.wait()
+        quiet_reads = svc.dispatcher.reads - before
+        hooked = await svc.submit(1)
+        await svc.receiver.wait_for(1)
+
+    assert 0 == quiet_reads
+    assert 202 == hooked.status_code

@@ -5,7 +5,8 @@ and the dispatcher sends it, then advances the job's cursor with a compare-and-s
 per job is in flight at a time, so a job's events arrive in order (targets by index, then
 ``end``); deliveries of different jobs run concurrently, at most ``concurrency`` at once.
 
-It wakes when the engine reports a change of any job (``BatchEngine.next_change``), when a
+It wakes when the engine reports a change of a job with a webhook
+(``BatchEngine.next_webhook_change``; a busy engine whose jobs have none never wakes it), when a
 retry falls due, and at least every ``poll`` seconds (which also finds the jobs of other
 PostgreSQL instances, and deliveries left over from before a restart). It writes nothing on the
 engine's path and never raises into it: a store error is logged and tried again at the next
@@ -131,6 +132,11 @@ class Dispatcher:
         self.attempts = 0
         """Delivery attempts made (for tests and debugging)."""
 
+    @property
+    def reads(self) -> int:
+        """Reads of the store's due webhooks so far (for tests and debugging)."""
+        return self._reads
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver until cancelled."""
         transport = guarded_transport(
@@ -153,7 +159,7 @@ class Dispatcher:
     async def _follow_engine(self) -> None:
         while True:
             try:
-                change = self._engine.next_change()
+                change = self._engine.next_webhook_change()
             except trio.ClosedResourceError:
                 return  # polling alone from now on
             await change.wait()
