@@ -242,6 +242,10 @@ class TargetStatus:
     error: str
     hint: str
     options: Options = Options()
+    started_at: float | None = None
+    """Unix seconds when the run that gave this target its state began (None while pending)."""
+    finished_at: float | None = None
+    """Unix seconds when its outcome was stored (None until it is done or failed)."""
 
 
 def target_json(t: TargetStatus) -> dict[str, JSONValue]:

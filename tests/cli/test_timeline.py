@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import re
+from itertools import pairwise
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
 import trio
+import trio.testing
 
+from trio_batch import Caller, Config, Hooks, Target, open_engine
 from trio_batch._cli import main
-from trio_batch._cli._timeline import Bar, Recorder, assign_lanes, render_svg
+from trio_batch._cli._timeline import Bar, Recorder, assign_lanes, render_svg, target_bars
+from trio_batch.stores import SQLiteStore
+from trio_batch.testing import ScriptedFetch
 
-from .test_status import _make_jobs
+from .test_status import TERMINAL, _make_jobs
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -31,6 +37,13 @@ class TestLanes:
         ]
 
         assert assign_lanes(bars) == [1, 0, 0, 1]
+
+    def test_an_overlap_within_the_slack_shares_a_lane(self) -> None:
+        """A bar that ends a little after the next one starts (a store's finish time comes
+        when the outcome is stored) leaves its lane free to it within ``slack``."""
+        bars = [Bar(0.0, 1.0004, "a", "alice", "a1"), Bar(1.0, 2.0, "b", "bob", "b1")]
+
+        assert ([0, 1], [0, 0]) == (assign_lanes(bars), assign_lanes(bars, slack=0.001))
 
 
 class TestRenderSvg:
@@ -88,11 +101,60 @@ class TestRecorder:
         ]
 
 
+async def _run_jobs(db: Path) -> int:
+    """Three callers' jobs of four targets each, run by two workers on the engine's clock (the
+    mock clock here); returns how many fetches ran at once at most."""
+    fetch = ScriptedFetch(duration=1.0)
+    for i in range(4):
+        fetch.set_duration(f"https://bob.test/{i}", 0.5)
+    finished = trio.Semaphore(0)
+
+    def on_job(event: str) -> None:
+        if event in TERMINAL:
+            finished.release()
+
+    config = Config(workers=2, max_workers=2, hooks=Hooks(job=on_job))
+    async with (
+        SQLiteStore.open(db) as store,
+        open_engine(store, fetch, config, wall_clock=trio.current_time) as engine,
+    ):
+        for name in ("alice", "bob", "carol"):
+            targets = [Target(f"https://{name}.test/{i}") for i in range(4)]
+            await engine.submit(Caller(name), "fleet", targets)
+        for _ in range(3):
+            await finished.acquire()
+    return fetch.max_running
+
+
 class TestTimelineCommand:
-    def test_draws_one_bar_per_job_of_the_store(
+    def test_draws_each_target_of_an_engine_run_in_one_lane_per_worker(
+        self, tmp_path: Path
+    ) -> None:
+        """`timeline --db` draws one bar per target from the store's times: a job's bars
+        follow one another, and the lanes are the workers that ran at once."""
+        db = tmp_path / "jobs.sqlite"
+        # Time moves only when the engine has been idle for a while, so that it never moves
+        # between a worker's next start and the store write of its last outcome.
+        clock = trio.testing.MockClock(autojump_threshold=0.05)
+        workers = trio.run(_run_jobs, db, clock=clock)
+
+        code = main(["timeline", "--db", str(db), "--out", str(tmp_path / "t.svg")])
+        svg = (tmp_path / "t.svg").read_text()
+        _, bars = trio.run(target_bars, str(db), [])
+        lanes = [t for t in ElementTree.fromstring(svg).itertext() if re.fullmatch(r"lane \d+", t)]
+
+        assert 0 == code
+        assert 12 == len(_bars(svg)) == len(bars)
+        assert 12 == len({(b.job, b.label.split()[0]) for b in bars})
+        for job in {b.job for b in bars}:
+            mine = sorted((b.start, b.end) for b in bars if b.job == job)
+            assert all(a[1] <= b[0] for a, b in pairwise(mine))
+        assert (2, 2) == (workers, len(lanes))
+
+    def test_draws_one_bar_per_target_of_the_store(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """`timeline --db` draws every job (the store has job times, not target times)."""
+        """`timeline --db` draws every job, or the jobs named by id or prefix."""
         db = tmp_path / "jobs.sqlite"
         ids = trio.run(_make_jobs, db, 3)
 

@@ -9,9 +9,11 @@ Where the bars come from:
 
 * ``trio-batch demo --timeline FILE.svg``: a :class:`Recorder` wraps the fetch function and
   notes each fetch's start and end (retries included), so every bar is one fetch of a target;
-* ``trio-batch timeline JOB... --db PATH``: the store keeps no per-target start or finish time
-  (its ``jobs`` rows have ``created_at`` and ``updated_at``, its targets none), so this draws one
-  bar per job, from its creation to its last update.
+* ``trio-batch timeline JOB... --db PATH``: the store's times of each target
+  (``TargetStatus.started_at`` and ``finished_at``), so every bar is the last run of a target,
+  from its start to when its outcome was stored. The store does not know which worker ran a
+  target; the lanes are the slots again, which for workers that each run one target at a time
+  are the workers.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from typing import final
 
 import trio
 
+from .._errors import StoreError
 from .._live import FetchFunc
-from .._model import Caller, Result, Target
+from .._model import Caller, Result, Target, TargetState, TargetStatus
+from ..stores import SQLiteStore
 from ._catalog import list_jobs, resolve_id
-from ._common import DEFAULT_DB, EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from ._common import DEFAULT_DB, EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, store_open_message
 
 __all__ = ["Bar", "Recorder", "assign_lanes", "render_svg"]
 
@@ -54,17 +58,22 @@ class Bar:
     job: str
     caller: str
     label: str
-    """What the bar's tooltip names (a URL path, or the job's counts)."""
+    """What the bar's tooltip names (a URL path, or a target's index and URL)."""
 
 
-def assign_lanes(bars: Sequence[Bar]) -> list[int]:
-    """The lane of each bar: the first lane free at its start (bars sorted by start, then end)."""
+def assign_lanes(bars: Sequence[Bar], *, slack: float = 1e-9) -> list[int]:
+    """The lane of each bar: the first lane free at its start (bars sorted by start, then end).
+
+    A lane is free once its last bar ended, or ends within ``slack`` after the start: a store
+    stores outcomes in groups, so a target's finish time may come a little after its worker
+    began the next one, and an overlap shorter than ``slack`` does not show in the picture.
+    """
     order = sorted(range(len(bars)), key=lambda i: (bars[i].start, bars[i].end, i))
     free_at: list[float] = []
     lanes = [0] * len(bars)
     for i in order:
         bar = bars[i]
-        lane = next((n for n, end in enumerate(free_at) if end <= bar.start + 1e-9), None)
+        lane = next((n for n, end in enumerate(free_at) if end <= bar.start + slack), None)
         if lane is None:
             lane = len(free_at)
             free_at.append(0.0)
@@ -98,12 +107,15 @@ def _tick_step(span: float) -> float:
 
 
 def render_svg(bars: Sequence[Bar], *, title: str, lane_name: str = "slot") -> str:
-    """The bars as an SVG document: lanes top to bottom, time left to right, a legend by job."""
-    lanes = assign_lanes(bars)
-    count = max(lanes, default=-1) + 1
+    """The bars as an SVG document: lanes top to bottom, time left to right, a legend by job.
+
+    Bars that overlap by less than two pixels may share a lane (see :func:`assign_lanes`).
+    """
     t0 = min((b.start for b in bars), default=0.0)
     span = max(max((b.end for b in bars), default=t0) - t0, 1e-3)
     scale = (_WIDTH - _LEFT - _RIGHT) / span
+    lanes = assign_lanes(bars, slack=2 / scale)
+    count = max(lanes, default=-1) + 1
     colours = _colours(bars)
     legend = sorted({(b.caller, b.job) for b in bars}, key=lambda cj: (cj[0], _first(bars, cj[1])))
     legend_rows = (len(legend) + 2) // 3
@@ -210,10 +222,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "timeline",
         help="draw jobs of a local store as an SVG timeline",
         description=(
-            "Draw jobs of a SQLite store as an SVG timeline: one bar per job, from its "
-            "creation to its last update, in as many lanes as jobs overlap, coloured by job. "
-            "The store keeps no per-target times; `trio-batch demo --timeline FILE.svg` draws "
-            "one bar per fetch instead."
+            "Draw jobs of a SQLite store as an SVG timeline: one bar per target that ran, from "
+            "its start to when its outcome was stored (a target still running: to the latest "
+            "time in the store), in as many lanes as targets ran at once (with one target per "
+            "worker at a time: one lane per worker), coloured by job."
         ),
     )
     parser.add_argument(
@@ -234,8 +246,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=main)
 
 
-async def job_bars(db: str, prefixes: Sequence[str]) -> list[Bar]:
-    """One bar per job of ``db`` named by ``prefixes`` (every job when there are none).
+_RAN = [TargetState.RUNNING, TargetState.DONE, TargetState.FAILED]
+_CHUNK = 1024  # targets a read
+
+
+async def target_bars(db: str, prefixes: Sequence[str]) -> tuple[int, list[Bar]]:
+    """The jobs of ``db`` named by ``prefixes`` (every job when there are none): how many, and
+    one bar per target of theirs that ran, from the store's times (:class:`TargetStatus`).
+
+    A target still running ends at the latest time the store holds; one stored without a
+    start (it never ran) is a bar of no length at its finish.
 
     Raises:
         UsageError: a prefix matches no job or several, or ``db`` cannot be read.
@@ -248,25 +268,42 @@ async def job_bars(db: str, prefixes: Sequence[str]) -> list[Bar]:
             if job_id is None:
                 raise UsageError(f"no job {prefix} in {db} (trio-batch jobs lists them)")
             ids.append(job_id)
-    return [
-        Bar(
-            row.created_at,
-            max(row.updated_at, row.created_at),
-            row.id,
-            row.caller,
-            f"{row.status}, {row.counts['done']}/{row.targets_total} done",
-        )
-        for row in await list_jobs(db, ids)
-    ]
+    jobs = await list_jobs(db, ids)
+    ran: list[tuple[str, str, TargetStatus]] = []
+    try:
+        async with SQLiteStore.open(db, readonly=True) as store:
+            for job in jobs:
+                after = -1
+                while chunk := await store.read_targets(job.id, after, _CHUNK, _RAN, results=False):
+                    ran += [(job.id, job.caller, t) for t in chunk]
+                    after = chunk[-1].idx
+    except (OSError, StoreError) as exc:
+        raise UsageError(store_open_message(db, exc) or f"cannot read {db}: {exc}") from None
+    known = [x for _, _, t in ran for x in (t.started_at, t.finished_at) if x is not None]
+    latest = max(known, default=0.0)
+    bars = []
+    for job_id, caller, t in ran:
+        start = t.started_at if t.started_at is not None else t.finished_at
+        if start is None:
+            continue
+        end = latest if t.finished_at is None else t.finished_at
+        state = "" if t.status is TargetState.DONE else f" ({t.status.value})"
+        label = f"#{t.idx} {t.url}{state}"
+        bars.append(Bar(start, max(end, start), job_id, caller, label))
+    return len(jobs), bars
 
 
 def main(args: argparse.Namespace) -> int:
     """The ``timeline`` subcommand."""
     try:
-        bars = trio.run(job_bars, args.db, args.jobs)
-        if not bars:
+        jobs, bars = trio.run(target_bars, args.db, args.jobs)
+        if not jobs:
             raise UsageError(f"no jobs in {args.db} to draw")
-        svg = render_svg(bars, title=f"trio-batch jobs in {args.db}", lane_name="lane")
+        if not bars:
+            some = "the job" if jobs == 1 else f"the {jobs} jobs"
+            raise UsageError(f"nothing to draw: no target of {some} has run yet")
+        title = f"trio-batch jobs in {args.db}: each bar is one target, as the store holds it"
+        svg = render_svg(bars, title=title, lane_name="lane")
         if args.out == "-":
             sys.stdout.write(svg)
         else:

@@ -198,6 +198,8 @@ _SCHEMAS: dict[str, JSONValue] = {
             "error": {"type": "string"},
             "hint": {"type": "string"},
             "options": _ref("Options"),
+            "started_at": {"type": ["number", "null"], "description": "When its last run began."},
+            "finished_at": {"type": ["number", "null"], "description": "When it was stored."},
             "result": {"anyOf": [_ref("Result"), {"type": "null"}]},
         },
         "additionalProperties": False,

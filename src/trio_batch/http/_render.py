@@ -1,7 +1,7 @@
 """Writing answers: a job's summary and links, a target, and when a finished job expires.
 
 A target is :func:`trio_batch._model.target_json`, the same line the CLI writes, plus its
-``options``.
+``options``, ``started_at`` and ``finished_at``.
 """
 
 from __future__ import annotations
@@ -23,10 +23,16 @@ from ..stores import JobSummary
 
 
 def target(t: TargetStatus) -> dict[str, JSONValue]:
-    """One target with its options, between ``hint`` and ``result`` as docs/http.md shows."""
+    """One target with its options and times, between ``hint`` and ``result``."""
     line = target_json(t)
     result = line.pop("result")
-    return {**line, "options": t.options.to_json(), "result": result}
+    return {
+        **line,
+        "options": t.options.to_json(),
+        "started_at": t.started_at,
+        "finished_at": t.finished_at,
+        "result": result,
+    }
 
 
 def fetched(url: str, result: Result) -> dict[str, JSONValue]:

@@ -37,7 +37,7 @@ from ._protocol import (
     ResumedJob,
     Stored,
 )
-from ._rules import check_caps, terminal_status
+from ._rules import check_caps, target_times, terminal_status
 
 
 @dataclass(slots=True)
@@ -48,6 +48,8 @@ class _TargetRow:
     result_json: str | None = None
     error: str = ""
     hint: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -94,6 +96,7 @@ def _by_seq(row: _JobRow) -> int:
 
 
 def _target_status(idx: int, t: _TargetRow, *, results: bool) -> TargetStatus:
+    started_at, finished_at = target_times(t.status, t.started_at, t.finished_at)
     return TargetStatus(
         idx=idx,
         url=t.url,
@@ -102,6 +105,8 @@ def _target_status(idx: int, t: _TargetRow, *, results: bool) -> TargetStatus:
         error=t.error,
         hint=t.hint,
         options=t.options,
+        started_at=started_at,
+        finished_at=finished_at,
     )
 
 
@@ -229,7 +234,9 @@ class MemoryStore:
         row = self._jobs.get(job_id)
         if row is None or not row.status.live:
             return False
-        row.targets[idx].status = TargetState.RUNNING
+        target = row.targets[idx]
+        target.status = TargetState.RUNNING
+        target.started_at = now
         row.status = JobStatus.RUNNING
         row.updated_at = now
         return True
@@ -269,6 +276,7 @@ class MemoryStore:
         target.result_json = outcome.result_json
         target.error = outcome.error
         target.hint = outcome.hint
+        target.finished_at = now
         row.done += 1
         row.bytes += size
         row.updated_at = now

@@ -123,17 +123,44 @@ def resumed_job(row: Row, targets: Sequence[Row]) -> ResumedJob:
     )
 
 
+TARGET_COLUMNS = "idx, url, status, result, error, hint, options, started_at, finished_at"
+"""The target columns :func:`target_from_row` decodes, in its order (``result`` may be NULL)."""
+
+
+def target_times(
+    status: TargetState, started: float | None, finished: float | None
+) -> tuple[float | None, float | None]:
+    """The times a target shows: a start unless pending, a finish only once done or failed.
+
+    A store need not clear them when a target goes back to pending (a release, an interrupt),
+    nor the finish when a running mark re-opens a stored target: they are hidden here.
+    """
+    if status is TargetState.PENDING:
+        return None, None
+    if status is TargetState.RUNNING:
+        return started, None
+    return started, finished
+
+
 def target_from_row(row: Row) -> TargetStatus:
-    """Decode ``idx, url, status, result JSON, error, hint, options JSON`` of a SQL store."""
-    idx, url, status, result, error, hint, options = row
+    """Decode the :data:`TARGET_COLUMNS` of a SQL store."""
+    idx, url, status, result, error, hint, options, started, finished = row
+    state = TargetState(status)
+    started_at, finished_at = target_times(
+        state,
+        None if started is None else float(started),
+        None if finished is None else float(finished),
+    )
     return TargetStatus(
         idx=int(idx),
         url=str(url),
-        status=TargetState(status),
+        status=state,
         result=None if result is None else Result.from_json(str(result)),
         error=str(error),
         hint=str(hint),
         options=_options_from_json(str(options)),
+        started_at=started_at,
+        finished_at=finished_at,
     )
 
 

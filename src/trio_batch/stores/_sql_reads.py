@@ -92,8 +92,8 @@ def read_targets(
             params += [s.value for s in states]
     result = "result" if results else "NULL"
     sql = (
-        f"SELECT idx, url, status, {result}, error, hint, options FROM targets "
-        f"WHERE {where} ORDER BY idx LIMIT ?"
+        f"SELECT idx, url, status, {result}, error, hint, options, started_at, finished_at "
+        f"FROM targets WHERE {where} ORDER BY idx LIMIT ?"
     )
     return sql, [*params, limit]
 

@@ -263,9 +263,10 @@ class TestReplay:
             instance = store.instance_id
         done = Result("fine").to_json()
         items = [("j", idx, Outcome(TargetState.DONE, result_json=done)) for idx in (0, 1)]
+        started = {("j", 0): NOW, ("j", 1): NOW}  # both running marks were dropped into it
 
         def params(*, replay: bool) -> dict[str, object]:
-            return _sql.finish_params(items, NOW + 1, {("j", 0), ("j", 1)}, instance, replay)
+            return _sql.finish_params(items, NOW + 1, started, instance, replay)
 
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"SET search_path TO {pg_schema}")

@@ -403,7 +403,7 @@ class WriteQueue:
         for w in writes:
             w.result = None
         kept = [m for m in marks if (m.job_id, m.idx) not in finishing]
-        started = {(m.job_id, m.idx) for m in marks} & finishing
+        started = {(m.job_id, m.idx): m.now for m in marks if (m.job_id, m.idx) in finishing}
         try:
             not_live = self._apply_batch(conn, kept, started, writes, replay=replay)
         except Exception as exc:
@@ -437,7 +437,7 @@ class WriteQueue:
         self,
         conn: Conn,
         kept: list[Mark],
-        started: set[tuple[str, int]],
+        started: dict[tuple[str, int], float],
         writes: list[Write[object]],
         *,
         replay: bool,
@@ -485,7 +485,7 @@ class WriteQueue:
         raise AssertionError("unreachable")
 
     def _apply_one(
-        self, conn: Conn, w: Write[object], started: set[tuple[str, int]], *, replay: bool
+        self, conn: Conn, w: Write[object], started: dict[tuple[str, int], float], *, replay: bool
     ) -> None:
         """Run ``w`` on its own (a group of outcomes item by item), retrying deadlocks."""
         if w.finish:
@@ -507,7 +507,7 @@ class WriteQueue:
             self._apply_statement(conn, w, started, replay=replay)
 
     def _apply_statement(
-        self, conn: Conn, w: Write[object], started: set[tuple[str, int]], *, replay: bool
+        self, conn: Conn, w: Write[object], started: dict[tuple[str, int], float], *, replay: bool
     ) -> None:
         for attempt in range(_RETRIES):
             try:

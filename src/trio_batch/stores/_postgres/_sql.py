@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, final
 
@@ -25,6 +25,7 @@ from .._rules import (
     JOB_COLUMNS,
     LIVE_SQL,
     RESUME_JOB_COLUMNS,
+    TARGET_COLUMNS,
     Row,
     job_from_row,
     resumed_job,
@@ -70,7 +71,7 @@ START = Statement(
         UPDATE jobs SET status = 'running', updated_at = %(now)s
         WHERE id = %(id)s AND status IN {LIVE_SQL} RETURNING id
     ), t AS (
-        UPDATE targets SET status = 'running'
+        UPDATE targets SET status = 'running', started_at = %(now)s
         WHERE job_id IN (SELECT id FROM j) AND idx = %(idx)s
     )
     SELECT count(*) FROM j
@@ -92,7 +93,7 @@ START_MANY = Statement(
         WHERE jobs.id = g.job_id AND jobs.status IN {LIVE_SQL}
         RETURNING jobs.id
     ), t AS (
-        UPDATE targets SET status = 'running' FROM m
+        UPDATE targets SET status = 'running', started_at = m.now FROM m
         WHERE targets.job_id = m.job_id AND targets.idx = m.idx
             AND m.job_id IN (SELECT id FROM j)
     )
@@ -131,7 +132,8 @@ FINISH_MANY = Statement(
         SELECT DISTINCT ON (job_id, idx) * FROM (
             SELECT e.x->>0 AS job_id, (e.x->>1)::int AS idx, e.x->>2 AS state,
                 e.x->>3 AS result, e.x->>4 AS error, e.x->>5 AS hint,
-                (e.x->>6)::bigint AS size, (e.x->>7)::bool AS started, e.ord
+                (e.x->>6)::bigint AS size, (e.x->>7)::bool AS started,
+                (e.x->>8)::float8 AS start, e.ord
             FROM json_array_elements(%(items)s::json) WITH ORDINALITY AS e (x, ord)
         ) AS v
         ORDER BY job_id, idx, ord
@@ -140,7 +142,7 @@ FINISH_MANY = Statement(
         WHERE id IN (SELECT job_id FROM v) FOR UPDATE
     ), t AS (
         UPDATE targets AS tg SET status = v.state, result = v.result, error = v.error,
-            hint = v.hint
+            hint = v.hint, started_at = coalesce(v.start, tg.started_at), finished_at = %(now)s
         FROM v
         WHERE tg.job_id = v.job_id AND tg.idx = v.idx AND (
             tg.status NOT IN ('done', 'failed') OR (v.started AND NOT %(replay)s
@@ -263,11 +265,11 @@ def marks_params(marks: Sequence[MarkLike]) -> dict[str, object]:
 def finish_params(
     items: Sequence[FinishItem],
     now: float,
-    started: set[tuple[str, int]],
+    started: Mapping[tuple[str, int], float],
     instance: str,
     replay: bool,
 ) -> dict[str, object]:
-    """The parameters of :data:`FINISH_MANY` for ``items``."""
+    """The parameters of :data:`FINISH_MANY` for ``items``; ``started``: dropped marks' times."""
     rows = [
         (
             job_id,
@@ -278,6 +280,7 @@ def finish_params(
             o.hint,
             o.size,
             (job_id, idx) in started,
+            started.get((job_id, idx)),
         )
         for job_id, idx, o in items
     ]
@@ -476,7 +479,7 @@ def snapshot(conn: Conn, job_id: str) -> Snapshot | None:
     rows = conn.execute(
         f"""
         SELECT {", ".join("j." + c.strip() for c in JOB_COLUMNS.split(","))},
-            t.idx, t.url, t.status, t.result, t.error, t.hint, t.options
+            {", ".join("t." + c.strip() for c in TARGET_COLUMNS.split(","))}
         FROM jobs AS j LEFT JOIN targets AS t ON t.job_id = j.id
         WHERE j.id = %s ORDER BY t.idx
         """,
@@ -485,7 +488,8 @@ def snapshot(conn: Conn, job_id: str) -> Snapshot | None:
     if not rows:
         return None
     n = len(JOB_COLUMNS.split(","))
-    targets = [target_from_row(r[n : n + 7]) for r in rows if r[n] is not None]
+    m = n + len(TARGET_COLUMNS.split(","))
+    targets = [target_from_row(r[n:m]) for r in rows if r[n] is not None]
     return Snapshot(job_from_row(rows[0]), targets)
 
 

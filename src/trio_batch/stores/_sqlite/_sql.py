@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence
 
 from ..._errors import SubmitError
 from ..._model import (
@@ -22,6 +22,7 @@ from .._rules import (
     JOB_COLUMNS,
     LIVE_SQL,
     RESUME_JOB_COLUMNS,
+    TARGET_COLUMNS,
     check_caps,
     job_from_row,
     options_json,
@@ -139,9 +140,9 @@ def start_targets(conn: sqlite3.Connection, marks: list[tuple[str, int, float]])
     A mark of a job that is no longer live writes nothing. Two statements, whatever the number.
     """
     conn.executemany(
-        "UPDATE targets SET status = 'running' WHERE job_id = ?1 AND idx = ?2 "
+        "UPDATE targets SET status = 'running', started_at = ?3 WHERE job_id = ?1 AND idx = ?2 "
         f"AND (SELECT status FROM jobs WHERE id = ?1) IN {LIVE_SQL}",
-        [m[:2] for m in marks],
+        marks,
     )
     conn.executemany(
         "UPDATE jobs SET status = 'running', updated_at = ?3 "
@@ -160,13 +161,16 @@ def release_target(conn: sqlite3.Connection, job_id: str, idx: int, now: float) 
 
 
 # Store an outcome, unless the target already has one (a repeat is not counted twice) ...
+# (the start is NULL but for a folded mark, whose start this write records)
 _STORE = (
-    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ? "
+    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, "
+    "started_at = coalesce(?, started_at), finished_at = ? "
     "WHERE job_id = ? AND idx = ? AND status NOT IN ('done', 'failed')"
 )
 # ... or whatever it has when its running mark was folded in: the mark would have made it running.
 _STORE_MARKED = (
-    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ? WHERE job_id = ? AND idx = ?"
+    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, started_at = ?, "
+    "finished_at = ? WHERE job_id = ? AND idx = ?"
 )
 _COUNT = (
     "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ? "
@@ -185,7 +189,7 @@ def finish_targets(
     items: Sequence[FinishItem],
     now: float,
     max_bytes: int,
-    marked: Set[tuple[str, int]],
+    marked: Mapping[tuple[str, int], float],
     isolate: bool,
 ) -> list[Stored | Exception]:
     """Store outcomes in order, each as ``Store.finish_target`` would; one result each.
@@ -194,11 +198,11 @@ def finish_targets(
     statements whatever its size (:func:`_finish_group`). Anything else goes item by item: two
     statements per outcome (its target, its job), eviction as soon as the bytes pass
     ``max_bytes``. ``marked`` holds the targets whose running mark was folded into this write
-    instead of written (see ``_writer.Finish``). No savepoint: a savepoint makes SQLite copy
-    every page it then touches into a statement journal. If anything raises, the writer rolls
-    the transaction back and calls again with ``isolate``: then each outcome goes in a
-    savepoint of its own, and a failing one gets its exception in its place while the others
-    land.
+    instead of written, with the mark's time (see ``_writer.Finish``). No savepoint: a
+    savepoint makes SQLite copy every page it then touches into a statement journal. If
+    anything raises, the writer rolls the transaction back and calls again with ``isolate``:
+    then each outcome goes in a savepoint of its own, and a failing one gets its exception in
+    its place while the others land.
     """
     stored = _stored_bytes(conn)
     if not isolate and len(items) > 1:
@@ -209,17 +213,13 @@ def finish_targets(
                 return grouped
     added = 0  # bytes stored that the counter does not hold yet
     results: list[Stored | Exception] = []
-    unmarked = set(marked)  # a mark is applied once: a repeat in the group comes after it
+    unmarked = dict(marked)  # a mark is applied once: a repeat in the group comes after it
     for job_id, idx, result in items:
         if isolate:
             conn.execute("SAVEPOINT item")
         try:
-            key = (job_id, idx)
-            if key in unmarked:
-                unmarked.discard(key)
-                size, terminal = _finish_one(conn, job_id, idx, result, now, True)
-            else:
-                size, terminal = _finish_one(conn, job_id, idx, result, now, False)
+            started = unmarked.pop((job_id, idx), None)
+            size, terminal = _finish_one(conn, job_id, idx, result, now, started)
             evicted = 0
             if size is not None:
                 stored += size
@@ -270,7 +270,7 @@ def _finish_group(
     items: Sequence[FinishItem],
     sizes: list[int],
     now: float,
-    marked: Set[tuple[str, int]],
+    marked: Mapping[tuple[str, int], float],
 ) -> list[Stored | Exception] | None:
     """The common case in a few statements whatever the group's size: distinct targets that all
     store, no eviction. None if a target repeats (the item-by-item path takes it); if one does
@@ -278,9 +278,13 @@ def _finish_group(
     keys = {(job_id, idx) for job_id, idx, _ in items}
     if len(keys) != len(items):
         return None
+    get = marked.get
     stored = conn.executemany(
         _STORE,  # a folded mark made its target running: the guard holds all the same
-        [(o.state.value, o.result_json, o.error, o.hint, job_id, idx) for job_id, idx, o in items],
+        [
+            (o.state.value, o.result_json, o.error, o.hint, get((job_id, idx)), now, job_id, idx)
+            for job_id, idx, o in items
+        ],
     ).rowcount
     if stored != len(items):
         raise _Replay
@@ -315,13 +319,29 @@ def _end_job(conn: sqlite3.Connection, job_id: str, caller: str, now: float) -> 
 
 
 def _finish_one(
-    conn: sqlite3.Connection, job_id: str, idx: int, result: Outcome, now: float, marked: bool
+    conn: sqlite3.Connection,
+    job_id: str,
+    idx: int,
+    result: Outcome,
+    now: float,
+    started: float | None,
 ) -> tuple[int | None, JobStatus | None]:
     """Store one outcome; return its bytes (None: not stored, it was a repeat or the job is
-    gone) and the job's terminal status if it ended."""
+    gone) and the job's terminal status if it ended. ``started``: the time of a running mark
+    folded into this write (None: no mark was)."""
+    marked = started is not None
     if not conn.execute(
-        _STORE_MARKED if marked else _STORE,
-        (result.state.value, result.result_json, result.error, result.hint, job_id, idx),
+        _STORE_MARKED if marked else _STORE,  # with None, _STORE keeps the start it has
+        (
+            result.state.value,
+            result.result_json,
+            result.error,
+            result.hint,
+            started,
+            now,
+            job_id,
+            idx,
+        ),
     ).rowcount:
         return None, None
     size = result.size
@@ -400,8 +420,7 @@ def snapshot(conn: sqlite3.Connection, job_id: str) -> Snapshot | None:
     targets = [
         target_from_row(r)
         for r in conn.execute(
-            "SELECT idx, url, status, result, error, hint, options FROM targets "
-            "WHERE job_id = ? ORDER BY idx",
+            f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY idx",
             (job_id,),
         )
     ]

@@ -8,8 +8,8 @@ by write, each in a savepoint of its own, so the failing one gets its error and 
 Running marks (``start_target``) wait on the Trio side for the next write, and go to the thread
 just before it, all in one ``executemany``; if no write comes within ``MARK_DELAY``, the idle
 thread asks for them. A mark whose target's outcome that next write stores is not sent at all:
-no reader could have seen it, so the write applies what the mark would have done (see
-:data:`Finish`). In the steady state of a busy engine, that is nearly every mark.
+no reader could have seen it, so the write applies what the mark would have done, its start time
+included (see :data:`Finish`). In the steady state of a busy engine, that is nearly every mark.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Set
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import outcome
@@ -41,13 +42,15 @@ Mark = tuple[str, int, float]
 Key = tuple[str, int]
 """A target: ``(job_id, idx)``."""
 
-Finish = Callable[[sqlite3.Connection, Set[Key], bool], T]
+Finish = Callable[[sqlite3.Connection, Mapping[Key, float], bool], T]
 """A write that stores outcomes: ``finish(conn, marked, isolate)``. ``marked`` holds the targets
-whose running mark was folded into this write rather than written: it applies what those marks
-would have done. ``isolate`` is set on the replay after a failed group: each outcome then goes in
-a savepoint of its own, so that only a failing one gets its exception."""
+whose running mark was folded into this write rather than written, each with its mark's ``now``:
+it applies what those marks would have done (the target's start time included). ``isolate`` is
+set on the replay after a failed group: each outcome then goes in a savepoint of its own, so that
+only a failing one gets its exception."""
 
 NO_KEYS: frozenset[Key] = frozenset()
+NO_MARKS: Mapping[Key, float] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -58,8 +61,8 @@ class Write(Generic[T]):
     """A write that stores outcomes runs this instead of ``fn``."""
     keys: Set[Key] = NO_KEYS
     """The targets whose outcome ``finish`` stores."""
-    marked: Set[Key] = NO_KEYS
-    """The targets whose running mark ``finish`` applies."""
+    marked: Mapping[Key, float] = field(default_factory=lambda: NO_MARKS)  # shared, never changed
+    """The targets whose running mark ``finish`` applies, with the mark's time."""
     folded: int = 0
     """How many marks were folded into it (a target may have been marked twice)."""
     independent: bool = False
@@ -133,10 +136,10 @@ class Writer:
         The marks held for those targets are folded into it (see :data:`Finish`).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        marked: Set[Key] = NO_KEYS
+        marked: Mapping[Key, float] = NO_MARKS
         folded = 0
         if held := self._held:
-            marked = {(m[0], m[1]) for m in held} & keys
+            marked = {(m[0], m[1]): m[2] for m in held if (m[0], m[1]) in keys}  # the last wins
             if marked:
                 self._held = [m for m in held if (m[0], m[1]) not in marked]
                 folded = len(held) - len(self._held)
@@ -289,14 +292,15 @@ def fold(batch: list[_Item]) -> None:
         if item.finish is None:
             open_marks.clear()
             continue
-        found = open_marks.keys() & item.keys
-        for key in found:
-            marks = open_marks.pop(key)
-            before = len(marks)
-            marks[:] = [m for m in marks if (m[0], m[1]) != key]
-            item.folded += before - len(marks)
-        if found:
-            item.marked = set(item.marked) | found
+        if found := open_marks.keys() & item.keys:
+            times = dict(item.marked)  # a mark held for the write is later than one sent ahead
+            for key in found:
+                marks = open_marks.pop(key)
+                before = len(marks)
+                times.setdefault(key, [m[2] for m in marks if (m[0], m[1]) == key][-1])
+                marks[:] = [m for m in marks if (m[0], m[1]) != key]
+                item.folded += before - len(marks)
+            item.marked = times
         jobs = {key[0] for key in item.keys}
         for key in [key for key in open_marks if key[0] in jobs]:
             del open_marks[key]
