@@ -29,7 +29,7 @@ async def overshoots(mode: str) -> list[float]:
     stop = trio.Event()
 
     async def ticker() -> None:
-        while not stop.is_set():
+        while not stop.is_set():  # noqa: ASYNC110 - the periodic wake-up is the point
             await trio.sleep(PERIOD)
 
     async def hopper() -> None:
