@@ -70,5 +70,6 @@ def resumed_live_jobs(resumed: Sequence[ResumedJob], now: float, wall: float) ->
         started = now - max(0.0, wall - job.created_at)
         live = LiveJob(job.id, Caller(job.caller, job.workspace), list(job.targets), started)
         live.next_idx = job.next_idx
+        live.hooked = bool(job.webhook)
         jobs.append(live)
     return jobs

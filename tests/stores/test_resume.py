@@ -7,6 +7,7 @@ target left running, a job never reached), then an engine opens on it with ``res
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -21,6 +22,7 @@ from trio_batch import (
     JobStatus,
     Target,
     TargetState,
+    Webhook,
     open_engine,
 )
 from trio_batch.stores import Store
@@ -134,6 +136,7 @@ async def test_a_second_resume_takes_nothing_more(store: Store) -> None:
         "lab",
         "restricted",
     )
+    assert [j.webhook for j in first] == ["", ""]
     assert await store.resume(time.time(), opening=False) == []
 
 
@@ -161,6 +164,15 @@ async def test_closing_with_resume_leaves_live_jobs_to_the_next_engine(store: St
     assert mid is not None and mid.status is JobStatus.RUNNING and mid.targets_done == 1
     assert second.calls == ["https://a.example.test/1", "https://a.example.test/2"]
     assert snap is not None and (snap.job.status, snap.job.targets_done) == (JobStatus.DONE, 3)
+
+
+async def test_a_resumed_job_keeps_its_webhook(store: Store) -> None:
+    """What the engine needs to wake the webhook deliveries for a resumed job."""
+    hook = Webhook("https://hooks.example.test/", ("target", "end"))
+    job = dataclasses.replace(new_job("h", 2, time.time()), webhook=hook.to_json())
+    await store.admit(job, LIMITS)
+    (resumed,) = await store.resume(time.time())
+    assert Webhook.from_json(resumed.webhook) == hook
 
 
 @pytest.mark.slow

@@ -225,6 +225,7 @@ class MemoryStore:
                     targets=[Target(t.url, t.options) for t in row.targets],
                     next_idx=next_idx,
                     created_at=row.created_at,
+                    webhook=row.webhook,
                 )
             )
         return resumed

@@ -55,6 +55,8 @@ class ResumedJob:
     targets: Sequence[Target]
     next_idx: int
     created_at: float
+    webhook: str = ""
+    """The job's ``Webhook`` as JSON, or empty."""
 
 
 @final

@@ -104,7 +104,7 @@ def job_from_row(row: Row) -> Job:
     )
 
 
-RESUME_JOB_COLUMNS = "id, caller, workspace, caller_class, created_at"
+RESUME_JOB_COLUMNS = "id, caller, workspace, caller_class, created_at, webhook"
 """The job columns :func:`resumed_job` reads, in its order."""
 
 
@@ -120,6 +120,7 @@ def resumed_job(row: Row, targets: Sequence[Row]) -> ResumedJob:
         targets=[Target(str(t[0]), _options_from_json(str(t[1]))) for t in targets],
         next_idx=next_idx,
         created_at=float(row[4]),
+        webhook=str(row[5]),
     )
 
 

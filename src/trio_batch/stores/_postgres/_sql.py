@@ -429,7 +429,7 @@ def adopt(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[Resu
         (ids,),
     ):
         targets[str(job_id)].append(row)
-    jobs.sort(key=lambda r: (float(r[4]), int(r[5])))
+    jobs.sort(key=lambda r: (float(r[4]), int(r[6])))
     return [resumed_job(r, targets[str(r[0])]) for r in jobs]
 
 
