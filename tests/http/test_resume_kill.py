@@ -35,7 +35,7 @@ from ..pg_support import PG_DSN, SKIP_REASON, open_test_schema
 
 KILLS = int(os.environ.get("TRIO_BATCH_KILL_POINTS", "20"))
 JOBS = 3
-TARGETS = 16
+TARGETS = 20
 # Long enough that the batch outlasts the kills: every restart finds live jobs to resume.
 PAGE_SECONDS = 0.25
 
@@ -132,6 +132,7 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
         headers = {"Authorization": f"Bearer {key}"}
         job_ids: list[str] = []
         kill_points: list[float] = []
+        live_at_kill: list[int] = []  # live jobs just before each kill
         for kill in range(KILLS + 1):
             async with server.running() as (proc, port):
                 base = f"http://127.0.0.1:{port}"
@@ -151,7 +152,9 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
                         delay = rng.uniform(0.05, 0.5)
                         kill_points.append(delay)
                         await trio.sleep(delay)
+                        live = await client.get("/v1/batch", params={"status": "live"})
                         proc.send_signal(signal.SIGKILL)
+                        live_at_kill.append(len(live.json()["jobs"]))
                         continue
                     summaries = await until_all_end(client, job_ids)
                     results = [
@@ -166,7 +169,10 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
                     ]
 
     text = server.log.decode()
-    where = f"seed {seed}, kill points {[round(p, 3) for p in kill_points]}"
+    where = (
+        f"seed {seed}, kill points {[round(p, 3) for p in kill_points]}, live jobs at each "
+        f"{live_at_kill}, restarts that resumed jobs {text.count('resumed')}"
+    )
     assert [s["status"] for s in summaries] == ["done"] * JOBS, where
     for j, result in enumerate(results):
         assert result["targets_total"] == result["counts"]["done"] == TARGETS, where
@@ -175,7 +181,8 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
     assert set(hits) == {f"/page/{j * 100 + i}" for j in range(JOBS) for i in range(TARGETS)}
     assert [r.status_code for r in fresh] == [202] * JOBS, [r.text for r in fresh]
     assert server.starts == KILLS + 1
-    assert text.count("resumed") >= KILLS * 3 // 4, where  # the kills landed mid-batch
+    assert len(live_at_kill) == KILLS, where
+    assert all(live_at_kill), where  # every kill landed mid-batch
     assert "Traceback" not in text, text
     assert f"127.0.0.1:{site_port}" not in text
 
