@@ -217,7 +217,7 @@ class Store(Protocol):
         ...
 
     async def start_target(self, job_id: str, idx: int, now: float) -> bool:
-        """Mark target ``idx`` running and a queued job running.
+        """Mark target ``idx`` running (its ``started_at`` is ``now``) and a queued job running.
 
         Returns False, writing nothing, when the job is no longer live (cancelled, interrupted
         or gone): the engine then starts nothing more for it. A store may return before the
@@ -236,10 +236,11 @@ class Store(Protocol):
     ) -> Stored:
         """Store a target's outcome; finish the job when it was the last; evict for bytes.
 
-        A cancelled job keeps its status. When the job becomes terminal its lease moves to
-        ``now``. Then the finished jobs with the oldest lease are evicted while the stored
-        result bytes exceed ``max_bytes``; live jobs never are. Storing the same target twice
-        does not count it twice.
+        The target's ``finished_at`` is ``now`` (and its ``started_at`` its running mark's time,
+        also when the mark was dropped). A cancelled job keeps its status. When the job becomes
+        terminal its lease moves to ``now``. Then the finished jobs with the oldest lease are
+        evicted while the stored result bytes exceed ``max_bytes``; live jobs never are.
+        Storing the same target twice does not count it twice.
 
         The one-item form of :meth:`finish_targets`, for tests and simple callers.
         """
