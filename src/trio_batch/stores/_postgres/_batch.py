@@ -74,9 +74,8 @@ _BACKOFF = (0.05, 1.0)
 """The first wait before connecting again, and the longest (it doubles in between)."""
 
 _MARKS_LINGER = 0.05
-"""Seconds a batch of running marks alone waits for a write to join (as SQLite's writer holds
-them): a fetch shorter than this has its mark folded into its outcome's write, so it costs no
-round trip of its own, and no extra wake-up of the event loop (W2: 0.955 -> 0.967)."""
+"""Seconds running marks alone wait for a write to join (as SQLite's do): a shorter fetch's mark
+folds into its outcome's write, with no round trip or wake-up of its own."""
 
 Params = tuple[object, ...] | dict[str, object]
 
