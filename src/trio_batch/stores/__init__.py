@@ -17,11 +17,13 @@ from ._memory import MemoryStore as MemoryStore
 from ._protocol import (
     CacheEntry as CacheEntry,
     FinishItem as FinishItem,
+    HookDue as HookDue,
     JobCursor as JobCursor,
     JobSummary as JobSummary,
     Limits as Limits,
     NewJob as NewJob,
     Outcome as Outcome,
+    ResumedJob as ResumedJob,
     Store as Store,
     Stored as Stored,
 )
@@ -35,12 +37,14 @@ if TYPE_CHECKING:
 __all__ = [
     "CacheEntry",
     "FinishItem",
+    "HookDue",
     "JobCursor",
     "JobSummary",
     "Limits",
     "MemoryStore",
     "NewJob",
     "Outcome",
+    "ResumedJob",
     "SQLiteStore",
     "Store",
     "Stored",
