@@ -44,8 +44,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +52,7 @@ import trio
 
 from trio_batch import BatchEngine, Caller, Hooks, Result, Target, open_engine
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
+from trio_batch.testing import asgi_lifespan
 
 from ._harness import HERE, PG_ENV, RESULT, TerminalCounter, caps, open_bench_store, targets_for
 
@@ -110,30 +110,6 @@ def _count_reads(store: object, counts: list[int]) -> None:
 
     for name in _READS:
         setattr(store, name, counted(getattr(store, name)))
-
-
-@asynccontextmanager
-async def _lifespan(app: Any) -> AsyncIterator[None]:
-    """Run the app's ASGI lifespan as a server does: startup before the block, shutdown after."""
-    to_app, inbox = trio.open_memory_channel[dict[str, Any]](2)
-    started, stopped = trio.Event(), trio.Event()
-
-    async def send(message: dict[str, Any]) -> None:
-        kind = message["type"]
-        if kind.endswith(".failed"):
-            raise RuntimeError(f"lifespan {kind}: {message.get('message', '')}")
-        (started if kind == "lifespan.startup.complete" else stopped).set()
-
-    scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(app, scope, inbox.receive, send)
-        await to_app.send({"type": "lifespan.startup"})
-        await started.wait()
-        try:
-            yield
-        finally:
-            await to_app.send({"type": "lifespan.shutdown"})
-            await stopped.wait()
 
 
 async def _follow(app: Any, path: str, query: str, on_status: Callable[[int], None]) -> int:
@@ -253,7 +229,7 @@ async def follower_run(
             access_log_enabled=False,
             store_timeout=store_timeout,
         )
-        async with _lifespan(app):
+        async with asgi_lifespan(app):
             finished = counter.expect(1)
             job = await engine.submit(Caller("bench"), "fleet", urls)
             path = f"/v1/batch/{job.id}/{tail}"

@@ -1,4 +1,5 @@
-"""Fakes for testing code that uses trio-batch: a scripted fetch function.
+"""Fakes for testing code that uses trio-batch: a scripted fetch function, and an ASGI
+lifespan runner for driving the HTTP app in-process.
 
 ``MemoryStore`` doubles as the store fake. ::
 
@@ -12,13 +13,15 @@
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from typing import final
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, final
 
 import trio
 
 from ._model import Caller, Result, Target
 
-__all__ = ["ScriptedFetch"]
+__all__ = ["ScriptedFetch", "asgi_lifespan"]
 
 
 @final
@@ -75,3 +78,34 @@ class ScriptedFetch:
         if isinstance(next_outcome, BaseException):
             raise next_outcome
         return next_outcome
+
+
+@asynccontextmanager
+async def asgi_lifespan(app: Callable[..., Awaitable[None]]) -> AsyncIterator[None]:
+    """Run an ASGI app's lifespan as a server does: startup before the block, shutdown after.
+
+    httpx's ``ASGITransport`` sends no lifespan events, and ``trio_batch.http.create_app`` runs
+    its store calls in a nursery of its lifespan: drive such an app in-process inside this block.
+
+    Raises:
+        RuntimeError: the app reported that its startup or shutdown failed.
+    """
+    to_app, inbox = trio.open_memory_channel[dict[str, Any]](2)
+    started, stopped = trio.Event(), trio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind.endswith(".failed"):
+            raise RuntimeError(f"lifespan {kind}: {message.get('message', '')}")
+        (started if kind == "lifespan.startup.complete" else stopped).set()
+
+    scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(app, scope, inbox.receive, send)
+        await to_app.send({"type": "lifespan.startup"})
+        await started.wait()
+        try:
+            yield
+        finally:
+            await to_app.send({"type": "lifespan.shutdown"})
+            await stopped.wait()

@@ -13,21 +13,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import trio
 
 pytest.importorskip("starlette")
 pytest.importorskip("hypercorn")
 pytest.importorskip("prometheus_client")
 
 import httpx
-from starlette.types import ASGIApp, Message
+from starlette.types import ASGIApp
 
 from tests.support import WallClock
 from trio_batch import BatchEngine, Config, open_engine
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
 from trio_batch.metrics import PrometheusMetrics
 from trio_batch.stores import MemoryStore, Store
-from trio_batch.testing import ScriptedFetch
+from trio_batch.testing import ScriptedFetch, asgi_lifespan
 from trio_batch.web import precheck
 
 ALICE = "tb_alice-test-key"
@@ -66,28 +65,7 @@ class Api:
         return await self.client.get(path, params=params, headers=auth(key))
 
 
-@asynccontextmanager
-async def lifespan(app: ASGIApp) -> AsyncIterator[None]:
-    """Run ``app``'s ASGI lifespan as a server does: startup before the block, shutdown after."""
-    to_app, inbox = trio.open_memory_channel[Message](2)
-    started, stopped = trio.Event(), trio.Event()
-
-    async def send(message: Message) -> None:
-        kind = message["type"]
-        if kind.endswith(".failed"):
-            raise AssertionError(f"lifespan {kind}: {message.get('message', '')}")
-        (started if kind == "lifespan.startup.complete" else stopped).set()
-
-    scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(app, scope, inbox.receive, send)
-        await to_app.send({"type": "lifespan.startup"})
-        await started.wait()
-        try:
-            yield
-        finally:
-            await to_app.send({"type": "lifespan.shutdown"})
-            await stopped.wait()
+lifespan = asgi_lifespan
 
 
 @asynccontextmanager
