@@ -23,7 +23,7 @@ import trio
 
 from ._config import Config
 from ._errors import NoTargets, RetryLater, TargetError, classify_failure
-from ._follow import EngineReads
+from ._follow import EngineReads, is_shared
 from ._groups import drain_in_groups
 from ._hooks import SafeHooks
 from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, resumed_live_jobs
@@ -290,27 +290,31 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
                 self._tasks.cancel_scope.cancel("BatchEngine.aclose()")
             with trio.CancelScope(shield=True):
                 await self._runner_done.wait()
-            failed: list[str] = []
-            if self._config.resume and self._live:  # the next engine resumes them
+            if not self._config.resume:
+                await self._interrupt_live()
+            elif self._live:  # the next engine resumes them
                 self._log.info("left %d live jobs to resume", len(self._live))
-            with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                try:
-                    if not self._config.resume:
-                        failed = await self._store.interrupt(list(self._live), self._wall())
-                except Exception as exc:
-                    self._store_error("interrupt", "", exc)
-                for job_id in failed:
-                    live = self._live.get(job_id)
-                    self._call_job_hook("failed")
-                    if live is not None and (hook := self._hooks.job_seconds) is not None:
-                        hook(trio.current_time() - live.started)
-            if failed:
-                self._log.info("interrupted %d live jobs", len(failed), extra={"jobs": len(failed)})
             self._live.clear()
             self._report_depth()
             self._send.close()
         finally:
             self._closed.set()
+
+    async def _interrupt_live(self) -> None:
+        """Fail the live jobs (``interrupted``), once each in the hooks; bounded and shielded."""
+        failed: list[str] = []
+        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                failed = await self._store.interrupt(list(self._live), self._wall())
+            except Exception as exc:
+                self._store_error("interrupt", "", exc)
+            for job_id in failed:
+                live = self._live.get(job_id)
+                self._call_job_hook("failed")
+                if live is not None and (hook := self._hooks.job_seconds) is not None:
+                    hook(trio.current_time() - live.started)
+        if failed:
+            self._log.info("interrupted %d live jobs", len(failed), extra={"jobs": len(failed)})
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -331,7 +335,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
                         self._tasks = tasks
                         for _ in range(self._workers):
                             await tasks.start(self._worker)
-                        if self._config.resume:
+                        if self._config.resume and is_shared(self._store):
                             tasks.start_soon(self._adopt_loop)
                         task_status.started()
                         await trio.sleep_forever()
@@ -355,7 +359,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             self._log.info("resumed %d live jobs", len(resumed), extra={"jobs": len(resumed)})
 
     async def _adopt_loop(self) -> None:
-        """Now and then, take over the jobs of engines that are gone (a shared store's)."""
+        """Every second, take over the jobs of a shared store's instances that are gone."""
         while True:
             await trio.sleep(_ADOPT_EVERY)
             try:

@@ -173,10 +173,14 @@ SHARED_POLL_SECONDS = 1.0
 """How often a watcher of a job on a shared store (``Store.shared``) reads it again."""
 
 
+def is_shared(store: Store) -> bool:
+    """Whether other processes write to ``store`` too (``PostgresStore.shared``)."""
+    return bool(getattr(store, "shared", False))
+
+
 def watchers_for(store: Store) -> JobWatchers:
     """The registry an engine over ``store`` uses: polling once a second if it is shared."""
-    shared = bool(getattr(store, "shared", False))
-    return JobWatchers(SHARED_POLL_SECONDS if shared else None)
+    return JobWatchers(SHARED_POLL_SECONDS if is_shared(store) else None)
 
 
 class EngineReads:

@@ -29,14 +29,14 @@ async def open_engine(
 
     On entry, live jobs left in the store by a process that is gone are failed
     (``interrupted``), or with ``Config.resume`` put back in the rotation (SPEC §7). On exit
-    the engine is closed (see :meth:`BatchEngine.aclose`). An
-    exception from the block comes out as itself, with its ``__cause__`` and ``__context__``,
-    not wrapped in an exception group; two errors at once (the block's and a crashed worker's)
-    come out as a group.
+    the engine is closed (see :meth:`BatchEngine.aclose`). An exception from the block comes
+    out as itself, with its ``__cause__`` and ``__context__``, not wrapped in an exception
+    group; two errors at once (the block's and a crashed worker's) come out as a group.
 
     Cancellation: cancelling the block cancels every fetch in flight; outcomes already fetched
     are still stored, and the live jobs end ``failed``/``interrupted`` (bounded by 5 seconds
-    of store writes). A cancel during entry leaves nothing running.
+    of store writes), or with ``Config.resume`` stay live for the next engine. A cancel during
+    entry leaves nothing running.
     """
     if not callable(fetch):
         raise TypeError("fetch must be an async function (caller, target) -> Result")
