@@ -20,15 +20,13 @@ from dataclasses import dataclass, field
 from typing import Protocol, final
 
 from ..._model import JobStatus, Snapshot
-from .._protocol import CacheEntry, FinishItem, ResumedJob, Stored
+from .._protocol import CacheEntry, FinishItem, Stored
 from .._rules import (
     JOB_COLUMNS,
     LIVE_SQL,
-    RESUME_JOB_COLUMNS,
     TARGET_COLUMNS,
     Row,
     job_from_row,
-    resumed_job,
     target_from_row,
 )
 from ._schema import LOCK_CACHE, LOCK_EVICT, Conn, Cursor, advisory_lock
@@ -388,49 +386,6 @@ def reap(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[str]:
     ).fetchall()
     fold_shards(conn)
     return [str(r[0]) for r in rows]
-
-
-def adopt(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[ResumedJob]:
-    """Take over the live jobs of instances that are gone (``Store.resume``), oldest first.
-
-    As :func:`reap`, but the jobs stay live: they move to ``instance`` and their running
-    targets go back to pending. Two instances adopting at once take each job once (the
-    second's update finds it owned by a live instance).
-    """
-    jobs = conn.execute(
-        f"""
-        WITH dead AS (
-            DELETE FROM instances
-            WHERE id <> %(me)s AND heartbeat_at < clock_timestamp() - timeout * interval '1 second'
-            RETURNING id
-        ), alive AS (
-            SELECT id FROM instances WHERE id NOT IN (SELECT id FROM dead)
-        )
-        UPDATE jobs SET instance = %(me)s, updated_at = %(now)s
-        WHERE status IN {LIVE_SQL}
-            AND (instance = %(own)s OR instance NOT IN (SELECT id FROM alive))
-        RETURNING {RESUME_JOB_COLUMNS}, seq
-        """,
-        {"me": instance, "own": instance if own_jobs else None, "now": now},
-    ).fetchall()
-    fold_shards(conn)
-    if not jobs:
-        return []
-    ids = [str(r[0]) for r in jobs]
-    conn.execute(
-        "UPDATE targets SET status = 'pending', started_at = NULL "
-        "WHERE job_id = ANY(%s) AND status = 'running'",
-        (ids,),
-    )
-    targets: dict[str, list[Row]] = {job_id: [] for job_id in ids}
-    for job_id, *row in conn.execute(
-        "SELECT job_id, url, options, status FROM targets WHERE job_id = ANY(%s) "
-        "ORDER BY job_id, idx",
-        (ids,),
-    ):
-        targets[str(job_id)].append(row)
-    jobs.sort(key=lambda r: (float(r[4]), int(r[6])))
-    return [resumed_job(r, targets[str(r[0])]) for r in jobs]
 
 
 # -- byte caps -----------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from ..._util import NoPublicConstructor, raise_single_exception_from_group
 from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, ResumedJob, Stored
 from .._rules import check_caps, job_from_row, options_json
 from .._sql_listing import PostgresReads
-from . import _sql
+from . import _adopt, _sql
 from ._batch import WriteQueue
 from ._hooks import PostgresHooks
 from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
@@ -307,6 +307,7 @@ class PostgresStore(PostgresReads, PostgresHooks, metaclass=NoPublicConstructor)
             )
             _sql.register(conn, self._instance, self._instance_timeout)
         if self._adopting:  # gone instances' jobs are adopted (resume), not failed
+            _adopt.drop_dead(conn, self._instance)
             return []
         return _sql.reap(conn, self._instance, time.time(), own_jobs=False)
 
@@ -376,17 +377,18 @@ class PostgresStore(PostgresReads, PostgresHooks, metaclass=NoPublicConstructor)
 
         Their running targets go back to pending; the jobs stay live, now this instance's, and
         are returned oldest first. With ``opening`` it takes this instance's own live jobs too
-        (as :meth:`recover` does); without, only those of instances gone since (an engine calls
-        it so now and then). From the first call on, the heartbeat stops failing the jobs of
-        gone instances: they wait for a ``resume`` (of this instance or another).
+        (as :meth:`recover` does); without, only those of instances gone since, and only after
+        a read finds some (an engine calls it every second). From the first call on, the
+        heartbeat stops failing gone instances' jobs: they wait for a ``resume``.
 
         Cancellation: if this raises :class:`trio.Cancelled`, no job was adopted. Once queued,
         the write is not cancellable: it commits and this returns.
         """
         self._adopting = True
-        resumed = await self._write(
-            lambda conn: _sql.adopt(conn, self._instance, now, own_jobs=opening)
-        )
+        me = self._instance
+        if not opening and not await self._run(lambda conn: _adopt.orphaned(conn, me)):
+            return []
+        resumed = await self._write(lambda conn: _adopt.adopt(conn, me, now, own_jobs=opening))
         self._live.update(job.id for job in resumed)
         return resumed
 
