@@ -39,9 +39,9 @@ from ._guard import (
     Checked,
     Network,
     Resolver,
-    check_addresses,
     check_url,
     redact_url,
+    resolve_checked,
     system_resolver,
 )
 from ._isolate import ShapeLimits, Shaper, open_shaper
@@ -465,17 +465,13 @@ class WebFetcher:
             Refused: an answer is not allowed (status 403).
             TargetError: the name does not resolve (status 502).
         """
-        try:
-            answers = await self._resolver(host.removesuffix("."), port)
-        except OSError:
-            answers = []
-        if not answers:
+        checked = await resolve_checked(self._resolver, host, port, self._allow)
+        if checked == ():
             raise TargetError(
                 "the host name does not resolve" + (" (after a redirect)" if hop else ""),
                 hint="check the spelling of the host; the site may be gone",
                 status=502,
             )
-        checked = check_addresses(answers, self._allow)
         if checked is None:
             where = "the page redirects to a host that" if hop else "the host name"
             raise Refused(

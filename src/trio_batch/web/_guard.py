@@ -282,6 +282,21 @@ def check_addresses(answers: Sequence[str], allow: Sequence[Network]) -> tuple[s
     return tuple(checked)
 
 
+async def resolve_checked(
+    resolve: Resolver, host: str, port: int, allow: Sequence[Network]
+) -> tuple[str, ...] | None:
+    """Resolve ``host`` once and check every answer (:func:`check_addresses`).
+
+    Returns the checked addresses; ``()`` when the name does not resolve; None when an answer
+    is not allowed. The caller turns the last two into its own refusal.
+    """
+    try:
+        answers = await resolve(host.removesuffix("."), port)
+    except OSError:
+        return ()
+    return check_addresses(answers, allow) if answers else ()
+
+
 _SECRET_KEY = re.compile(
     r"(?i)(token|secret|passw|pwd|signature|credential|session|apikey|api_key|auth|jwt|bearer)"
     r"|(?:^|[_.-])(key|sig|code|sid|access|pass)(?:$|[_.-])"

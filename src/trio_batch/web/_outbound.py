@@ -15,7 +15,7 @@ from typing import final
 
 import httpcore
 
-from ._guard import Network, Resolver, check_addresses, system_resolver
+from ._guard import Network, Resolver, resolve_checked, system_resolver
 from ._net import PinnedBackend, PinnedTransport
 
 
@@ -44,13 +44,9 @@ def guarded_transport(
     networks = tuple(allow)
 
     async def check(host: str, port: int) -> tuple[str, ...]:
-        try:
-            answers = await resolve(host.removesuffix("."), port)
-        except OSError:
-            answers = []
-        if not answers:
+        checked = await resolve_checked(resolve, host, port, networks)
+        if checked == ():
             raise AddressRefused("the host name does not resolve")
-        checked = check_addresses(answers, networks)
         if checked is None:
             raise AddressRefused("the host resolves to a private or otherwise non-public address")
         return checked
