@@ -31,10 +31,9 @@ from ..._model import Job, Snapshot, Submitted
 from ..._util import NoPublicConstructor, raise_single_exception_from_group
 from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, ResumedJob, Stored
 from .._rules import check_caps, job_from_row, options_json
-from .._sql_listing import PostgresReads
+from .._sql_shared import PostgresCommon
 from . import _adopt, _sql
 from ._batch import WriteQueue
-from ._hooks import PostgresHooks
 from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
 from ._threads import TimedOut, connections, open_pool, run_with_connection, sleep_real
@@ -51,7 +50,7 @@ _DEREGISTER_SECONDS = 5
 
 
 @final
-class PostgresStore(PostgresReads, PostgresHooks, metaclass=NoPublicConstructor):
+class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     """Jobs in PostgreSQL, shared by any number of engines and processes.
 
     Open it with ``async with PostgresStore.open(dsn) as store``; the schema is created or

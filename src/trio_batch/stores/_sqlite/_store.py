@@ -27,10 +27,9 @@ from .._protocol import (
     ResumedJob,
     Stored,
 )
-from .._sql_listing import SQLiteReads
+from .._sql_shared import SQLiteCommon
 from . import _sql as sql
 from ._checkpoint import Checkpointer
-from ._hooks import SQLiteHooks
 from ._schema import connect, lock_file, open_writer
 from ._writer import Writer
 
@@ -38,7 +37,7 @@ T = TypeVar("T")
 
 
 @final
-class SQLiteStore(SQLiteReads, SQLiteHooks, metaclass=NoPublicConstructor):
+class SQLiteStore(SQLiteCommon, metaclass=NoPublicConstructor):
     """Jobs in one SQLite file (WAL), for one process.
 
     Open it with ``async with SQLiteStore.open(path) as store``; the schema is created or

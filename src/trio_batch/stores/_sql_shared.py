@@ -1,0 +1,138 @@
+"""What both SQL stores do the same way: SPEC §7's reads (``read_job``, ``job_summary``,
+``list_jobs``, ``read_targets``, the SQL of ``stores/_sql_reads``) and the webhook delivery state
+(``hooks_due``, ``hook_advance``, the SQL of ``stores/_hooks``). One mixin for both.
+
+The store class names :class:`SQLiteCommon` or :class:`PostgresCommon` and gives ``_read`` (its
+reader connection, one transaction or one statement: one consistent view) and ``_write``. The
+two differ only in the dialect (placeholders, how "hook open" is spelled as its partial index
+says it), SQLite's index hint for live listings, and how SQLite's writer queues a hook write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from .._model import Job, JobStatus, TargetState, TargetStatus
+from . import _sql_reads as q
+from ._hooks import advance_query, due_query, hook_from_row
+from ._protocol import HookDue, JobCursor, JobSummary
+from ._rules import job_from_row
+
+T = TypeVar("T")
+
+
+def _one(cursor: Any, decode: Callable[[Any], T]) -> T | None:
+    row = cursor.fetchone()
+    return None if row is None else decode(row)
+
+
+class SQLCommon:
+    """The reads and the webhook state, for a class with a SQL store's ``_read``."""
+
+    _postgres: ClassVar[bool] = False
+    _hook_open: ClassVar[str]
+    """The "hook open" test, spelled as the partial index ``jobs_hooks`` is, so it serves."""
+
+    async def _read(self, fn: Callable[[Any], T]) -> T:
+        raise NotImplementedError  # the store's
+
+    async def _write_hook(self, fn: Callable[[Any], bool]) -> bool:
+        raise NotImplementedError  # below, per store
+
+    def _query(self, query: q.Query) -> q.Query:
+        return q.for_postgres(query) if self._postgres else query
+
+    async def read_job(self, job_id: str) -> Job | None:
+        sql, params = self._query(q.read_job(job_id))
+        return await self._read(lambda conn: _one(conn.execute(sql, params), job_from_row))
+
+    async def job_summary(self, job_id: str) -> JobSummary | None:
+        sql, params = self._query(q.job_summary(job_id))
+        return await self._read(lambda conn: _one(conn.execute(sql, params), q.summary_from_row))
+
+    async def list_jobs(
+        self,
+        caller: str,
+        statuses: Sequence[JobStatus] | None,
+        limit: int,
+        before: JobCursor | None,
+    ) -> list[JobSummary]:
+        # Without statistics SQLite prefers the listing index (no sort) even for status=live,
+        # and then walks every finished job of the caller: name the live jobs' partial index.
+        hint = not self._postgres and q.only_live(statuses)
+        index = "INDEXED BY jobs_live" if hint else ""
+        sql, params = self._query(q.list_jobs(caller, statuses, limit, before, index=index))
+        return await self._read(
+            lambda conn: [q.summary_from_row(r) for r in conn.execute(sql, params).fetchall()]
+        )
+
+    async def read_targets(
+        self,
+        job_id: str,
+        after: int,
+        limit: int,
+        states: Sequence[TargetState] | None,
+        *,
+        results: bool = True,
+    ) -> list[TargetStatus]:
+        query = q.read_targets(job_id, after, limit, states, results=results)
+        sql, params = self._query(query)
+        # decoded in the reader's thread: results may be large JSON
+        return await self._read(
+            lambda conn: q.targets_from_rows(conn.execute(sql, params).fetchall())
+        )
+
+    async def hooks_due(self, now: float, limit: int) -> list[HookDue]:
+        sql, params = self._query(due_query(self._hook_open, now, limit))
+        return await self._read(
+            lambda conn: [hook_from_row(r) for r in conn.execute(sql, params).fetchall()]
+        )
+
+    async def hook_advance(
+        self,
+        due: HookDue,
+        *,
+        cursor: int,
+        attempts: int,
+        since: float,
+        next_at: float,
+        close: bool = False,
+    ) -> bool:
+        query = advance_query(self._hook_open, due, cursor, attempts, since, next_at, close)
+        sql, params = self._query(query)
+        return await self._write_hook(lambda conn: conn.execute(sql, params).rowcount == 1)
+
+
+class SQLiteCommon(SQLCommon):
+    """SQLiteStore's."""
+
+    _hook_open = "hook_open = 1"
+
+    async def _write(self, fn: Callable[[Any], T], *, independent: bool = False) -> T:
+        raise NotImplementedError  # SQLiteStore's
+
+    async def _write_hook(self, fn: Callable[[Any], bool]) -> bool:
+        # Touches only the job's hook columns: running marks may be folded past it.
+        return await self._write(fn, independent=True)
+
+
+class PostgresCommon(SQLCommon):
+    """PostgresStore's.
+
+    ``shared = True`` tells the engine that other instances write to this store: a follower of
+    a job (``BatchEngine.watch``) reads it again once a second, so another instance's outcomes
+    reach it within about a second. Any instance delivers any job's webhook; of two that sent
+    the same event, ``hook_advance``'s compare-and-set lets one advance (the receiver dedupes
+    the other by its ``webhook-id``).
+    """
+
+    _postgres = True
+    _hook_open = "hook_open"
+    shared: ClassVar[bool] = True
+
+    async def _write(self, fn: Callable[[Any], T]) -> T:
+        raise NotImplementedError  # PostgresStore's
+
+    async def _write_hook(self, fn: Callable[[Any], bool]) -> bool:
+        return await self._write(fn)
