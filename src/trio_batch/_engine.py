@@ -118,22 +118,26 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             trio.ClosedResourceError: the engine is closed.
         """
         self._check_open()
-        checked = checked_submission(caller, caller_class, targets)
-        if webhook is not None and not isinstance(webhook, Webhook):
-            raise TypeError(f"webhook must be a trio_batch.Webhook (got {type(webhook).__name__})")
+        checked = checked_submission(caller, caller_class, targets, webhook)
         if not checked:
             raise NoTargets("the job has no targets: send at least one")
         await trio.lowlevel.checkpoint_if_cancelled()
         return await self._admit(caller, caller_class, checked, webhook=webhook)
 
     async def retry(
-        self, caller: Caller, caller_class: CallerClass, job_id: str
+        self,
+        caller: Caller,
+        caller_class: CallerClass,
+        job_id: str,
+        *,
+        webhook: Webhook | None = None,
     ) -> Submitted | None:
         """A new job of ``caller`` with exactly the targets of ``job_id`` that failed (SPEC §7).
 
         The targets keep their URLs, options and order; the new job's ``retry_of`` is
         ``job_id``. A repeat returns the same new job (``reused``) while it may be reused.
-        Returns None for an unknown job or another caller's.
+        Returns None for an unknown job or another caller's. The new job has ``webhook`` (as
+        :meth:`submit`'s), not the old job's: a retry says where its own events go.
 
         Cancellation: as :meth:`submit`.
 
@@ -143,12 +147,12 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             trio.ClosedResourceError: the engine is closed.
         """
         self._check_open()
-        checked_submission(caller, caller_class, [])
+        checked_submission(caller, caller_class, [], webhook)
         await trio.lowlevel.checkpoint_if_cancelled()
         targets = await failed_targets(self._store, caller.name, job_id)
         if targets is None:
             return None
-        return await self._admit(caller, caller_class, targets, retry_of=job_id)
+        return await self._admit(caller, caller_class, targets, retry_of=job_id, webhook=webhook)
 
     async def _admit(
         self,

@@ -280,7 +280,9 @@ class Snapshot(NamedTuple):
     targets: list[TargetStatus]
 
 
-def checked_submission(caller: object, caller_class: object, targets: object) -> list[Target]:
+def checked_submission(
+    caller: object, caller_class: object, targets: object, webhook: object = None
+) -> list[Target]:
     """The targets of a submit as a list, after checking the arguments' types.
 
     Raises:
@@ -290,6 +292,8 @@ def checked_submission(caller: object, caller_class: object, targets: object) ->
         raise TypeError(f"caller must be a trio_batch.Caller (got {type(caller).__name__})")
     if caller_class not in CALLER_CLASSES:
         raise ValueError(f"caller_class must be 'fleet' or 'restricted' (got {caller_class!r})")
+    if webhook is not None and not isinstance(webhook, Webhook):
+        raise TypeError(f"webhook must be a trio_batch.Webhook (got {type(webhook).__name__})")
     if isinstance(targets, (str, bytes)):
         raise TypeError("targets must be a sequence of trio_batch.Target, not a string")
     checked: list[Target] = []

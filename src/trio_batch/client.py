@@ -449,17 +449,19 @@ class BatchClient(metaclass=NoPublicConstructor):
             raise
         return True
 
-    async def retry(self, job_id: str) -> Submitted:
+    async def retry(self, job_id: str, *, webhook: Mapping[str, object] | None = None) -> Submitted:
         """A new job with the failed targets of a finished one (``POST /v1/batch/{id}/retry``).
 
         A repeat returns the same new job (``reused``). A job still live, or one without a
         failed target, is a :class:`ClientError` with status 409; an unknown job 404.
+        ``webhook`` is the new job's, as :meth:`submit`'s (the old job's is not carried over).
 
         Raises:
             CallerBusy, Busy: a cap is full; ``retry_after`` says when to try again.
             ClientError: any other refusal, with its status, error and hint.
         """
-        data = (await self._call("POST", f"/v1/batch/{job_id}/retry")).json()
+        body = None if webhook is None else {"webhook": dict(webhook)}
+        data = (await self._call("POST", f"/v1/batch/{job_id}/retry", json_body=body)).json()
         return Submitted(str(data["id"]), bool(data["reused"]))
 
     async def wait(self, job_id: str) -> BatchSummary:

@@ -52,7 +52,7 @@ from ._parse import (
     read_json,
 )
 from ._ui import ui_page
-from ._webhook_input import parse_webhook
+from ._webhook_input import parse_retry_body, parse_webhook
 
 
 def _default_precheck() -> PrecheckFunc:
@@ -269,13 +269,17 @@ async def _cancel(ctx: Ctx, request: Request) -> Response:
 
 async def _retry(ctx: Ctx, request: Request) -> Response:
     record = authenticate(ctx, request)
+    body = await read_json(request, ctx.max_body, optional=True)
+    retry = functools.partial(
+        ctx.engine.retry, webhook=parse_retry_body(body, record, precheck=ctx.precheck)
+    )
     store = ctx.calls.request()
     job_id = request.path_params["id"]
     summary = await store.read(ctx.engine.summary, job_id)
     if summary is None or summary.job.caller != record.name:
         raise not_found()
     try:
-        sub = await store.write(ctx.engine.retry, record.caller(), record.caller_class, job_id)
+        sub = await store.write(retry, record.caller(), record.caller_class, job_id)
     except NotRetryable:
         now = await store.read(ctx.engine.summary, job_id)
         status = (now or summary).job.status

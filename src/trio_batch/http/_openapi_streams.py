@@ -186,10 +186,20 @@ def retry() -> dict[str, JSONValue]:
         "summary": "Retry a finished batch's failed targets as a new batch",
         "description": "A new job of the same caller with exactly the targets that ended "
         "`failed`, same URLs and options, in input order; `retry_of` names the old job. A "
-        "repeat returns the same new job (200, reused) while it may be reused. Caps apply.",
+        "repeat returns the same new job (200, reused) while it may be reused. Caps apply. "
+        "The body is optional: a `webhook` for the new job's events (the old job's is not "
+        "carried over).",
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": base._ref("RetryIn")}},
+        },
         "responses": {
             "200": base._json(base._ref("Retried"), "The same retry exists already: reused."),
             "202": base._json(base._ref("Retried"), "Accepted: a new job, queued."),
+            "400": base._error(
+                "A body that is not a JSON object, an unknown field, or a `webhook` that is "
+                "malformed, fails the pre-check or has no caller secret (`field` names it)."
+            ),
             "401": base._AUTH_401,
             "404": base._NO_JOB_404,
             "409": base._error(
@@ -233,3 +243,8 @@ def add_paths(paths: dict[str, JSONValue], schemas: dict[str, JSONValue]) -> Non
     paths["/ui"] = {"get": ui()}
     schemas.update(SCHEMAS)
     schemas["Retried"] = _retried()
+    schemas["RetryIn"] = {
+        "type": "object",
+        "properties": {"webhook": base._ref("WebhookIn")},
+        "additionalProperties": False,
+    }

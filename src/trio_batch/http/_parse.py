@@ -56,8 +56,8 @@ def _wanted(types: tuple[type, ...]) -> str:
 _OPTION_WANTED = {name: _wanted(types) for name, types in OPTION_TYPES.items()}
 
 
-async def read_json(request: Request, max_body: int) -> object:
-    """The request's JSON body, read up to ``max_body`` bytes.
+async def read_json(request: Request, max_body: int, *, optional: bool = False) -> object:
+    """The request's JSON body, read up to ``max_body`` bytes; with ``optional``, None for none.
 
     Raises:
         ApiError: 413 when the body is bigger (by ``Content-Length`` or as counted), 400 when it
@@ -78,6 +78,8 @@ async def read_json(request: Request, max_body: int) -> object:
             body += chunk
             if len(body) > max_body:
                 raise too_big
+    if optional and not body.strip():
+        return None
     try:
         data: object = json.loads(bytes(body), parse_constant=_no_constant)
     except json.JSONDecodeError as exc:

@@ -1,4 +1,4 @@
-"""The ``webhook`` field of ``POST /v1/batch`` (SPEC §7): its shape, its URL, the caller's secret.
+"""The ``webhook`` field of ``POST /v1/batch`` and of a retry (SPEC §7): shape, URL, secret.
 
 Each refusal is a 400 naming ``webhook``, ``webhook.url`` or ``webhook.events``, with a hint.
 """
@@ -73,3 +73,29 @@ def parse_webhook(
             field="webhook",
         )
     return Webhook(url, tuple(events))  # Webhook puts the events in their order
+
+
+def parse_retry_body(body: object, record: KeyRecord, *, precheck: PrecheckFunc) -> Webhook | None:
+    """The webhook of a retry's optional body (``{"webhook": {...}}``), or None without one.
+
+    Raises:
+        ApiError: 400 naming the field at fault.
+    """
+    if body is None:
+        return None
+    if not isinstance(body, dict):
+        raise ApiError(
+            400,
+            "the body of a retry must be a JSON object, or empty",
+            f"send no body, or {{{_EXAMPLE}}} for the new job's events",
+            field="body",
+        )
+    for name in body:
+        if name != "webhook":
+            raise ApiError(
+                400,
+                f"{shown(name)} is not a field of a retry; a retry takes only webhook",
+                "remove the field: the targets are the old job's failed ones",
+                field=shown(name),
+            )
+    return parse_webhook(body, record, precheck=precheck)

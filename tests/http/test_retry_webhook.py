@@ -1,0 +1,111 @@
+"""A retry's own webhook (SPEC §7): the body of ``POST .../retry`` may name where its events go.
+
+A real receiver on 127.0.0.1 and the real clock, as in ``test_webhooks``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.http.conftest import ALICE, BOB, auth
+from tests.http.test_webhooks import Service, open_service
+from trio_batch import Caller, TargetError, Webhook, open_engine
+from trio_batch.client import open_client
+from trio_batch.stores import MemoryStore
+from trio_batch.testing import ScriptedFetch
+
+BAD = "https://example.org/1"
+
+
+async def ended_with_a_failure(svc: Service, **webhook: Any) -> str:
+    """Submit two targets (the second fails) with ``webhook``; the id once its end is delivered."""
+    svc.fetch.script(BAD, TargetError("gone", hint="h", status=404))
+    job_id = str((await svc.submit(2, **webhook)).json()["id"])
+    await svc.receiver.wait_for(1)
+    return job_id
+
+
+async def test_the_client_retries_with_a_webhook_of_its_own() -> None:
+    """The retry job's end reaches the URL given with the retry, signed, under its own id."""
+    async with open_service() as svc:
+        old = await ended_with_a_failure(svc, url=svc.receiver.url(path="/old"))
+        async with open_client("http://api.test", ALICE, transport=svc.transport) as client:
+            new = await client.retry(old, webhook={"url": svc.receiver.url(path="/new")})
+        got = await svc.receiver.wait_for(2)
+
+    assert [("/old", f"{old}.end"), ("/new", f"{new.id}.end")] == [
+        (d.path, d.headers["webhook-id"]) for d in got
+    ]
+    assert ("done", {"pending": 0, "running": 0, "done": 1, "failed": 0}) == (  # 404 only once
+        got[1].json["data"]["status"],
+        got[1].json["data"]["counts"],
+    )
+
+
+async def test_a_retry_without_a_body_has_no_webhook() -> None:
+    """The old job's webhook is not carried over: nothing is left to deliver for the retry."""
+    store = MemoryStore()
+    async with open_service(store) as svc:
+        old = await ended_with_a_failure(svc)
+        r = await svc.client.post(f"/v1/batch/{old}/retry", headers=auth())
+        new = r.json()["id"]
+        snap = await svc.engine.status(new)
+        with svc.engine.watch(new) as watch:
+            while snap is not None and snap.job.status.live:
+                await watch.wait()
+                snap = await svc.engine.status(new)
+        due = await store.hooks_due(float("inf"), 10)
+
+    assert 202 == r.status_code
+    assert snap is not None and not snap.job.status.live
+    assert [] == due
+    assert [f"{old}.end"] == [d.headers["webhook-id"] for d in svc.receiver.got]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([], "body"),
+        ("end", "body"),
+        ({"targets": []}, "targets"),
+        ({"webhook": "https://x.org/"}, "webhook"),
+        ({"webhook": {"url": 7}}, "webhook.url"),
+        ({"webhook": {"url": "http://10.0.0.1/"}}, "webhook.url"),
+        ({"webhook": {"url": "https://x.org/", "events": ["start"]}}, "webhook.events"),
+    ],
+)
+async def test_a_malformed_retry_body_is_400_naming_its_field(body: object, field: str) -> None:
+    async with open_service() as svc:
+        old = await ended_with_a_failure(svc)
+        r = await svc.client.post(f"/v1/batch/{old}/retry", json=body, headers=auth())
+        jobs = (await svc.client.get("/v1/batch", headers=auth())).json()["jobs"]
+
+    assert (400, field) == (r.status_code, r.json()["field"])
+    assert r.json()["hint"]
+    assert [old] == [j["id"] for j in jobs]  # nothing was admitted
+
+
+async def test_a_caller_without_a_secret_cannot_give_a_retry_a_webhook() -> None:
+    async with open_service() as svc:
+        svc.fetch.script(BAD, TargetError("gone"))
+        old = (
+            await svc.client.post("/v1/batch", json={"targets": [{"url": BAD}]}, headers=auth(BOB))
+        ).json()["id"]
+        body = {"webhook": {"url": svc.receiver.url()}}
+        with svc.engine.watch(old) as watch:
+            while (job := await svc.engine.job(old)) is not None and job.status.live:
+                await watch.wait()
+        r = await svc.client.post(f"/v1/batch/{old}/retry", json=body, headers=auth(BOB))
+
+    assert (400, "webhook") == (r.status_code, r.json()["field"])
+
+
+async def test_the_engine_checks_the_webhooks_type() -> None:
+    async with open_engine(MemoryStore(), ScriptedFetch()) as engine:
+        with pytest.raises(TypeError, match=r"trio_batch\.Webhook"):
+            await engine.retry(Caller("a"), "fleet", "0" * 32, webhook="https://x.org/")  # type: ignore[arg-type]
+        assert None is await engine.retry(
+            Caller("a"), "fleet", "0" * 32, webhook=Webhook("https://x.org/")
+        )
