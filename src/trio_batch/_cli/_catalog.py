@@ -1,10 +1,11 @@
 """Read-only queries over a SQLite store's file that the ``Store`` protocol has no call for.
 
-Listing jobs and finding a job by an id prefix are not store operations yet (issue 14 plans a
-store listing and ``GET /v1/batch``). Until then the command line reads the file directly,
-read-only (``mode=ro``, ``query_only``), so it works beside a writing ``run`` or ``serve``. It
-reads only the ``jobs`` and ``targets`` tables of ``stores/_sqlite/_schema.py``; when a store
-listing exists, :func:`list_jobs` and :func:`find_ids` should call it instead.
+``Store.list_jobs`` pages one caller's jobs (what ``GET /v1/batch`` needs); the command line's
+``jobs`` and ``timeline`` list every caller's, and its job arguments may be id prefixes. Those
+are an operator's views of one file, not store operations, so they read the file directly,
+read-only (``mode=ro``, ``query_only``): no migration, no writer thread, and they work beside a
+writing ``run`` or ``serve``. They read only the ``jobs`` and ``targets`` tables of
+``stores/_sqlite/_schema.py``, whose columns here every schema version has.
 """
 
 from __future__ import annotations
