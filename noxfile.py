@@ -111,13 +111,24 @@ def bench_peers(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the documentation site with warnings as errors, then run its code samples.
 
-    First ``trio-batch demo --timeline docs/timeline.svg`` draws the timeline picture of
-    docs/cli.md afresh (about ten seconds, offline). Then ``mkdocs build --strict`` into
-    ``site/`` (``-- --site-dir DIR`` to put it elsewhere; the arguments go to mkdocs): a warning,
-    a broken link or a raw reST role (``:class:`X```) on a page fails it. Then
-    ``tests/cli/test_docs.py``: every Python sample of the pages runs as written.
+    ``mkdocs build --strict`` into ``site/`` (``-- --site-dir DIR`` to put it elsewhere; the
+    arguments go to mkdocs): a warning, a broken link or a raw reST role (``:class:`X```) on a
+    page fails it. Then ``tests/cli/test_docs.py``: every Python sample of the pages runs as
+    written. It changes no tracked file: ``nox -s pictures`` redraws the timeline picture.
     """
     session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "docs", "test"))
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run("pytest", "tests/cli/test_docs.py", "-q", "-p", "no:cacheprovider")
+
+
+@nox.session(default=False)
+def pictures(session: nox.Session) -> None:
+    """Redraw docs/timeline.svg from a real ``trio-batch demo`` run (about ten seconds, offline).
+
+    A real run's timings differ each time, so the picture is redrawn on purpose (commit it
+    when the demo or the drawing changes), not by every docs build.
+    """
+    session.install("-e", f".[{EXTRAS}]")
     db = os.path.join(session.create_tmp(), "timeline-demo.sqlite")
     for stale in (db, db + "-wal", db + "-shm", db + "-lock"):
         if os.path.exists(stale):
@@ -125,5 +136,3 @@ def docs(session: nox.Session) -> None:
     session.run(
         "trio-batch", "demo", "--db", db, "--timeline", "docs/timeline.svg", "--progress", "off"
     )
-    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
-    session.run("pytest", "tests/cli/test_docs.py", "-q", "-p", "no:cacheprovider")
