@@ -16,6 +16,7 @@ from trio_batch import (
     Job,
     JobStatus,
     NoTargets,
+    NotRetryable,
     Options,
     Result,
     RetryLater,
@@ -28,6 +29,7 @@ from trio_batch import (
     TargetState,
     TargetStatus,
     TooManyTargets,
+    Webhook,
     open_engine,
 )
 from trio_batch.stores import MemoryStore, SQLiteStore, Store
@@ -69,6 +71,14 @@ async def use(store: Store) -> None:
             content = first.result.content if first.result is not None else ""
             print(live, reused, content, first.status is TargetState.DONE, job.created_at)
         ok: bool = await engine.cancel(job_id)
+        try:
+            again: Submitted | None = await engine.retry(
+                Caller("me"), "fleet", job_id, webhook=Webhook("https://hooks.example/", ("end",))
+            )
+        except NotRetryable as exc:
+            print(exc)
+        else:
+            print(again is not None and again.reused)
         touched: bool = await engine.touch(job_id)
         stats: EngineStatistics = engine.statistics()
         print(ok, touched, stats.live_jobs)
@@ -137,5 +147,7 @@ async def client_use() -> None:
         async for job in client.jobs(status="live"):
             print(job["id"])
         cancelled: bool = await client.cancel(sub.id)
+        retried: Submitted = await client.retry(sub.id, webhook={"url": "https://hooks.example/"})
+        print(retried.id)
         final: BatchSummary = await client.wait(sub.id)
         print(cancelled, final["status"])
