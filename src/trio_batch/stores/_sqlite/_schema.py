@@ -6,6 +6,7 @@ Each migration takes the schema from version i to i + 1 in one transaction; the 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -17,6 +18,9 @@ SCHEMA_VERSION = 4
 # The writer connection's own checkpoints (about 32 MiB of WAL): only if the checkpointer
 # thread (_checkpoint) falls far behind.
 BACKSTOP_PAGES = 8000
+
+# SQLite's names for a file that is not a SQLite database (or no longer reads as one).
+NOT_A_DATABASE = frozenset({"SQLITE_NOTADB", "SQLITE_CORRUPT"})
 
 # Each migration takes the schema from version i to i + 1, inside one transaction.
 MIGRATIONS: list[str] = [
@@ -132,25 +136,117 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
 
 
 def open_writer(path: str) -> sqlite3.Connection:
-    conn = connect(path, readonly=False)
+    """The writer's connection to ``path``, migrated to ``SCHEMA_VERSION``.
+
+    Raises:
+        StoreError: ``path`` is not a SQLite database (nothing was written to it), its schema
+            is newer, or SQLite cannot open it.
+    """
+    try:
+        conn = connect(path, readonly=False)
+    except sqlite3.Error as exc:
+        raise open_error(path, exc) from exc
     try:
         migrate(conn, path)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise open_error(path, exc) from exc
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-def lock_file(path: str) -> int:
-    fd = os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
+def open_reader(path: str) -> sqlite3.Connection:
+    """A read-only connection to ``path`` that has read its header, so a bad file fails here.
+
+    Raises:
+        StoreError: ``path`` is not a SQLite database, or SQLite cannot open it.
+    """
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+        conn = connect(path, readonly=True)
+    except sqlite3.Error as exc:
+        raise open_error(path, exc) from exc
+    try:
+        conn.execute("PRAGMA user_version").fetchone()
+    except sqlite3.Error as exc:
+        conn.close()
+        raise open_error(path, exc) from exc
+    return conn
+
+
+def open_error(path: str, exc: sqlite3.Error) -> StoreError:
+    """The :class:`StoreError` for SQLite's ``exc`` while opening ``path``; raise it from ``exc``.
+
+    SQLite answers "file is not a database" (``SQLITE_NOTADB``) before it writes anything, so a
+    file refused this way is left as it was.
+    """
+    if getattr(exc, "sqlite_errorname", "") in NOT_A_DATABASE:
+        return StoreError(f"{path} is not a trio-batch database ({exc}); open another path")
+    return StoreError(f"cannot open {path} as a SQLite database ({exc}); check the path")
+
+
+def check_not_a_folder(path: str) -> None:
+    """Refuse a folder before anything (the lock file) is created beside or in it."""
+    if os.path.isdir(path):
         raise StoreError(
-            f"{path} is already open for writing by another SQLiteStore. SQLite serves one "
-            "process; to share jobs between several processes use PostgresStore "
-            "(pip install 'trio-batch[postgres]'), or open this file read-only "
-            "(SQLiteStore.open(path, readonly=True))"
-        ) from None
-    return fd
+            f"{path} is a folder, not a database file; open the path of a file in it "
+            "(a new one is created)"
+        )
+
+
+def lock_file(path: str) -> tuple[int, bool]:
+    """Lock ``path + "-lock"`` for writing: ``(fd, created)``, created if this call made it.
+
+    A lock file may be removed by the open that created it when that open fails
+    (:func:`unlock_failed`), so the lock taken here counts only if the file is still the one
+    at that path; otherwise this locks the new one.
+
+    Raises:
+        StoreError: another writer holds the lock.
+        OSError: the lock file cannot be made (a missing folder, no permission).
+    """
+    lock_path = path + "-lock"
+    while True:
+        try:
+            fd, created = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
+        except FileExistsError:
+            try:
+                fd, created = os.open(lock_path, os.O_RDWR), False
+            except FileNotFoundError:  # removed since: try again
+                continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreError(
+                f"{path} is already open for writing by another SQLiteStore. SQLite serves one "
+                "process; to share jobs between several processes use PostgresStore "
+                "(pip install 'trio-batch[postgres]'), or open this file read-only "
+                "(SQLiteStore.open(path, readonly=True))"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, lock_path):
+            return fd, created
+        os.close(fd)  # locked a file that a failed open had removed: lock the one there now
+
+
+def unlock_failed(path: str, fd: int, created: bool) -> None:
+    """Release the lock of an open that failed, removing the lock file if that open made it."""
+    try:
+        if created:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path + "-lock")
+    finally:
+        os.close(fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)

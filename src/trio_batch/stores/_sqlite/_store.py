@@ -30,7 +30,7 @@ from .._protocol import (
 from .._sql_shared import SQLiteCommon
 from . import _sql as sql
 from ._checkpoint import Checkpointer
-from ._schema import connect, lock_file, open_writer
+from ._schema import check_not_a_folder, connect, lock_file, open_reader, open_writer, unlock_failed
 from ._writer import Writer
 
 T = TypeVar("T")
@@ -93,7 +93,9 @@ class SQLiteStore(SQLiteCommon, metaclass=NoPublicConstructor):
         waits (shielded) for the writes already queued to commit, then closes the file.
 
         Raises:
-            StoreError: the file is open for writing elsewhere, or its schema is newer.
+            StoreError: the file is open for writing elsewhere, its schema is newer, ``path`` is
+                a folder or a file that is not a SQLite database (left as it was, with no lock
+                file beside it), or SQLite cannot open it.
             ValueError: ``path`` is ``:memory:`` (use ``MemoryStore``).
         """
         path = os.fspath(path)
@@ -101,20 +103,23 @@ class SQLiteStore(SQLiteCommon, metaclass=NoPublicConstructor):
             raise ValueError(
                 "SQLiteStore needs a file path; for an in-memory store use MemoryStore()"
             )
+        await trio.to_thread.run_sync(check_not_a_folder, path)
         if readonly:
             if not await trio.Path(path).exists():
                 raise StoreError(f"{path} does not exist; nothing to read")
+            first_reader = await trio.to_thread.run_sync(open_reader, path)
             store = cls._create(path, None, readers)
+            store._readers.append(first_reader)
             try:
                 yield store
             finally:
                 await store._close()
             return
-        lock_fd = lock_file(path)
+        lock_fd, created = lock_file(path)
         try:
             conn = await trio.to_thread.run_sync(open_writer, path)
         except BaseException:
-            os.close(lock_fd)
+            unlock_failed(path, lock_fd, created)
             raise
         checkpointer = Checkpointer(path)
         checkpointer.start()
