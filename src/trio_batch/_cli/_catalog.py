@@ -18,7 +18,8 @@ from typing import final
 
 import trio
 
-from ._common import UsageError
+from ..stores._sqlite._schema import NOT_A_DATABASE
+from ._common import UsageError, folder_message
 
 __all__ = ["JobRow", "find_ids", "iso", "list_jobs", "resolve_id"]
 
@@ -49,6 +50,8 @@ class JobRow:
 
 
 def _connect(db: str) -> sqlite3.Connection:
+    if os.path.isdir(db):
+        raise UsageError(folder_message(db))
     if not os.path.isfile(db):
         raise UsageError(f"{db} does not exist; pass the store with --db")
     try:
@@ -56,8 +59,14 @@ def _connect(db: str) -> sqlite3.Connection:
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA query_only = ON")
     except sqlite3.Error as exc:
-        raise UsageError(f"cannot read {db}: {exc}; is it a trio-batch database?") from None
+        raise UsageError(_read_error(db, exc)) from None
     return conn
+
+
+def _read_error(db: str, exc: sqlite3.Error) -> str:
+    if getattr(exc, "sqlite_errorname", "") in NOT_A_DATABASE:
+        return f"{db} is not a trio-batch database ({exc}); pass another --db"
+    return f"cannot read {db}: {exc}; is it a trio-batch database?"
 
 
 def _list(db: str, ids: list[str] | None) -> list[JobRow]:
@@ -79,7 +88,7 @@ def _list(db: str, ids: list[str] | None) -> list[JobRow]:
         ):
             counts.setdefault(job_id, {})[state] = n
     except sqlite3.Error as exc:
-        raise UsageError(f"cannot read {db}: {exc}; is it a trio-batch database?") from None
+        raise UsageError(_read_error(db, exc)) from None
     finally:
         conn.close()
     states = ("pending", "running", "done", "failed")
@@ -115,7 +124,7 @@ def _find(db: str, prefix: str) -> list[str]:
             (prefix, prefix + "\U0010ffff", _MAX_CANDIDATES + 1),
         ).fetchall()
     except sqlite3.Error as exc:
-        raise UsageError(f"cannot read {db}: {exc}; is it a trio-batch database?") from None
+        raise UsageError(_read_error(db, exc)) from None
     finally:
         conn.close()
     return [row[0] for row in rows]

@@ -11,12 +11,14 @@ import contextlib
 import ipaddress
 import json
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlsplit
 
 from .._errors import StoreError
 from .._model import JSONValue, TargetStatus, target_json
 from ..stores import SQLiteStore
+from ..stores._sqlite._schema import NOT_A_DATABASE
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -158,6 +160,8 @@ def store_open_message(db: str, exc: BaseException, *, flag: str = "--db") -> st
 
     The messages name the path and what to do, with ``flag`` as the way to choose another file.
     """
+    if os.path.isdir(db):
+        return folder_message(db, flag)
     if isinstance(exc, OSError):
         folder = os.path.dirname(os.path.abspath(db))
         if isinstance(exc, FileNotFoundError) and not os.path.isdir(folder):
@@ -170,8 +174,6 @@ def store_open_message(db: str, exc: BaseException, *, flag: str = "--db") -> st
                 f"cannot open the database {db}: permission denied; pass {flag} with a file "
                 "in a folder you can write"
             )
-        if isinstance(exc, IsADirectoryError) or os.path.isdir(db):
-            return f"cannot open the database {db}: it is a folder; pass {flag} with a file path"
         return f"cannot open the database {db}: {exc.strerror or exc}; check {flag}"
     if isinstance(exc, StoreError) and _is_locked(db):
         holder = lock_holder(db)
@@ -180,7 +182,18 @@ def store_open_message(db: str, exc: BaseException, *, flag: str = "--db") -> st
             f"{who} is writing {db}: stop it, or pass {flag} with another file "
             "(status, results and jobs can read it meanwhile)"
         )
+    # SQLiteStore.open raises StoreError from SQLite's own error; its words speak to the API.
+    cause = exc.__cause__
+    if isinstance(exc, StoreError) and isinstance(cause, sqlite3.Error):
+        if getattr(cause, "sqlite_errorname", "") in NOT_A_DATABASE:
+            return f"{db} is not a trio-batch database ({cause}); pass another {flag}"
+        return f"cannot open the database {db}: {cause}; check {flag}"
     return None
+
+
+def folder_message(db: str, flag: str = "--db") -> str:
+    """The one line for a ``--db`` that is a folder."""
+    return f"cannot open the database {db}: it is a folder; pass {flag} with a file path"
 
 
 @contextlib.asynccontextmanager
