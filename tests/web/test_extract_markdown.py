@@ -61,6 +61,29 @@ class TestCode:
         assert md(html) == '```js\nimport a from "a";\n```\n\n```js\nconst a = require("a");\n```\n'
         assert text(html) == 'import a from "a";\n\nconst a = require("a");\n'
 
+    def test_inline_code_inside_pre_stays_in_the_block(self) -> None:
+        """<code> elements among the text of a <pre> (Sphinx grammar blocks) are part of its
+        one block, however many there are."""
+        html = "<pre>x = 1\ny = <code>f</code>(2)\nz = <code>g</code>(3)\n</pre>"
+
+        assert md(html) == "```\nx = 1\ny = f(2)\nz = g(3)\n```\n"
+        assert text(html) == "x = 1\ny = f(2)\nz = g(3)\n"
+
+    def test_sphinx_grammar_block_is_one_block(self) -> None:
+        """A Sphinx productionlist, with linked and bare <code> names, is one fenced block."""
+        html = (
+            "<pre><strong id=\"g-match_stmt\">match_stmt  </strong> ::=  'match' "
+            '<a href="#g-subject_expr"><code class="xref"><span class="pre">subject_expr</span>'
+            '</code></a> ":" <code class="xref"><span class="pre">block</span></code>\n'
+            '<strong id="g-subject_expr">subject_expr</strong> ::=  <code class="xref">'
+            '<span class="pre">a</span></code> "," <code class="xref">b</code>?\n</pre>'
+        )
+
+        assert md(html) == (
+            "```\nmatch_stmt   ::=  'match' subject_expr \":\" block\n"
+            'subject_expr ::=  a "," b?\n```\n'
+        )
+
     def test_sphinx_highlight_gives_the_language(self) -> None:
         """A Sphinx highlight-LANG wrapper names the fence's language."""
         html = (

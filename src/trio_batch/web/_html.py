@@ -71,6 +71,10 @@ class _Converter(HTMLParser):
     """Elements open inside the ``<pre>``."""
     _codes: int = 0
     """``<code>`` elements seen directly inside the ``<pre>``."""
+    _top_code: bool = False
+    """The element open directly inside the ``<pre>`` is a ``<code>``."""
+    _loose: bool = False
+    """The ``<pre>`` has text outside its direct ``<code>`` children, so they are inline."""
     _language: str = ""
     _highlight: str = ""
     _quote: int = 0
@@ -146,6 +150,8 @@ class _Converter(HTMLParser):
         buffer = self._buffer()
         if buffer is None:
             return
+        if self._pre and not (self._loose or (self._inside and self._top_code) or text.isspace()):
+            self._loose = True
         if self.markdown and "*" in text and not (self._pre or self._code):
             text = text.replace("*", "\\*")  # a literal star, never emphasis
         if self._waiting and not self._pre:
@@ -360,8 +366,10 @@ class _Converter(HTMLParser):
         elif tag == "hr" and self.markdown:
             self.blocks.append(("---", False))
         elif self._pre:
+            if not self._inside:
+                self._top_code = tag == "code"
             if tag == "code" and not self._inside:
-                if self._codes:
+                if self._codes and not self._loose:
                     self._flush()  # a second <code> in one <pre> (Node's ESM/CJS pair): a block
                 self._codes += 1
                 classes = (attributes.get("class") or "").split()
@@ -447,6 +455,7 @@ class _Converter(HTMLParser):
             if not self._pre:
                 self._language = self._highlight = ""
                 self._inside = self._codes = 0
+                self._top_code = self._loose = False
         elif tag == "blockquote" and self._quote:
             self._quote -= 1
 
