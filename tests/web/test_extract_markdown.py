@@ -39,6 +39,19 @@ class TestPermalinks:
 
         assert (md(html), text(html)) == ("## DNS\n", "DNS\n")
 
+    def test_texinfo_copiable_anchor_is_dropped(self) -> None:
+        """Texinfo's ¶ anchor after a heading or a definition is not part of it."""
+        html = (
+            '<h3 class="section"><span>2.1 Basics<a class="copiable-anchor" href="#Basics">'
+            " &para;</a></span></h3><dl><dt><span><code>ffi_type_void</code>"
+            "<a href='#index-void' class='copiable-anchor'> &para;</a></span></dt></dl>"
+        )
+
+        assert (md(html), text(html)) == (
+            "### 2.1 Basics\n\n`ffi_type_void`\n",
+            "2.1 Basics\n\nffi_type_void\n",
+        )
+
 
 class TestCode:
     def test_no_markup_inside_a_fence(self) -> None:

@@ -26,10 +26,16 @@ DROP_CLASSES: Final = frozenset(
 # fmt: on
 """Sphinx's sidebar, its prev/next bar, its footer and its permalinks; DocBook's and
 gtk-doc's navigation bars; MediaWiki's "[edit]" links."""
+# fmt: off
 PERMALINK_CLASSES: Final = frozenset(
-    {"mark", "anchor", "anchorjs-link", "header-anchor", "heading-anchor", "hash-link"}
+    {
+        "mark", "anchor", "anchorjs-link", "header-anchor", "heading-anchor", "hash-link",
+        "copiable-anchor",
+    }
 )
-"""Classes of in-page ``<a href="#...">`` permalink marks (Node.js docs, markdown-it, ...)."""
+# fmt: on
+"""Classes of in-page ``<a href="#...">`` permalink marks (Node.js docs, markdown-it, Texinfo
+7's ``¶``, ...)."""
 VOID: Final = frozenset(
     {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
 )
