@@ -167,6 +167,15 @@ class TestBoilerplate:
             '<div role="search"><h3>Quick search</h3></div>',
             '<table class="navigation"><tr><td><a href="p.html">Prev</a></td><td>Up</td></tr>'
             "</table>",
+            '<table class="nav" summary="Navigation header"><tr><td><a accesskey="p" '
+            'href="i.html"><img src="prev.png" alt="Prev"></a></td><th>Valgrind User Manual</th>'
+            '<td><a accesskey="n" href="n.html"><img src="next.png" alt="Next"></a></td></tr>'
+            "</table>",
+            '<table class="nav" summary="Navigation footer"><tr><td rowspan="2">'
+            '<a accesskey="p" href="i.html">&lt;&lt; 1. Introduction</a></td>'
+            '<td><a accesskey="u" href="m.html">Up</a></td><td rowspan="2">'
+            '<a accesskey="n" href="n.html">3. Advanced &gt;&gt;</a></td></tr>'
+            '<tr><td><a accesskey="h" href="index.html">Home</a></td></tr></table>',
         ],
     )
     def test_page_chrome_is_dropped(self, html: str) -> None:

@@ -20,12 +20,13 @@ DROP_ROLES: Final = frozenset(
 DROP_CLASSES: Final = frozenset(
     {
         "sphinxsidebar", "related", "footer", "headerlink", "navheader", "navfooter", "navigation",
-        "mw-editsection",
+        "nav", "mw-editsection",
     }
 )
 # fmt: on
 """Sphinx's sidebar, its prev/next bar, its footer and its permalinks; DocBook's and
-gtk-doc's navigation bars; MediaWiki's "[edit]" links."""
+gtk-doc's navigation bars (Valgrind's DocBook style names them ``table.nav``); MediaWiki's
+"[edit]" links."""
 # fmt: off
 PERMALINK_CLASSES: Final = frozenset(
     {
