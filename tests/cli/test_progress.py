@@ -60,7 +60,7 @@ class TestRender:
         line = render_plain(tracker)
 
         assert line.startswith("trio-batch: 4/5 targets (3 done, 1 failed), 0 busy-retrying, ")
-        assert line.endswith("1 live jobs, 0:00 elapsed")
+        assert line.endswith("1 live job, 0:00 elapsed")
 
 
 class TestShowProgress:

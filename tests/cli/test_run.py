@@ -319,7 +319,7 @@ class TestRunCommand:
         assert done.stdout == b""
         assert [line["status"] for line in lines] == ["done", "failed"]
         assert len((tmp_path / "ids.txt").read_text().split()) == len(jobs) == 1
-        assert b"2 targets: 1 done, 1 failed. Lines in out.jsonl. Jobs in x.sqlite: " in done.stderr
+        assert b"2 targets: 1 done, 1 failed. Lines in out.jsonl. Job in x.sqlite: " in done.stderr
 
     @pytest.mark.parametrize(
         ("args", "content", "message"),

@@ -26,6 +26,7 @@ from .._engine import BatchEngine
 from .._live import FetchFunc
 from .._model import Caller, JobStatus, Result, Target, TargetState
 from .._util import raise_single_exception_from_group
+from ._common import plural
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -192,9 +193,11 @@ def _duration(seconds: float | None) -> str:
 def _phase_text(tracker: ProgressTracker) -> str:
     """What happens before the first target runs, or "" once the run is under way."""
     if tracker.phase == "checking":
-        return f"checking the input: {tracker.checked:,}/{tracker.total:,} targets checked"
+        total = tracker.total
+        return f"checking the input: {tracker.checked:,}/{total:,} target{plural(total)} checked"
     if tracker.phase == "submitting" and not tracker.jobs:
-        return f"submitting the first jobs of {tracker.total:,} targets"
+        total = tracker.total
+        return f"submitting the first job{plural(total)} of {total:,} target{plural(total)}"
     return ""
 
 
@@ -205,9 +208,9 @@ def render_plain(tracker: ProgressTracker) -> str:
         return f"trio-batch: {phase}, {_duration(tracker.elapsed)} elapsed"
     live = sum(1 for v in tracker.jobs.values() if v.live)
     return (
-        f"trio-batch: {tracker.finished}/{tracker.total} targets "
+        f"trio-batch: {tracker.finished}/{tracker.total} target{plural(tracker.total)} "
         f"({tracker.done} done, {tracker.failed} failed), {tracker.retrying} busy-retrying, "
-        f"{tracker.rate():.1f}/s, ETA {_duration(tracker.eta())}, {live} live jobs, "
+        f"{tracker.rate():.1f}/s, ETA {_duration(tracker.eta())}, {live} live job{plural(live)}, "
         f"{_duration(tracker.elapsed)} elapsed"
     )
 
@@ -278,7 +281,8 @@ def render_rich(tracker: ProgressTracker, *, max_jobs: int = 12) -> RenderableTy
     if live:
         parts.append(jobs)
     if len(live) > max_jobs:
-        parts.append(Text(f"... and {len(live) - max_jobs} more live jobs", style="dim"))
+        more = len(live) - max_jobs
+        parts.append(Text(f"... and {more} more live job{plural(more)}", style="dim"))
     return Group(*parts)
 
 

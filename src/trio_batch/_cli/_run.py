@@ -45,6 +45,7 @@ from ._common import (
     cidr,
     dump_line,
     open_cli_store,
+    plural,
     positive_int,
     target_line,
 )
@@ -374,31 +375,35 @@ def _summary(
     where = f" Lines in {out_name}." if out_name else ""
     if len(submitted) > 3:
         ids = f"{len(submitted)} jobs in {db} (trio-batch jobs --db {db} lists them)"
+    elif submitted:
+        ids = f"job{plural(len(submitted))} in {db}: {' '.join(submitted)}"
     else:
-        ids = f"jobs in {db}: {' '.join(submitted)}" if submitted else f"no jobs in {db}"
+        ids = f"no jobs in {db}"
     if writer is None:
-        checked = f"{tracker.checked:,} of {len(targets):,}"
+        checked = f"{tracker.checked:,} of {len(targets):,} target{plural(len(targets))}"
         err.write(
-            f"trio-batch: interrupted while checking the input ({checked} targets checked); "
+            f"trio-batch: interrupted while checking the input ({checked} checked); "
             "nothing was submitted and no line was written.\n"
         )
         return EXIT_INTERRUPTED
     summary = f"{writer.done} done, {writer.failed} failed"
+    of_targets = f"of {len(targets)} target{plural(len(targets))}"
     if interrupted and not submitted:
         err.write(
             f"trio-batch: interrupted before the first job was submitted; nothing was "
-            f"submitted ({summary} of {len(targets)} targets: the refused ones).{where}\n"
+            f"submitted ({summary} {of_targets}: the refused ones).{where}\n"
         )
         return EXIT_INTERRUPTED
     if interrupted:
         err.write(
-            f"trio-batch: interrupted; {summary} of {len(targets)} targets; the live jobs "
+            f"trio-batch: interrupted; {summary} {of_targets}; the live jobs "
             f"were stopped (failed: interrupted).{where} {ids[0].upper()}{ids[1:]}. Run the "
             "same command again to finish: the jobs that finished are reused, not fetched "
             "again.\n"
         )
         return EXIT_INTERRUPTED
-    err.write(f"trio-batch: {len(targets)} targets: {summary}.{where} {ids[0].upper()}{ids[1:]}\n")
+    counted = f"{len(targets)} target{plural(len(targets))}"
+    err.write(f"trio-batch: {counted}: {summary}.{where} {ids[0].upper()}{ids[1:]}\n")
     return EXIT_OK if writer.failed == 0 else EXIT_FAILED
 
 

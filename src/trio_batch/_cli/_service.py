@@ -22,6 +22,7 @@ from .._open import open_engine
 from ..http import KeyRing, PrecheckFunc, Settings, create_app, load_keys, serve
 from ..metrics import PrometheusMetrics
 from ..stores import SQLiteStore, Store
+from ._common import plural
 from ._signals import watch_signals
 
 _log = logging.getLogger("trio_batch.http")
@@ -157,9 +158,10 @@ def _log_allowed_networks(settings: Settings) -> None:
     # The operator's remedy for "private address" refusals, where the operator reads: the log.
     if settings.allow_net:
         _log.info(
-            "the fetcher reaches public addresses and %d allowed private network(s) "
+            "the fetcher reaches public addresses and %d allowed private network%s "
             "(--allow-net / TRIO_BATCH_ALLOW_NET)",
             len(settings.allow_net),
+            plural(len(settings.allow_net)),
         )
     else:
         _log.info(
@@ -227,10 +229,11 @@ async def _serve_engine(
         nursery.start_soon(watch_signals, signals, stop, nursery.cancel_scope)
         port: int = await nursery.start(run_server)
         _log.info(
-            "serving the trio-batch API on %s port %d (%d workers)",
+            "serving the trio-batch API on %s port %d (%d worker%s)",
             settings.host,
             port,
             settings.workers,
+            plural(settings.workers),
             extra={"port": port},
         )
         task_status.started(port)
