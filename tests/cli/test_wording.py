@@ -1,4 +1,4 @@
-"""What the commands print reads as English: one target, one job."""
+"""What the commands print reads as English: one target, one job, and no empty ``field=``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import trio
 from rich.console import Console
 
 from trio_batch import Target
+from trio_batch._cli import main
 from trio_batch._cli._demo_site import DemoSite
 from trio_batch._cli._progress import ProgressTracker, render_plain, render_rich
 from trio_batch._cli._run import run_batch
@@ -104,3 +105,23 @@ class TestOneOfAThing:
         messages = [record.getMessage() for record in caplog.records]
         assert any("and 1 allowed private network (--allow-net" in m for m in messages), messages
         assert any(m.endswith(" (1 worker)") for m in messages), messages
+
+
+class TestKeysList:
+    def test_a_caller_without_a_workspace_shows_no_empty_field(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`keys list` omits `workspace=` for a caller without one; `keys add` says so in words."""
+        keys = str(tmp_path / "keys.toml")
+        main(["keys", "add", "carol", "--keys", keys])
+        added = capsys.readouterr().out.splitlines()[0]
+        main(["keys", "add", "dave", "--workspace", "w", "--class", "restricted", "--keys", keys])
+        capsys.readouterr()
+
+        code = main(["keys", "list", "--keys", keys])
+
+        assert 0 == code
+        assert f"added caller 'carol' (no workspace, class fleet) to {keys}" == added
+        assert "carol\tclass=fleet\ndave\tworkspace=w\tclass=restricted\n" == (
+            capsys.readouterr().out
+        )

@@ -100,7 +100,7 @@ class TestKeysFile:
         code = main(["keys", "remove", "carol", "--keys", path])
         again = main(["keys", "remove", "carol", "--keys", path])
 
-        assert "carol\tworkspace=\tclass=fleet" in listed
+        assert "carol\tclass=fleet\n" == listed
         assert (code, again, len(load_keys(path))) == (0, 2, 0)
 
 

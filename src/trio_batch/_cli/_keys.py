@@ -78,10 +78,8 @@ def _add(args: argparse.Namespace) -> int:
     except KeysFileError as exc:
         print(f"trio-batch keys add: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"added caller {record.name!r} (workspace {record.workspace!r}, "
-        f"class {record.caller_class}) to {args.keys}"
-    )
+    workspace = f"workspace {record.workspace!r}" if record.workspace else "no workspace"
+    print(f"added caller {record.name!r} ({workspace}, class {record.caller_class}) to {args.keys}")
     print("the key is shown once; only its SHA-256 is kept. Send it as 'Authorization: Bearer KEY'")
     print(key)
     return 0
@@ -93,8 +91,10 @@ def _list(args: argparse.Namespace) -> int:
     except KeysFileError as exc:
         print(f"trio-batch keys list: {exc}", file=sys.stderr)
         return 2
+    # name, then key=value fields; a field without a value (no workspace) is left out.
     for record in ring:
-        print(f"{record.name}\tworkspace={record.workspace}\tclass={record.caller_class}")
+        workspace = f"\tworkspace={record.workspace}" if record.workspace else ""
+        print(f"{record.name}{workspace}\tclass={record.caller_class}")
     return 0
 
 
