@@ -19,6 +19,7 @@ be reached is a :class:`ClientError` with status 0. Needs ``httpx`` (``pip insta
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -273,10 +274,17 @@ class _Resuming(AsyncIterator[T]):
         await trio.sleep(min(2.0 ** (self._failures - 1), 10.0))
 
     async def _close_response(self) -> None:
-        response, self._response, self._lines = self._response, None, None
-        if response is not None:
-            with trio.CancelScope(shield=True):
+        response, self._response = self._response, None
+        lines, self._lines = self._lines, None
+        with trio.CancelScope(shield=True):
+            if response is not None:
                 await response.aclose()
+            if lines is not None:
+                # httpx's line reader is a stack of generators that do not close each other;
+                # read on to the end the closed response gives them, so none is left to the GC.
+                with trio.move_on_after(1), contextlib.suppress(Exception):
+                    async for _ in lines:
+                        pass
 
     async def aclose(self) -> None:
         """Close the connection; the iterator then ends. Closing twice is harmless."""

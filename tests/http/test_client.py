@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -67,6 +69,20 @@ async def client_of(config: Config | None = None) -> AsyncIterator[tuple[BatchCl
 
 
 class TestClient:
+    async def test_a_stream_left_at_its_end_event_leaves_nothing_to_the_gc(self) -> None:
+        """``wait`` stops reading at ``end``: the line reader is closed, not garbage collected."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            async with client_of() as (client, _):
+                sub = await client.submit([A, B])
+                await client.wait(sub.id)
+                async with client.events(sub.id) as events:
+                    await anext(events)
+                gc.collect()
+                await trio.testing.wait_all_tasks_blocked()
+
+        assert [] == [str(w.message) for w in caught if w.category is ResourceWarning]
+
     async def test_submit_status_results_and_wait(self) -> None:
         """The round trip: submit, wait for the end, read the results as typed dicts."""
         async with client_of() as (client, server):
