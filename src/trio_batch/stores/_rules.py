@@ -46,14 +46,18 @@ def check_caps(n_targets: int, caller_live: int, total_live: int, limits: Limits
         )
     if caller_live >= limits.jobs_per_caller:
         raise CallerBusy(
-            f"this caller already has {caller_live} live jobs (the limit is "
+            f"this caller already has {_live_jobs(caller_live)} (the limit is "
             f"{limits.jobs_per_caller}): wait for one to finish, or cancel one"
         )
     if total_live >= limits.jobs_total:
         raise Busy(
-            f"the engine already runs {total_live} live jobs (the limit is "
+            f"the engine already runs {_live_jobs(total_live)} (the limit is "
             f"{limits.jobs_total}): try again shortly"
         )
+
+
+def _live_jobs(count: int) -> str:
+    return f"{count} live job" if count == 1 else f"{count} live jobs"
 
 
 def terminal_status(states: Sequence[TargetState]) -> JobStatus:
