@@ -171,6 +171,25 @@ class TestRedaction:
             assert secret not in redacted
         assert redacted.count("REDACTED") == 4
 
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "https://example.com/a?398",
+            "https://example.com/a?a=1;b=2",
+            "https://example.com/a%2Fb?path=x%2Fy&q=a+b&empty=&flag#frag",
+            "https://example.com/?",
+            "https://example.com/search?q=%E2%9C%93",
+        ],
+    )
+    def test_a_url_with_nothing_secret_is_left_as_it_is(self, url: str) -> None:
+        """``meta["url"]`` is the final URL itself when there is nothing to hide."""
+        assert url == redact_url(url)
+
+    def test_only_the_secret_values_change(self) -> None:
+        url = "https://u@example.com/a%2Fb?x=1;y&token=abc%2Fdef&q=a+b#top"
+
+        assert "https://example.com/a%2Fb?x=1;y&token=REDACTED&q=a+b#top" == redact_url(url)
+
 
 class TestFetchTimeGuard:
     async def test_name_resolving_to_a_private_address_is_refused(self) -> None:

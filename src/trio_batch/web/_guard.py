@@ -315,15 +315,22 @@ def _looks_secret(key: str, value: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``url`` without credentials and with token-like query values replaced by ``REDACTED``."""
+    """``url`` without credentials and with token-like query values replaced by ``REDACTED``.
+
+    Everything else stays as the server gave it, byte for byte: the query is not re-encoded
+    (``?398``, ``;`` and ``%2F`` keep their spelling), so an unredacted URL is the URL itself.
+    """
     parts = urllib.parse.urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)[-1]
-    if parts.query:
-        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        query = urllib.parse.urlencode(
-            [(k, "REDACTED" if v and _looks_secret(k, v) else v) for k, v in pairs],
-            safe="/:",
-        )
-    else:
-        query = ""
+    pieces = parts.query.split("&") if parts.query else []
+    query = "&".join(_redact_piece(piece) for piece in pieces)
+    if netloc == parts.netloc and query == parts.query:
+        return url
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _redact_piece(piece: str) -> str:
+    raw_key, eq, raw_value = piece.partition("=")
+    key = urllib.parse.unquote_plus(raw_key)
+    value = urllib.parse.unquote_plus(raw_value)
+    return f"{raw_key}=REDACTED" if eq and value and _looks_secret(key, value) else piece
