@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -125,11 +126,87 @@ def _safe_db(db: str) -> str:
     return f"{scheme}://{rest.rsplit('@', 1)[-1]}" if "@" in rest else db
 
 
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_DRIVER = "psycopg"
+# A %-placeholder of a logging template ("%s", "%r", "%(name)s", "%5.1f", ...), or "%%".
+_PLACEHOLDER = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[diouxXeEfFgGcrsa%]")
+
+
 def _setup_logging(level: str) -> None:
-    root = logging.getLogger("trio_batch")
-    if not root.handlers:
+    """Send serve's records, and the database driver's, to stderr in serve's one format.
+
+    ``trio_batch`` logs at ``level`` (``--log-level``). The driver's loggers (``psycopg`` and
+    its children, such as ``psycopg.pool``) log at WARNING or ``level`` if higher, through a
+    handler of their own whose :class:`_DriverFormatter` cuts each message down so that it
+    cannot carry a host or a DSN. Neither logger propagates, so no record reaches the root
+    logger or Python's last-resort handler and none is printed twice. Calling this again only
+    sets the levels.
+    """
+    ours = logging.getLogger("trio_batch")
+    if not ours.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-    root.setLevel(level.upper())
-    root.propagate = False
+        handler.setFormatter(logging.Formatter(_FORMAT))
+        ours.addHandler(handler)
+    ours.setLevel(level.upper())
+    ours.propagate = False
+    driver = logging.getLogger(_DRIVER)
+    if not any(isinstance(h.formatter, _DriverFormatter) for h in driver.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_DriverFormatter(_FORMAT))
+        driver.addHandler(handler)
+    driver.setLevel(max(logging.WARNING, ours.level))
+    driver.propagate = False
+
+
+class _DriverFormatter(logging.Formatter):
+    """Serve's format for the driver's records, each cut down to a summary that names no host.
+
+    The driver's messages put what happened before the first ": " and the details after it
+    (``"error connecting in %r: %s"``, then the driver's error, which names the host and the
+    port). The summary is the message *template* up to its first ": ", filled with
+    :func:`_safe_arg` of its arguments: numbers and our own pool's name (``trio-batch-...``)
+    as they are, any other string as "...", any other object as ``<ClassName>`` (a connection's
+    repr names its host). So ``error connecting in 'trio-batch-trio_batch'`` keeps what failed
+    and where in trio-batch, and never a value the driver took from the DSN. Tracebacks and
+    stacks are left out, as their exception messages may name the host. What to do about a
+    database that cannot be reached is said by serve's own messages, not the driver's.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        summary = logging.makeLogRecord(record.__dict__)
+        summary.msg = _summary(record)
+        summary.args = None
+        summary.exc_info = summary.exc_text = summary.stack_info = None
+        return super().format(summary)
+
+
+def _summary(record: logging.LogRecord) -> str:
+    """The driver record's template up to its first ": ", with only safe arguments filled in."""
+    if not isinstance(record.msg, str):
+        return f"<{type(record.msg).__name__}>"
+    head = record.msg.split(": ", 1)[0]
+    args = record.args if isinstance(record.args, tuple) else ()
+    wanted = sum(1 for m in _PLACEHOLDER.finditer(head) if m.group() != "%%")
+    try:
+        return head % tuple(_safe_arg(arg) for arg in args[:wanted])
+    except (TypeError, ValueError, KeyError):
+        return _PLACEHOLDER.sub(lambda m: "%" if m.group() == "%%" else "...", head)
+
+
+class _Shown:
+    """An argument as the summary shows it, under both ``%s`` and ``%r``."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __str__(self) -> str:
+        return self._text
+
+    __repr__ = __str__
+
+
+def _safe_arg(arg: object) -> object:
+    """``arg`` if it cannot name a host (a number, our pool's name), else a stand-in for it."""
+    if isinstance(arg, int | float) or (isinstance(arg, str) and arg.startswith("trio-batch-")):
+        return arg
+    return _Shown("..." if isinstance(arg, str) else f"<{type(arg).__name__}>")
