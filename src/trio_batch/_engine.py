@@ -41,6 +41,7 @@ from ._model import (
     idempotency_key,
 )
 from ._retry import failed_targets
+from ._storing import store_outcomes
 from ._util import NoPublicConstructor
 from .stores._protocol import Limits, NewJob, Outcome, ResumedJob, Store, Stored
 
@@ -90,6 +91,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         self._tasks: trio.Nursery | None = None  # workers and retry timers; closing cancels it
         self._runner_done = trio.Event()
         self._closing = False
+        self._stopping = trio.Event()  # set as closing begins: outcomes stop waiting for the store
         self._closed = trio.Event()
 
     # -- public API ---------------------------------------------------------------------------
@@ -288,6 +290,7 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
                 await self._closed.wait()
             return
         self._closing = True
+        self._stopping.set()
         self._watchers.close()  # followers end now, not after the interrupt writes
         try:
             if self._tasks is not None:
@@ -468,10 +471,9 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
 
     async def _store_group(self, group: list[Fetched]) -> Sequence[Stored | Exception]:
         items = [(live.id, idx, outcome) for live, idx, outcome, _, _ in group]
-        try:
-            return await self._store.finish_targets(items, self._wall(), self._config.max_bytes)
-        except Exception as exc:
-            return [exc] * len(group)
+        return await store_outcomes(
+            self._store, items, self._wall, self._config.max_bytes, self._stopping, self._log
+        )
 
     async def _acknowledge_group(
         self, group: list[Fetched], results: Sequence[Stored | Exception]

@@ -26,6 +26,7 @@ as in Trio: those are bugs to fix, not conditions to handle.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import final
 
@@ -106,6 +107,23 @@ class RetryLater(Error):
 @final
 class StoreError(Error):
     """The store cannot be used as asked; the message says why and what to do instead."""
+
+
+def is_store_outage(exc: BaseException) -> bool:
+    """Whether a store call failed because the database is away or refused for now.
+
+    That is a :class:`StoreError` (a timeout, a lost connection) or a driver's operational
+    error: ``psycopg.OperationalError`` (a statement cancelled by ``statement_timeout``, a lock
+    wait given up, a server shutting down) or ``sqlite3.OperationalError`` (locked, disk I/O).
+    Such a call is worth trying again; an error of the data itself (a value the database
+    refuses) is not. No driver is imported for this: one never loaded raised nothing.
+    """
+    kinds: tuple[type[BaseException], ...] = (StoreError,)
+    if (psycopg := sys.modules.get("psycopg")) is not None:
+        kinds += (psycopg.OperationalError,)
+    if (sqlite3 := sys.modules.get("sqlite3")) is not None:
+        kinds += (sqlite3.OperationalError,)
+    return isinstance(exc, kinds)
 
 
 def iter_chain(exc: BaseException, *, hidden: bool = False) -> Iterator[BaseException]:

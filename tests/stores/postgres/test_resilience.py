@@ -7,6 +7,7 @@ condition polled with a deadline.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -248,6 +249,52 @@ class TestCallTimeout:
         assert NOW == snap.job.lease  # the timed-out touch wrote nothing
         assert refused is None  # nor the timed-out admission
         assert touched
+
+
+@pytest.mark.slow
+class TestEngineWaitsForTheStore:
+    async def test_an_outcome_refused_under_a_lock_lands_once_the_lock_goes(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """``statement_timeout`` cancels the write of a fetched outcome while a lock is held:
+        the engine keeps the outcome and its job (cap held) and stores it once the lock goes."""
+        fetch = HeldFetch()
+        rec = Recorder()
+        tried = trio.Event()
+
+        class Tried(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if getattr(record, "op", "") == "finish_targets":
+                    tried.set()
+
+        handler = Tried()
+        logging.getLogger("trio_batch").addHandler(handler)
+        dsn = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}options=-c%20statement_timeout%3D1000"
+        try:
+            async with (
+                PostgresStore.open(dsn, schema=pg_schema) as store,
+                open_engine(store, fetch, Config(hooks=rec.hooks(), jobs_per_caller=1)) as engine,
+            ):
+                urls = [Target(f"https://x.test/{i}") for i in range(3)]
+                fetch.hold(urls[1].url)
+                sub = await engine.submit(Caller("c"), "fleet", urls)
+                with trio.fail_after(DEADLINE):
+                    await fetch.reached.wait()
+                    async with holding_lock(pg_dsn, f"{pg_schema}.targets"):
+                        fetch.gate.set()
+                        await tried.wait()  # a write was cancelled by the server
+                        live = engine.statistics().live_jobs
+                    await rec.wait_terminal(1)
+                snap = await engine.status(sub.id)
+        finally:
+            logging.getLogger("trio_batch").removeHandler(handler)
+
+        assert 1 == live
+        assert ["created", "done"] == rec.jobs
+        assert snap is not None
+        assert [f"content of {t.url}" for t in urls] == [
+            t.result.content if t.result else "" for t in snap.targets
+        ]
 
 
 @pytest.mark.slow
