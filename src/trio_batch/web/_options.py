@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Final
 
 from .._errors import TargetError
@@ -38,10 +39,47 @@ JQ_DENIED = re.compile(
     r"|halt|halt_error|get_search_list|modulemeta|get_prog_origin|get_jq_origin)(?!\w)"
 )
 _PAGES = re.compile(r"^\s*\d+\s*(-\s*\d*\s*)?(,\s*\d+\s*(-\s*\d*\s*)?)*$")
-_REPEAT = re.compile(r"\{(\d*)(,?)(\d*)\}")
-_BRACED_NAME = re.compile(r"\{[^{}()\[\]\\|]*\}")
-_POSIX_CLASS = re.compile(r"\[:\^?\w+:\]")
-_FLAGS = re.compile(r"\(\?([a-zA-Z01]*)(?:-([a-zA-Z01]*))?([:)])")
+_SPECIAL: Final = frozenset("\\[()|*+?{#")
+_PLAIN = re.compile(r"[^\\\[()|*+?{#\s]+")  # characters that are one item each, in any mode
+_IGNORABLE = re.compile(r"\s|#[^\n]*\n?")  # what verbose mode skips (\s is str.isspace)
+_POSIX = re.compile(r"\[:\^?[A-Za-z0-9 &\-._]*(?:[:=]([A-Za-z0-9 &_\-./]*))?:\]")
+_DIGITS: Final = frozenset("0123456789")
+
+
+@dataclass(frozen=True, slots=True)
+class _Grammar:
+    """What regex's parser (``regex._regex_core``, VERSION0) reads after a ``{``, ``(?``,
+    ``\\p``, ``\\N`` or ``(?(``, in one regular expression each. In verbose mode whitespace
+    and ``#`` comments may come between any two tokens, even between a count's digits."""
+
+    ignored: re.Pattern[str]
+    count: re.Pattern[str]
+    flags: re.Pattern[str]
+    prop: re.Pattern[str]
+    named: re.Pattern[str]
+    lookaround: re.Pattern[str]
+    group_name: re.Pattern[str]
+
+    @classmethod
+    def of(cls, verbose: bool) -> _Grammar:
+        one = r"(?:\s|#[^\n]*+\n?)" if verbose else "(?!)"
+        j = one + "*+" if verbose else ""  # possessive: a comment is never cut short
+        flag = rf"(?:{j}(?:[Labefimprsuwx]|V{j}[01]))"
+        return cls(
+            ignored=re.compile(j),
+            count=re.compile(rf"{j}(?=[0-9,])((?:[0-9]{j})*+)(?:(,){j}((?:[0-9]{j})*+))?\}}"),
+            flags=re.compile(rf"({flag}*+){j}(?:-({flag}*+){j})?([:)])"),
+            prop=re.compile(
+                rf"{j}\{{(?:{j}\^)?(?:{one}|[A-Za-z0-9 &\-._])*+"
+                rf"(?:[:=]((?:{one}|[A-Za-z0-9 &_\-./])*+))?{j}\}}|{j}[CLMNPSZ]"
+            ),
+            named=re.compile(rf"{j}\{{[A-Za-z0-9 \-]*+{j}\}}"),
+            lookaround=re.compile(rf"{j}\?{j}(?:[=!]|<{j}[=!])"),
+            group_name=re.compile(rf"(?:{one}|[^)>])*+{j}\)"),
+        )
+
+
+_GRAMMARS: Final = (_Grammar.of(verbose=False), _Grammar.of(verbose=True))
 _UNICODE_HINT: Final = (
     "send the text as UTF-8; a \\uD800-\\uDFFF escape in JSON must be one half of a surrogate pair"
 )
@@ -111,11 +149,94 @@ def _class_end(pattern: str, start: int) -> int:
             i += 2
         elif c == "]":
             return i + 1
-        elif c == "[" and (posix := _POSIX_CLASS.match(pattern, i)):
-            i = posix.end()
+        elif c == "[" and (posix := _POSIX.match(pattern, i)) and _has_value(posix):
+            i = posix.end()  # [:alpha:], [:^alpha:], [:script=greek:], as regex reads them
         else:
             i += 1
     return -1
+
+
+def _has_value(m: re.Match[str]) -> bool:
+    """Whether a ``name:value`` property that ``m`` matched has a value (regex reads
+    ``\\p{a: }`` as a ``p`` and ``[:a: :]`` as no POSIX class)."""
+    return m[1] is None or bool(_IGNORABLE.sub("", m[1]).strip())
+
+
+class _Source:
+    """A ``grep`` pattern as regex's parser reads it (``regex._regex_core.Source``): at
+    ``pos``, with verbose mode on or off (``(?x)``, scoped as regex scopes flags)."""
+
+    __slots__ = ("pattern", "pos", "verbose")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.pos = 0
+        self.verbose = False
+
+    def skip(self, pos: int) -> int:
+        """Where the next token starts: past the whitespace and comments verbose mode skips."""
+        ignored = _GRAMMARS[1].ignored.match(self.pattern, pos) if self.verbose else None
+        return pos if ignored is None else ignored.end()
+
+    @property
+    def grammar(self) -> _Grammar:
+        return _GRAMMARS[self.verbose]
+
+    def read(self, syntax: re.Pattern[str]) -> re.Match[str] | None:
+        """Read what ``syntax`` (of :attr:`grammar`) matches here, if it does."""
+        m = syntax.match(self.pattern, self.pos)
+        self.pos = self.pos if m is None else m.end()
+        return m
+
+    def text(self, part: str | None) -> str:
+        """A ``part`` of what :meth:`read` matched, without the whitespace and comments."""
+        return _IGNORABLE.sub("", part or "") if self.verbose else part or ""
+
+
+def _paren(src: _Source, at: int, groups: list[tuple[bool, bool]]) -> int:
+    """Read the start of what the ``(`` at ``at`` opens; push the groups it opens as
+    ``(restores flags at its end, verbose before)`` and return how many.
+
+    Inline flags (``(?x)``) open none and set ``src.verbose`` until the enclosing group ends,
+    and a comment (``(?#...)``, ended by the first ``)`` that no backslash escapes) is read
+    whole. A group restores the flags at its end, but ``(?|...)`` and a condition's branches
+    after a lookaround (``(?(?=...)yes|no)``) do not, as in regex.
+    """
+    verbose, pattern = src.verbose, src.pattern
+    kind = pattern[at + 2 : at + 3]  # after "(?"
+    src.pos = at + 3
+    if kind == "#":
+        end = src.pos
+        while end < len(pattern) and pattern[end] != ")":
+            end += 2 if pattern[end] == "\\" else 1
+        if end >= len(pattern):
+            raise _grep_error("missing ), unterminated comment", at)
+        src.pos = end + 1
+        return 0
+    if kind == "(" and src.read(src.grammar.lookaround):
+        groups.extend([(False, verbose), (True, verbose)])
+        return 2
+    if kind == "(" and not src.read(src.grammar.group_name):
+        raise _grep_error("missing ) after the condition's group", at)
+    if (kind and kind in "(|=!<P>R&0123456789") or (
+        kind in ("+", "-") and pattern[src.skip(src.pos) : src.skip(src.pos) + 1] in _DIGITS
+    ):  # a condition, (?|...), a lookaround, named group, reference or call
+        groups.append((kind != "|", verbose))
+        return 1
+    src.pos -= 1
+    flags = src.read(src.grammar.flags)
+    on, off = (src.text(flags[1]), src.text(flags[2])) if flags else ("", "")
+    if "V" in on + off:  # V0 or V1
+        raise _bad(
+            "grep cannot use the (?V0) or (?V1) flags: it is a Python re pattern",
+            "remove the flag; set operations such as [[a-z]--[aeiou]] are not available",
+        )
+    if flags:
+        src.verbose = (verbose or "x" in on) and "x" not in off
+    if flags and flags[3] == ")":
+        return 0
+    groups.append((True, verbose))  # a scoped group, or not flags at all (regex refuses it)
+    return 1
 
 
 def check_grep(pattern: str) -> None:
@@ -127,106 +248,85 @@ def check_grep(pattern: str) -> None:
     is Python ``re`` syntax; VERSION1 sets make the ``regex`` module raise a ``ValueError``).
     What it lets through may still fail to compile, in the shaping worker.
 
+    It reads repeats as the ``regex`` module (VERSION0) does, so no other spelling of a count
+    slips past the bound: verbose mode (``(?x)``, scoped as regex scopes flags) skips
+    whitespace and ``#`` comments even inside the braces and between digits (``(?x)a{ 9 9 }``
+    is ``a{99}``); ``{,n}``, ``{n,}`` and ``{,}`` count; ``\\p`` or ``\\N`` with braces that
+    hold no name is a letter repeated; a ``(?#...)`` comment ends at its first unescaped ``)``.
+
     Raises:
         TargetError: status 400, naming the problem and its position.
     """
+    src = _Source(pattern)
     sizes = [0]  # items in each open group (and the whole pattern), repeats unrolled
+    groups: list[tuple[bool, bool]] = []  # each open group: (restores flags, verbose before)
     last = 0  # items of the atom a quantifier would repeat (0: nothing to repeat)
-    verbose = False
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
+    while (at := src.skip(src.pos) if src.verbose else src.pos) < len(pattern):
+        c = pattern[at]
+        src.pos = at + 1
         atom = 1
-        if verbose and c in " \t\n\r\f\v":
-            i += 1
-            continue
-        if verbose and c == "#":
-            newline = pattern.find("\n", i)
-            i = n if newline < 0 else newline + 1
-            continue
-        if c == "\\":
-            if i + 1 >= n:
-                raise _grep_error("the pattern ends with a lone backslash", i)
-            end = i + 2
-            if pattern[i + 1] in "pPN" and (name := _BRACED_NAME.match(pattern, end)):
-                end = name.end()  # \p{Letter}, \N{EM DASH}: one atom
-            i = end
+        if c not in _SPECIAL and (plain := _PLAIN.match(pattern, at)):
+            src.pos = plain.end()  # a run of literals: one item each, the last is the atom
+            sizes[-1] += src.pos - at - 1
+        elif c == "\\":
+            if at + 1 == len(pattern):
+                raise _grep_error("the pattern ends with a lone backslash", at)
+            src.pos = at + 2  # \p{Letter}, \pL and \N{EM DASH} are one item; \p{3,9} is not
+            if pattern[at + 1] in "pP" and (prop := src.read(src.grammar.prop)):
+                src.pos = prop.end() if _has_value(prop) else at + 2
+            elif pattern[at + 1] == "N":
+                src.read(src.grammar.named)
         elif c == "[":
-            end = _class_end(pattern, i)
-            if end < 0:
-                raise _grep_error("missing ], unterminated character set", i)
-            i = end
+            src.pos = _class_end(pattern, at)
+            if src.pos < 0:
+                raise _grep_error("missing ], unterminated character set", at)
         elif c == "(":
-            flags = _FLAGS.match(pattern, i)
-            if flags and "V" in (flags.group(1) + (flags.group(2) or "")):
-                raise _bad(
-                    "grep cannot use the (?V0) or (?V1) flags: it is a Python re pattern",
-                    "remove the flag; set operations such as [[a-z]--[aeiou]] are not available",
-                )
-            if flags and "x" in flags.group(1):
-                verbose = True  # may over-reach for a scoped (?x:...): never refuses wrongly
-            if flags and flags.group(3) == ")":
-                i = flags.end()  # global flags: not a group, nothing to repeat
-                continue
-            if pattern.startswith("(?#", i):
-                close = pattern.find(")", i)
-                if close < 0:
-                    raise _grep_error("missing ), unterminated comment", i)
-                i = close + 1
-                continue
-            sizes.append(0)
+            if pattern.startswith("?", at + 1):
+                opened = _paren(src, at, groups)
+            else:
+                opened = 1  # a capture group (or a verb such as (*FAIL))
+                groups.append((True, src.verbose))
+            sizes.extend([0] * opened)
             if len(sizes) > MAX_NESTING + 1:
-                raise _bad(
-                    f"grep nests groups more than {MAX_NESTING} deep",
-                    "flatten the pattern",
-                )
-            last = 0
-            i += 1
+                raise _bad(f"grep nests groups more than {MAX_NESTING} deep", "flatten the pattern")
+            last = 0 if opened else last
             continue
         elif c == ")":
-            if len(sizes) == 1:
-                raise _grep_error("unbalanced parenthesis", i)
+            if not groups:
+                raise _grep_error("unbalanced parenthesis", at)
+            restores, verbose = groups.pop()
+            src.verbose = verbose if restores else src.verbose
             atom = max(sizes.pop(), 1)
-            i += 1
-        elif c == "|":
-            last = 0
-            i += 1
-            continue
-        elif c in "*+?":
-            i += 1  # no unrolling (and *? +? ?? *+ are lazy or possessive forms)
-            continue
-        elif c == "{" and (repeat := _REPEAT.match(pattern, i)) and repeat.group(1, 3) != ("", ""):
-            count = max(_count(repeat.group(1)), _count(repeat.group(3)))
+        elif c == "|" or c in "*+?":
+            last = 0 if c == "|" else last
+            continue  # no unrolling (and *? +? ?? *+ are lazy or possessive forms)
+        elif c == "{" and (counts := src.read(src.grammar.count)):
+            count = max(_count(src.text(counts[1])), _count(src.text(counts[3])))
             if count > MAX_GREP_REPEAT:
                 raise _bad(
-                    f"grep repeats more than {MAX_GREP_REPEAT:,} times at position {i}; the "
+                    f"grep repeats more than {MAX_GREP_REPEAT:,} times at position {at}; the "
                     f"limit is {MAX_GREP_REPEAT:,}",
                     "use * or + for long runs, such as a+ instead of a{5000}",
                 )
             sizes[-1] += last * (max(count, 1) - 1)
-            _check_size(sizes[-1])
-            last = 0
-            i = repeat.end()
-            continue
-        else:
-            i += 1
+            atom = 0  # nothing left to repeat
         sizes[-1] += atom
-        _check_size(sizes[-1])
+        if sizes[-1] > MAX_GREP_SIZE:
+            raise _too_big()
         last = atom
-    if len(sizes) > 1:
-        raise _grep_error("missing ), unterminated subpattern", n)
+    if groups:
+        raise _grep_error("missing ), unterminated subpattern", len(pattern))
 
 
 def _count(digits: str) -> int:
     return int(digits or 0) if len(digits) <= 6 else 10**6  # never int() thousands of digits
 
 
-def _check_size(size: int) -> None:
-    if size > MAX_GREP_SIZE:
-        raise _bad(
-            f"grep's counted repeats unroll to more than {MAX_GREP_SIZE:,} items",
-            "use smaller counts, or * and + instead of nested counts such as (a{100}){1000}",
-        )
+def _too_big() -> TargetError:
+    return _bad(
+        f"grep's counted repeats unroll to more than {MAX_GREP_SIZE:,} items",
+        "use smaller counts, or * and + instead of nested counts such as (a{100}){1000}",
+    )
 
 
 _JQ_CLOSERS: Final = {"(": ")", "[": "]", "{": "}", '"': '"', "\\(": ")"}
