@@ -141,6 +141,69 @@ class TestEmphasis:
         assert md(html) == "### [Widgets](https://a.example/w)\n\nAll of them.\n"
 
 
+class TestEscaping:
+    @pytest.mark.parametrize(
+        ("html", "expected"),
+        [
+            ("<p>new[](size_t)</p>", "new[\\](size_t)\n"),
+            ("<p>[text](url) and f[i]<span>(x)</span></p>", "[text\\](url) and f[i\\](x)\n"),
+            ("<p># not a heading</p>", "\\# not a heading\n"),
+            ("<p>1. not a list</p>", "1\\. not a list\n"),
+            ("<p>2) not a list</p>", "2\\) not a list\n"),
+            ("<p>- not a list</p>", "\\- not a list\n"),
+            ("<p>+ not a list</p>", "\\+ not a list\n"),
+            ("<p>&gt; not a quote</p>", "\\> not a quote\n"),
+            ("<p>---</p>", "\\---\n"),
+            ("<p>___</p><p>_ _ _</p>", "\\___\n\n\\_ _ _\n"),
+            ("<p>&amp;copy; is not ©</p>", "\\&copy; is not ©\n"),
+            ("<p>```not a fence</p>", "\\`\\`\\`not a fence\n"),
+            ("<p>type `show w' or <code>c</code></p>", "type \\`show w' or `c`\n"),
+            ("<p>&lt;div&gt; is not HTML</p>", "\\<div> is not HTML\n"),
+            ("<p><span>&lt;default</span> <span>timer&gt;</span></p>", "\\<default timer>\n"),
+            ("<p>[1]: not a definition</p>", "\\[1]: not a definition\n"),
+            ("<p>one<br># two<br>- three<br>===</p>", "one\n\\# two\n\\- three\n\\===\n"),
+            ("<p><code>a<br>&gt; b</code></p>", "`a > b`\n"),
+            ("<ul><li>- dash</li><li>1. one</li></ul>", "- \\- dash\n- 1\\. one\n"),
+            ("<h2>Item #</h2>", "## Item \\#\n"),
+            ("<blockquote><p>&gt; q</p></blockquote>", "> \\> q\n"),
+            (
+                "<p>_private_ and __init__ but snake_case</p>",
+                "\\_private\\_ and \\_\\_init\\_\\_ but snake_case\n",
+            ),
+            ("<p><span>_a</span> b_</p>", "_a b\\_\n"),
+            ("<p>_a <em>b</em> c_</p>", "_a *b* c\\_\n"),
+            ("<p>C:\\dir\\*.txt</p>", "C:\\dir\\\\\\*.txt\n"),
+            ('<p>Wow!<a href="/x">here</a></p>', "Wow\\![here](https://a.example/x)\n"),
+            ("<p>std::vector&lt;int&gt;</p>", "std::vector\\<int>\n"),
+        ],
+    )
+    def test_literal_text_is_not_markup(self, html: str, expected: str) -> None:
+        """Text that CommonMark would read as a link, heading, list, quote, fence, emphasis
+        or HTML is escaped, and reads the same once rendered."""
+        assert md(html) == expected
+
+    def test_ordinary_text_is_not_escaped(self) -> None:
+        """Words, numbers, signs inside a line, link targets and code stay as they are."""
+        html = (
+            "<p>Version 2.0 - see "
+            '<a href="/a_b/c[1]_(x)">the_docs #1</a>, C# and a &gt; b, 3 + 4 = 7, '
+            "a_b_c, x[0], f(x) [note] &lt; 3 and 100%.</p>"
+            "<p>_name alone, a _ b.</p><p>x_ then _y.</p><h2># 1. Intro</h2>"
+            "<p><code>[](x) _a_ # y</code></p><pre># x\n- y\n[](z) _a_</pre>"
+        )
+
+        assert md(html) == (
+            "Version 2.0 - see [the_docs #1](https://a.example/a_b/c[1]_(x)), C# and a > b, "
+            "3 + 4 = 7, a_b_c, x[0], f(x) [note] < 3 and 100%.\n\n"
+            "_name alone, a _ b.\n\nx_ then _y.\n\n## # 1. Intro\n\n"
+            "`[](x) _a_ # y`\n\n```\n# x\n- y\n[](z) _a_\n```\n"
+        )
+
+    def test_text_mode_is_not_escaped(self) -> None:
+        """Escapes are Markdown's: plain text keeps the characters as they are."""
+        assert text("<p># [](x) _a_ 1. - &gt;</p>") == "# [](x) _a_ 1. - >\n"
+
+
 class TestLinks:
     def test_image_only_link_uses_the_alt_text(self) -> None:
         """An image link keeps the image's alt text as its text."""

@@ -50,6 +50,7 @@ def artefacts(markdown: str) -> dict[str, int]:
             )
         ),
         "edit link": markdown.count("[edit]"),
+        "text read as HTML": len(re.findall(r"(?<!\\)<[A-Za-z/!?]", prose)),
     }
 
 
@@ -102,6 +103,7 @@ class TestArtefacts:
             ("```\nimport { a } from 'b';const { a } = require('b');\n```\n", "glued code blocks"),
             ("Created using Sphinx 7.2.6.\n", "sidebar or footer"),
             ("#### Previous topic\n", "sidebar or footer"),
+            ("- Returns: [<string>](https://a.example/s)\n", "text read as HTML"),
         ],
     )
     def test_the_counter_sees_each_artefact(self, markdown: str, artefact: str) -> None:
@@ -110,9 +112,10 @@ class TestArtefacts:
         assert artefacts(markdown)[artefact] >= 1
 
     def test_the_counter_ignores_clean_markdown(self) -> None:
-        """Escaped stars, list bullets, emphasis and fenced code are not artefacts."""
+        """Escaped stars and tags, list bullets, emphasis and fenced code are not artefacts."""
         clean = (
             "- a \\* b and *emphasis* and **bold**\n\n*exception* copy.Error\n\n"
+            "[\\<string>](https://a.example/s), a < b and `<b>`\n\n"
             "```js\nconst a = 1;\n```\n\n```js\nimport a from 'a';\n```\n"
         )
 

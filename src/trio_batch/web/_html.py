@@ -4,7 +4,8 @@ Scripts, styles, navigation, sidebars, footers and permalink marks are dropped; 
 paragraphs, lists, tables, quotes and preformatted blocks keep their shape. Markdown adds
 heading marks, links (made absolute), emphasis and code, and keeps them well formed: no markup
 inside code, no emphasis that starts or ends with a space, no link without text, and one fence
-per code block.
+per code block; text that Markdown would read as markup (``# ``, ``1. ``, ``[](``, ``_a_``,
+``<tag>``) is escaped, and only where it would be.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from ._html_tags import (
     SPAN_CELLS,
     VOID,
     WS,
+    escape,
+    escape_heading,
+    escape_lines,
     language,
     span,
 )
@@ -82,6 +86,8 @@ class _Converter(HTMLParser):
     _marks: list[_Mark] = field(default_factory=list)
     _waiting: int = 0
     """How many of ``_marks`` wait for text."""
+    _opener: bool = False
+    """The block or cell has an unescaped ``_`` that could open emphasis."""
     _code: int = 0
     _cells: list[list[str]] | None = None
     _paragraphs: int = 0
@@ -110,6 +116,7 @@ class _Converter(HTMLParser):
             self._settle(self._pieces)
         raw = "".join(self._pieces)
         self._pieces.clear()
+        self._opener = False
         if self._pre:
             text = BLANK_LINES.sub("", raw).rstrip()
             if text and self.markdown:
@@ -122,6 +129,8 @@ class _Converter(HTMLParser):
             if "\x00" in text:
                 text = BREAK.sub("\n", text)
             text = text.strip()
+            if self.markdown and text:
+                text = escape_heading(text) if self._heading else escape_lines(text)
         if not text:
             return
         if self._heading and self.markdown:
@@ -152,8 +161,9 @@ class _Converter(HTMLParser):
             return
         if self._pre and not (self._loose or (self._inside and self._top_code) or text.isspace()):
             self._loose = True
-        if self.markdown and "*" in text and not (self._pre or self._code):
-            text = text.replace("*", "\\*")  # a literal star, never emphasis
+        literal = self.markdown and not (self._pre or self._code)
+        if literal:
+            text, self._opener = escape(text, self._opener)
         if self._waiting and not self._pre:
             body = text.lstrip(WS)
             if not body:
@@ -163,10 +173,14 @@ class _Converter(HTMLParser):
                 buffer.append(text[: len(text) - len(body)])
             for mark in self._marks:
                 if mark.buffer is None:
+                    if mark.opening == "[" and buffer and buffer[-1].endswith("!"):
+                        buffer[-1] = buffer[-1][:-1] + "\\!"  # not an image's ![
                     mark.buffer, mark.index = buffer, len(buffer)
                     buffer.append(mark.opening)
             self._waiting = 0
             text = body
+        if literal and text[:1] == "(" and buffer and buffer[-1].endswith("]"):
+            buffer[-1] = buffer[-1][:-1] + "\\]"  # a ] and ( from two text nodes
         buffer.append(text)
 
     # -- inline marks -------------------------------------------------------------------------
@@ -261,7 +275,7 @@ class _Converter(HTMLParser):
             self._settle(cell)
             text = SPACE.sub(" ", "".join(cell).replace("\x00", " ")).strip()
             if text:
-                self.blocks.append((text, False))
+                self.blocks.append((escape_lines(text) if self.markdown else text, False))
         self._cells = None
         if not self._in_layout():
             self._layout.append(self._tables)
@@ -302,7 +316,7 @@ class _Converter(HTMLParser):
         if tag == "br":
             buffer = self._buffer()
             if buffer is not None and not self._in_title:
-                buffer.append("\n" if self._pre else " \x00 ")
+                buffer.append("\n" if self._pre else " " if self._code else " \x00 ")
             return
         if self._cells is not None and (tag in LAYOUT or (tag == "p" and self._paragraphs)):
             self._unrow()
@@ -315,6 +329,7 @@ class _Converter(HTMLParser):
                     self._settle(self._cells[-1])
                 self._spanned()
                 self._cells.append([])
+                self._opener = False
                 self._paragraphs = 0
                 self._header_row = self._header_row or tag == "th"
                 column = len(self._cells) - 1
@@ -418,7 +433,7 @@ class _Converter(HTMLParser):
                 cells = [cell.replace("|", "\\|") for cell in cells]
             self._cells = None
             if len(cells) == 1:  # a one-cell row is a box around a block, not a table
-                self.blocks.append((cells[0], False))
+                self.blocks.append((escape_lines(cells[0]) if self.markdown else cells[0], False))
             elif any(cells):
                 line = "| " + " | ".join(cells) + " |" if self.markdown else " | ".join(cells)
                 self.blocks.append((line, True))

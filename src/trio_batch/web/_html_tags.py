@@ -1,4 +1,5 @@
-"""What each HTML tag, class and role means to the extractor (``_html``), in one table."""
+"""What each HTML tag, class and role means to the extractor (``_html``), in one table, and
+which literal text Markdown must escape."""
 
 from __future__ import annotations
 
@@ -69,6 +70,75 @@ WS: Final = " \t\n\r\f\v\x00"
 SPACE = re.compile(r"\s+")
 BREAK = re.compile(" ?\x00 ?")
 BLANK_LINES = re.compile(r"^(?:[ \t]*\n)+")
+ESCAPE = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)|[*`]|\](?=\()|<(?=[A-Za-z/!?])|&(?=#?[A-Za-z0-9]+;)")
+"""Characters of literal text that CommonMark reads as markup anywhere in a line: a backslash
+before punctuation, stars, backticks, the ``](`` that closes a link, ``<`` that may open a tag
+or an autolink, and ``&`` that starts an entity."""
+UNDERSCORE_RUNS = re.compile(r"(?<!\w)_++(?![\s\x00])|(?<![\s\x00_])_++(?!\w)")
+"""``_`` runs that can open or close emphasis, with a text node's ends counted as punctuation
+(CommonMark's flanking rules: open after a space or punctuation and before no space; close
+after no space and before a space or punctuation); intraword runs, as in ``snake_case``, and
+lone ones between spaces are neither."""
+OPENS = re.compile(r"(?<!\w)_++(?![\s\x00])")
+LAST_CLOSES = re.compile(r"(?s:.*)(?<![\s\x00_])(_++)(?!\w)")
+LINE_START = re.compile(
+    r"^(?:#{1,6}(?=[ \t]|$)|[-+](?=[ \t]|$)|-(?=[- \t]*$)|_(?=[_ \t]*$)|=+[ \t]*$|>|~~~"
+    r"|<(?=[A-Za-z/!?])|\[(?=[^\]\n]*\]:)|\d{1,9}(?=[.)](?:[ \t]|$)))",
+    re.M,
+)
+"""What makes a line of literal text a heading, list item, quote, thematic break, setext
+underline, fence, HTML block or link definition; escaped before its first character (after
+an ordered list's number)."""
+LINE_MARKS: Final = frozenset("#-+=_>~<[0123456789")
+"""First characters of the ``LINE_START`` matches, so most blocks skip the search."""
+CLOSING_HASHES = re.compile(r"(?:^|(?<=[ \t]))#+[ \t]*$")
+"""The ``#`` run that would end an ATX heading, and vanish, if a heading's text ended so."""
+
+
+def escape(text: str, opener: bool) -> tuple[str, bool]:
+    """Literal text as Markdown that reads as the same text, and whether an underscore run
+    that could open emphasis is still open after it (``opener``: before it, in its block).
+
+    Underscores are escaped only where they could pair into emphasis, so ``snake_case``,
+    ``_name`` or ``a _ b`` stay as they are while ``_private_`` and ``__init__`` are escaped:
+    every run that can open or close, from the first that can open (or, after an open one,
+    the first of all) to the last that can close.
+    """
+    text = ESCAPE.sub(r"\\\g<0>", text)
+    if "_" not in text:
+        return text, opener
+    first = (UNDERSCORE_RUNS if opener else OPENS).search(text)
+    last = LAST_CLOSES.match(text)
+    if not (first and last):
+        return text, opener or first is not None
+    start, end = first.start(), last.end(1)
+    if start > last.start(1) or (start == last.start(1) and not opener):
+        return text, True
+    span = UNDERSCORE_RUNS.sub(_run_escaped, text[start:end])
+    text = text[:start] + span + text[end:]
+    return text, opener or OPENS.search(text, start + len(span)) is not None
+
+
+def _run_escaped(found: re.Match[str]) -> str:
+    return "\\_" * len(found[0])
+
+
+def escape_lines(text: str) -> str:
+    """A Markdown block whose lines begin as literal text, not as block markup
+    (``LINE_START``)."""
+    if text[:1] in LINE_MARKS or "\n" in text:
+        return LINE_START.sub(_line_escaped, text)
+    return text
+
+
+def escape_heading(text: str) -> str:
+    """A heading's text, whose trailing ``#`` run is not read as the heading's end."""
+    return CLOSING_HASHES.sub(r"\\\g<0>", text) if text.endswith("#") else text
+
+
+def _line_escaped(found: re.Match[str]) -> str:
+    mark = found[0]
+    return mark + "\\" if mark[0].isdigit() else "\\" + mark
 
 
 def span(value: str | None, most: int) -> int:
