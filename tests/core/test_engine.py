@@ -75,7 +75,7 @@ class TestSubmit:
         gate = fetch.hold(url("a", 0))
         async with engine_on(MemoryStore(), fetch, jobs_per_caller=1, jobs_total=2) as engine:
             await engine.submit(ALICE, "fleet", targets("a", 1))
-            with pytest.raises(CallerBusy, match=r"^this caller already has 1 live job \(the limit is 1\)"):
+            with pytest.raises(CallerBusy, match=r"^this caller already has 1 live job \("):
                 await engine.submit(ALICE, "fleet", targets("b", 1))
             await engine.submit(BOB, "fleet", targets("c", 1))
             with pytest.raises(Busy, match=r"^the engine already runs 2 live jobs"):
