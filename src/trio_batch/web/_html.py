@@ -26,6 +26,7 @@ from ._html_tags import (
     INLINE_MARKS,
     LAYOUT,
     MAX_MARKS,
+    MAY_ESCAPE,
     PERMALINK_CLASSES,
     SPACE,
     SPAN_CELLS,
@@ -161,9 +162,11 @@ class _Converter(HTMLParser):
             return
         if self._pre and not (self._loose or (self._inside and self._top_code) or text.isspace()):
             self._loose = True
-        literal = self.markdown and not (self._pre or self._code)
-        if literal:
-            text, self._opener = escape(text, self._opener)
+        if self.markdown and not (self._pre or self._code):
+            if MAY_ESCAPE.search(text):
+                text, self._opener = escape(text, self._opener)
+            if text[:1] == "(" and buffer and buffer[-1].endswith("]"):
+                buffer[-1] = buffer[-1][:-1] + "\\]"  # a ] and ( from two text nodes
         if self._waiting and not self._pre:
             body = text.lstrip(WS)
             if not body:
@@ -179,8 +182,6 @@ class _Converter(HTMLParser):
                     buffer.append(mark.opening)
             self._waiting = 0
             text = body
-        if literal and text[:1] == "(" and buffer and buffer[-1].endswith("]"):
-            buffer[-1] = buffer[-1][:-1] + "\\]"  # a ] and ( from two text nodes
         buffer.append(text)
 
     # -- inline marks -------------------------------------------------------------------------
