@@ -25,6 +25,8 @@ STORE_SETTINGS = (
     "pg_pool_size",
     "pg_statement_timeout",
     "pg_call_timeout",
+    "pg_connect_timeout",
+    "pg_synchronous_commit",
     "pg_schema",
 )
 
@@ -45,6 +47,36 @@ class TestStoreSettings:
             30.0,
             "trio_batch",
         )
+        assert (s.pg_connect_timeout, s.pg_synchronous_commit) == (10.0, True)
+
+    def test_durability_and_connect_timeout_come_from_flag_env_or_file(
+        self, tmp_path: Path
+    ) -> None:
+        """--no-pg-synchronous-commit and --pg-connect-timeout reach the settings, flags winning."""
+        config = tmp_path / "serve.toml"
+        config.write_text("pg_synchronous_commit = false\npg_connect_timeout = 4\n")
+        from_file = load_settings({}, environ={}, config_file=str(config))
+        from_env = load_settings(
+            {},
+            environ={
+                "TRIO_BATCH_PG_SYNCHRONOUS_COMMIT": "true",
+                "TRIO_BATCH_PG_CONNECT_TIMEOUT": "2",
+            },
+            config_file=str(config),
+        )
+        args = build_parser().parse_args(
+            ["serve", "--no-pg-synchronous-commit", "--pg-connect-timeout", "1.5"]
+        )
+        flags = {
+            k: v
+            for k, v in vars(args).items()
+            if k in ("pg_synchronous_commit", "pg_connect_timeout")
+        }
+        from_flag = load_settings(flags, environ={"TRIO_BATCH_PG_SYNCHRONOUS_COMMIT": "true"})
+
+        assert (from_file.pg_synchronous_commit, from_file.pg_connect_timeout) == (False, 4.0)
+        assert (from_env.pg_synchronous_commit, from_env.pg_connect_timeout) == (True, 2.0)
+        assert (from_flag.pg_synchronous_commit, from_flag.pg_connect_timeout) == (False, 1.5)
 
     def test_from_flags_environment_and_file(self, tmp_path: Path) -> None:
         """Each comes from a flag, a TRIO_BATCH_* variable or the config file, flags winning."""
@@ -179,6 +211,8 @@ class TestOpenStore:
             "pool_size": 4,
             "schema": "trio_batch",
             "call_timeout": 30.0,
+            "connect_timeout": 10.0,
+            "synchronous_commit": True,
         }
         assert {k: defaults[k].default for k in seen if k not in ("dsn", "heartbeat")} == {
             k: v for k, v in seen.items() if k not in ("dsn", "heartbeat")
@@ -204,6 +238,8 @@ class TestOpenStore:
             pg_pool_size=6,
             pg_statement_timeout=1.5,
             pg_call_timeout=2.0,
+            pg_connect_timeout=4.0,
+            pg_synchronous_commit=False,
             pg_schema="blue",
         )
         async with open_store(settings):
@@ -216,4 +252,6 @@ class TestOpenStore:
             "pool_size": 6,
             "schema": "blue",
             "call_timeout": 2.0,
+            "connect_timeout": 4.0,
+            "synchronous_commit": False,
         }

@@ -53,6 +53,8 @@ async def open_store(settings: Settings) -> AsyncIterator[Store]:
             pool_size=settings.pg_pool_size,
             schema=settings.pg_schema,
             call_timeout=settings.pg_call_timeout,
+            connect_timeout=settings.pg_connect_timeout,
+            synchronous_commit=settings.pg_synchronous_commit,
         ) as pg:
             yield pg
     else:

@@ -61,6 +61,8 @@ class Settings:
     pg_pool_size: int = 4
     pg_statement_timeout: float = 0.0
     pg_call_timeout: float = 30.0
+    pg_connect_timeout: float = 10.0
+    pg_synchronous_commit: bool = True
     pg_schema: str = "trio_batch"
     shape_workers: int = 2
     shape_cpu_seconds: float = 10.0
@@ -344,6 +346,20 @@ SPECS: tuple[_Spec, ...] = (
         "SECONDS",
     ),
     _Spec(
+        "pg_connect_timeout",
+        _positive_float,
+        f"PostgreSQL only: seconds to wait for a connection, at start and for each reconnect "
+        f"attempt (default {_D.pg_connect_timeout:g})",
+        "SECONDS",
+    ),
+    _Spec(
+        "pg_synchronous_commit",
+        _bool,
+        "PostgreSQL only: false sets synchronous_commit = off for this instance (a server "
+        "crash may lose the last moments of writes, never corrupt them) (default true)",
+        "BOOL",
+    ),
+    _Spec(
         "pg_schema",
         _schema,
         f"PostgreSQL only: the schema that holds the tables; deployments sharing a database "
@@ -401,7 +417,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 default=None,
                 help=f"{spec.help}; env {env}",
             )
-        elif spec.name in ("access_log", "resume"):
+        elif spec.parse is _bool:
             parser.add_argument(
                 flag(spec.name),
                 dest=spec.name,
