@@ -103,6 +103,8 @@ class WebFetcher:
 
     Args:
         store: where the response cache lives (``cache_get``/``cache_put``); None, no cache.
+            Each cache read and write is waited for ``CACHE_WAIT`` (1 s) at most: a read that
+            takes longer is a miss, a write that takes longer is left to the store (logged).
         timeout: seconds for one fetch: DNS, connect, redirects and body (``trio.fail_after``).
         max_bytes: most body bytes read (after decompression), counted while streaming.
         max_redirects: most redirects followed.
@@ -267,7 +269,8 @@ class WebFetcher:
 
         Calls and ``async with`` after this raise :class:`trio.ClosedResourceError`. Fetches
         still in flight are not waited for, so close the fetcher after them: with the engine's
-        block inside the fetcher's, the engine has cancelled its fetches by then.
+        block inside the fetcher's, the engine has cancelled its fetches by then. Cache reads
+        and writes left behind (over ``CACHE_WAIT``) are cancelled; a queued write still lands.
 
         Shaping workers end too: closing waits for jobs still running in them (each within its
         wall time, ``2 * shape_cpu_seconds + 5``), then ends the idle ones; a worker that does
@@ -280,6 +283,7 @@ class WebFetcher:
         client, self._client = self._client, None
         self._closed = True
         self._shaper = None
+        self._cache.close()
         if client is None:
             await trio.lowlevel.checkpoint()
             return
@@ -333,7 +337,9 @@ class WebFetcher:
         thread (cheap and short, see ``docs/web.md``) is not abandoned, so a cancel that
         arrives then takes effect when the thread is done. Nothing is cached for a cancelled
         call, unless the cancel arrives after the store began writing the entry (whether a
-        store's write can be cancelled is the store's contract). The engine cancels its
+        store's write can be cancelled is the store's contract); a cache read or write that
+        the store has not finished within ``CACHE_WAIT`` (1 s) is not waited for either, and
+        is cancelled as far as the store allows (``_cache``). The engine cancels its
         fetches only when it closes (or its block is cancelled), and stores no outcome for a
         cancelled fetch.
         """

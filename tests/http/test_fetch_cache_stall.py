@@ -1,0 +1,126 @@
+"""POST /v1/fetch answers in about 2 * CACHE_WAIT when the response cache's store stalls.
+
+The audit locked the ``web_cache`` table from another PostgreSQL session: /v1/fetch answered
+after 60 s (the cache read, then the cache write, each waited for ``--pg-call-timeout``, 30 s).
+The cache is an optimisation: now a read that has not answered within ``CACHE_WAIT`` is a miss,
+and a write that has not finished is left to the store.
+"""
+
+from __future__ import annotations
+
+import time
+import typing
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from tests.http.conftest import auth, make_keys
+from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.web.test_cache_wait import URL, StalledCache, stalled_fetcher
+from trio_batch import Config, open_engine
+from trio_batch.http import create_app
+from trio_batch.stores import CacheEntry, MemoryStore, Store
+from trio_batch.testing import asgi_lifespan
+from trio_batch.web._cache import CACHE_WAIT
+
+if typing.TYPE_CHECKING:
+    import psycopg
+
+SLACK = 2.0
+"""Seconds over 2 * CACHE_WAIT that /v1/fetch may take on a loaded 2-core machine (real time)."""
+
+
+@asynccontextmanager
+async def open_fetch_api(
+    cache: Store | StalledCache, store: Store
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app over an engine on ``store``; /v1/fetch and the engine share one web fetcher
+    (a mock site, fake DNS) whose response cache lives in ``cache``."""
+    async with (
+        stalled_fetcher(cache) as fetcher,
+        open_engine(store, fetcher, Config(ttl=3600)) as engine,
+    ):
+        app = create_app(engine, make_keys(), fetch=fetcher, access_log_enabled=False)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            asgi_lifespan(app),
+            httpx.AsyncClient(transport=transport, base_url="http://api.test") as client,
+        ):
+            yield client
+
+
+class TestStalledCache:
+    async def test_fetch_answers_within_twice_the_wait(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """With cache reads and writes both stuck, /v1/fetch still answers 200 with the page."""
+        cache = StalledCache(read=True, write=True)
+        async with open_fetch_api(cache, MemoryStore()) as client:
+            start = trio.current_time()
+            response = await client.post("/v1/fetch", json={"url": URL}, headers=auth())
+            elapsed = trio.current_time() - start
+            assert cache.read_gate is not None and cache.write_gate is not None
+            cache.read_gate.set()
+            cache.write_gate.set()
+
+        assert response.status_code == 200
+        assert response.json()["result"]["content"] == "fresh"
+        assert elapsed == pytest.approx(2 * CACHE_WAIT)
+
+
+def _lock_web_cache(schema: str) -> psycopg.Connection[tuple[object, ...]]:
+    import psycopg
+    from psycopg import sql
+
+    conn = psycopg.connect(PG_DSN)  # not autocommit: the lock lasts until rollback
+    conn.execute(
+        sql.SQL("LOCK TABLE {}.web_cache IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema))
+    )
+    return conn
+
+
+def _release(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    conn.rollback()
+    conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PG_DSN, reason=SKIP_REASON)
+class TestLockedWebCacheTable:
+    async def test_fetch_answers_in_seconds_and_the_entry_lands_after_the_lock(self) -> None:
+        """Under ``LOCK TABLE web_cache IN ACCESS EXCLUSIVE MODE`` from another session,
+        /v1/fetch answers 200 within 2 * CACHE_WAIT (plus slack), not 2 * call_timeout; the
+        write left behind commits whole once the lock is gone."""
+        pytest.importorskip("psycopg")
+        from trio_batch.stores import PostgresStore
+
+        async with (
+            open_test_schema(PG_DSN) as schema,
+            PostgresStore.open(PG_DSN, schema=schema) as store,
+            open_fetch_api(store, store) as client,
+        ):
+            assert (await client.post("/v1/fetch", json={"url": URL}, headers=auth())).is_success
+            other = {"url": URL + "&other=1"}
+            conn = await trio.to_thread.run_sync(_lock_web_cache, schema)
+            try:
+                start = time.monotonic()
+                locked = await client.post("/v1/fetch", json=other, headers=auth())
+                elapsed = time.monotonic() - start
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(_release, conn)
+            # The store's writer commits in order: once this write is back, so is the one the
+            # fetch left behind (it waited for the lock, and then committed).
+            probe = CacheEntry(b"probe", "{}", 0.0, 0.0)
+            with trio.fail_after(30):
+                await store.cache_put("probe", probe, 2**20)
+            after = await client.post("/v1/fetch", json=other, headers=auth())
+
+        assert locked.status_code == 200
+        assert locked.json()["result"]["meta"]["cached"] is False
+        assert elapsed < 2 * CACHE_WAIT + SLACK
+        assert after.json()["result"]["meta"]["cached"] is True
