@@ -298,6 +298,67 @@ class TestEngineWaitsForTheStore:
 
 
 @pytest.mark.slow
+class TestCommittedWritesKeepTheirAnswer:
+    async def test_an_admission_committed_before_a_stalled_write_is_not_reported_failed(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """One batch: an admission (committed in the pipeline), then a cache write that waits on
+        a lock until ``call_timeout``. The admission answers as committed; only the cache write
+        fails. Before, both raised StoreError, and a caller told "failed" held a job that ran
+        nowhere."""
+        from trio_batch.stores._protocol import CacheEntry
+
+        entry = CacheEntry(b"body", "{}", NOW, NOW + 60)
+        answers: dict[str, object] = {}
+        async with PostgresStore.open(pg_dsn, schema=pg_schema, call_timeout=1.0) as store:
+            job = NewJob("j", "c", "fleet", "k", [Target("https://x.test/")], NOW)
+
+            async def put() -> None:
+                try:
+                    await store.cache_put("web:k", entry, 10**9)
+                except StoreError as exc:
+                    answers["put"] = exc
+
+            async def admit() -> None:
+                try:
+                    answers["admit"] = await store.admit(job, LIMITS)
+                except StoreError as exc:
+                    answers["admit"] = exc
+
+            with trio.fail_after(DEADLINE):
+                async with (
+                    holding_lock(pg_dsn, f"{pg_schema}.web_cache"),
+                    trio.open_nursery() as nursery,  # both in one batch
+                ):
+                    nursery.start_soon(put)
+                    nursery.start_soon(admit)
+            snap = await store.snapshot("j")
+
+        assert isinstance(answers["put"], StoreError)
+        assert not isinstance(answers["admit"], Exception)
+        assert snap is not None
+
+
+async def test_the_writer_never_compiles_a_plan(pg_dsn: str, pg_schema: str) -> None:
+    """The writer turns seq scans off, which prices a scan over ``jit_above_cost``: with JIT
+    on, each statement that must scan (``recover`` on a fresh store) spent 0.2-0.4 s compiling,
+    and a 0.5 s ``statement_timeout`` cancelled ``serve``'s start now and then."""
+    async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
+        plan = await store._write(
+            lambda conn: [
+                str(row[0])
+                for row in conn.execute(
+                    "EXPLAIN (ANALYZE) DELETE FROM instances WHERE heartbeat_at < clock_timestamp()"
+                    " - timeout * interval '1 second'"
+                ).fetchall()
+            ]
+        )
+
+    assert "Seq Scan" in "\n".join(plan)
+    assert not any(line.startswith("JIT:") for line in plan)
+
+
+@pytest.mark.slow
 class TestReplay:
     async def test_a_replayed_group_answers_as_the_first_run_and_counts_nothing_twice(
         self, pg_dsn: str, pg_schema: str

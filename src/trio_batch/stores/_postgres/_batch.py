@@ -21,8 +21,8 @@ Failure:
   a batch that had committed answers as the first run would have. If every attempt fails, the
   writes get a :class:`StoreError` and the marks wait for the next batch.
 - **No answer in time**: every write has a deadline (``call_timeout``, real time). A write
-  still queued then is never sent, and a batch in flight is stopped on the server (rolled
-  back): a :class:`StoreError`, and nothing written (unless a lost connection came first).
+  still queued then is never sent, and a batch in flight is stopped on the server: what had
+  not committed is rolled back and gets a :class:`StoreError`; what had keeps its answer.
 
 Cancellation: a cancel already pending when a write is queued raises :class:`trio.Cancelled`
 and queues nothing. Once queued, waiting for the write is not cancellable (as with SQLite): its
@@ -353,7 +353,7 @@ class WriteQueue:
                     ):
                         self._on_not_live(w.result.value.not_live)
                 return
-            for w in live:
+            for w in (w for w in live if w.result is None):  # the committed keep their answer
                 w.result = outcome.Error(error)
             self._carry = [m for m in marks if (m.job_id, m.idx) not in finishing]
             return
