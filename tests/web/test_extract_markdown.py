@@ -274,6 +274,62 @@ class TestTables:
         assert md("<table><tr><td>a|b</td><td>c</td></tr></table>") == "| a\\|b | c |\n"
 
 
+class TestListCode:
+    def test_fence_in_an_item_is_indented_to_its_content(self) -> None:
+        """A <pre> in a list item is a fence indented to the item's text, so the list goes
+        on after it and the text after the list is outside any fence."""
+        html = (
+            "<ul><li><p>Run:</p><pre>make\nmake install</pre></li><li>next</li></ul><p>After.</p>"
+        )
+
+        assert md(html) == ("- Run:\n  ```\n  make\n  make install\n  ```\n- next\n\nAfter.\n")
+
+    def test_fence_at_depth_two(self) -> None:
+        """In an <ol> inside a <ul>, the fence and its code lines (their own indent kept)
+        start where the inner item's text starts."""
+        html = (
+            "<ul><li>outer<ol><li><p>Run:</p><pre>make\n  install</pre></li><li>two</li>"
+            "</ol></li><li>next</li></ul><p>After.</p>"
+        )
+
+        assert md(html) == (
+            "- outer\n  1. Run:\n     ```\n     make\n       install\n     ```\n"
+            "  2. two\n- next\n\nAfter.\n"
+        )
+
+    def test_content_column_follows_the_marker(self) -> None:
+        """An item's content column is its marker's width: a fence that opens an item and
+        one under "10. " line up with their item's text."""
+        items = "".join(f"<li>{n}</li>" for n in range(2, 10))
+        html = f"<ol><li><pre>a</pre></li>{items}<li>ten<pre>b</pre></li></ol><p>After.</p>"
+
+        assert md(html).split("\n")[:3] + md(html).split("\n")[-7:] == [
+            "1. ```",
+            "   a",
+            "   ```",
+            "10. ten",
+            "    ```",
+            "    b",
+            "    ```",
+            "",
+            "After.",
+            "",
+        ]
+
+    def test_list_in_an_ordered_item(self) -> None:
+        """A list inside an "1. " item starts at that item's text (three spaces), so it
+        nests, and its fence lines up with its own item's text."""
+        html = "<ol><li>a<ul><li>b<pre>c</pre></li></ul></li><li>d</li></ol>"
+
+        assert md(html) == "1. a\n   - b\n     ```\n     c\n     ```\n2. d\n"
+
+    def test_text_mode_is_unchanged(self) -> None:
+        """Plain text keeps its two-space steps and the code lines as they were."""
+        html = "<ol><li><p>Run:</p><pre>make\nmake install</pre></li><li>next</li></ol>"
+
+        assert text(html) == "1. Run:\n  make\nmake install\n2. next\n"
+
+
 class TestShape:
     def test_meta_and_charset(self) -> None:
         """shape() decodes with the Content-Type charset and reports the title."""

@@ -44,6 +44,8 @@ from ._html_tags import (
 class _List:
     ordered: bool
     count: int = 0
+    column: int = 0
+    """Where the open item's content starts: the indent of its blocks after the first."""
 
 
 @dataclass
@@ -136,11 +138,16 @@ class _Converter(HTMLParser):
             return
         if self._heading and self.markdown:
             text = "#" * self._heading + " " + text
+        column = len(self._prefix) if self._prefix else 0
         if self._prefix:
             text = self._prefix + text
             self._prefix = ""
         elif self._lists and self._tight:
-            text = "  " * len(self._lists) + text
+            column = self._lists[-1].column
+            text = " " * column + text
+        if self._pre and column and self.markdown:
+            # a fence in a list item is indented to the item's content, or it ends the list
+            text = text.replace("\n", "\n" + " " * column)
         if self._quote and self.markdown:
             text = "\n".join("> " + line for line in text.split("\n"))
         self.blocks.append((text, self._tight))
@@ -362,7 +369,11 @@ class _Converter(HTMLParser):
             current = self._lists[-1] if self._lists else _List(ordered=False)
             current.count += 1
             mark = f"{current.count}. " if current.ordered else "- "
-            self._prefix = "  " * (depth - 1) + mark
+            indent = 2 * (depth - 1)
+            if self.markdown and depth > 1:
+                indent = self._lists[-2].column  # a nested list starts at its item's content
+            self._prefix = " " * indent + mark
+            current.column = 2 * depth if not self.markdown else indent + len(mark)
             self._tight = True
         elif tag == "pre":
             self._pre += 1
