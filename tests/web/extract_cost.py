@@ -33,7 +33,8 @@ def _converter(path: str | None) -> Convert:
         from trio_batch.web._html import html_to_text
 
         return html_to_text
-    spec = importlib.util.spec_from_file_location("_html_under_test", path)
+    # a name inside trio_batch.web, so that its relative imports resolve (to this checkout)
+    spec = importlib.util.spec_from_file_location("trio_batch.web._html_under_test", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
