@@ -302,22 +302,19 @@ class TestCommittedWritesKeepTheirAnswer:
     async def test_an_admission_committed_before_a_stalled_write_is_not_reported_failed(
         self, pg_dsn: str, pg_schema: str
     ) -> None:
-        """One batch: an admission (committed in the pipeline), then a cache write that waits on
-        a lock until ``call_timeout``. The admission answers as committed; only the cache write
-        fails. Before, both raised StoreError, and a caller told "failed" held a job that ran
-        nowhere."""
-        from trio_batch.stores._protocol import CacheEntry
-
-        entry = CacheEntry(b"body", "{}", NOW, NOW + 60)
+        """One batch: an admission (committed in the pipeline), then ``recover`` (a write of
+        several statements) waiting on a lock until ``call_timeout``. The admission answers as
+        committed; only ``recover`` fails. Before, both raised StoreError, and a caller told
+        "failed" held a job that ran nowhere."""
         answers: dict[str, object] = {}
         async with PostgresStore.open(pg_dsn, schema=pg_schema, call_timeout=1.0) as store:
             job = NewJob("j", "c", "fleet", "k", [Target("https://x.test/")], NOW)
 
-            async def put() -> None:
+            async def recover() -> None:
                 try:
-                    await store.cache_put("web:k", entry, 10**9)
+                    await store.recover(NOW)
                 except StoreError as exc:
-                    answers["put"] = exc
+                    answers["recover"] = exc
 
             async def admit() -> None:
                 try:
@@ -327,14 +324,14 @@ class TestCommittedWritesKeepTheirAnswer:
 
             with trio.fail_after(DEADLINE):
                 async with (
-                    holding_lock(pg_dsn, f"{pg_schema}.web_cache"),
+                    holding_lock(pg_dsn, f"{pg_schema}.instances"),
                     trio.open_nursery() as nursery,  # both in one batch
                 ):
-                    nursery.start_soon(put)
+                    nursery.start_soon(recover)
                     nursery.start_soon(admit)
             snap = await store.snapshot("j")
 
-        assert isinstance(answers["put"], StoreError)
+        assert isinstance(answers["recover"], StoreError)
         assert not isinstance(answers["admit"], Exception)
         assert snap is not None
 

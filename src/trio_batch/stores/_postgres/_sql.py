@@ -466,8 +466,15 @@ def cache_get(conn: Conn, key: str) -> CacheEntry | None:
 def cache_put(conn: Conn, locks: int, key: str, entry: CacheEntry, max_bytes: int) -> None:
     """Replace the entry under ``key``, then drop the oldest while over ``max_bytes``.
 
-    Call it inside a transaction: it takes the cache lock, so the byte count stays exact.
+    One transaction of its own (or a savepoint), holding the cache lock so the byte count stays
+    exact; it gives up after waiting 1 s for a lock (``LockNotAvailable``): a cache can wait.
     """
+    with conn.transaction():
+        conn.execute("SET LOCAL lock_timeout = '1s'")
+        _cache_put(conn, locks, key, entry, max_bytes)
+
+
+def _cache_put(conn: Conn, locks: int, key: str, entry: CacheEntry, max_bytes: int) -> None:
     advisory_lock(conn, locks, LOCK_CACHE)
     old = conn.execute("DELETE FROM web_cache WHERE key = %s RETURNING bytes", (key,)).fetchone()
     conn.execute(

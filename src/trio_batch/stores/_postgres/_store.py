@@ -543,7 +543,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
         """Store ``entry`` under ``key``, then drop the oldest entries while over ``max_bytes``.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, the cache is unchanged. Once
-        queued, the write is not cancellable: it commits and this returns.
+        On a pooled connection, not the writer's: a cache write that waits on a lock (1 s at
+        most) never holds up outcomes. Cancellation: a cancel rolls it back, cache unchanged.
         """
-        await self._write(lambda conn: _sql.cache_put(conn, self._locks, key, entry, max_bytes))
+        self._check_open()
+        await self._run(lambda conn: _sql.cache_put(conn, self._locks, key, entry, max_bytes))
