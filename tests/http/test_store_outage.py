@@ -8,6 +8,7 @@ clock, so a deadline passes without a real wait.
 from __future__ import annotations
 
 import inspect
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, cast
 
@@ -240,16 +241,20 @@ def _driver_errors() -> list[Exception]:
 
 
 class TestFailingStore:
-    @pytest.mark.parametrize("kind", ["store", "driver"])
+    @pytest.mark.parametrize("kind", ["store", "driver", "sqlite"])
     async def test_database_errors_answer_503_with_retry_after(
         self, api: Api, faulty: FaultyStore, kind: str, caplog: pytest.LogCaptureFixture
     ) -> None:
-        """StoreError and psycopg's operational errors are 503 + Retry-After, never 500."""
-        failures: list[Exception] = (
-            [StoreError("the database at db.internal is down")]
-            if kind == "store"
-            else _driver_errors()
-        )
+        """StoreError and the drivers' operational errors are 503 + Retry-After, never 500."""
+        if kind == "store":
+            failures: list[Exception] = [StoreError("the database at db.internal is down")]
+        elif kind == "driver":
+            failures = _driver_errors()
+        else:
+            failures = [
+                sqlite3.OperationalError("database is locked"),
+                sqlite3.OperationalError("disk I/O error"),
+            ]
         job_id = (await api.submit(A)).json()["id"]
         await trio.testing.wait_all_tasks_blocked()
         answers = []

@@ -8,7 +8,6 @@ database that is down or slow, or a bug into the response.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import final
@@ -22,9 +21,9 @@ from .._errors import (
     Busy,
     CallerBusy,
     NoTargets,
-    StoreError,
     SubmitError,
     TooManyTargets,
+    is_store_outage,
     iter_chain,
 )
 from .._model import JSONValue
@@ -70,17 +69,12 @@ def retry_after_header(seconds: int) -> dict[str, str]:
 def store_failure(exc: BaseException) -> BaseException | None:
     """The database failure in ``exc``'s chain, if it holds one, else None.
 
-    A database failure is a :class:`~trio_batch.StoreError` or one of the driver's operational
-    errors (``psycopg.OperationalError`` and its subclasses: a connection lost, the server
-    shutting down, a query cancelled by ``statement_timeout``, a pool that has no connection).
-    psycopg is not imported for this: if it was never loaded, none of its errors exist.
+    A database failure is what the engine would try again (:func:`is_store_outage`): a
+    :class:`~trio_batch.StoreError`, or a driver's operational error (a connection lost, the
+    server shutting down, a query cancelled by ``statement_timeout``, SQLite locked or out of
+    disk).
     """
-    kinds: tuple[type[BaseException], ...] = (StoreError,)
-    if "psycopg" in sys.modules:
-        import psycopg
-
-        kinds += (psycopg.OperationalError,)
-    return next((e for e in iter_chain(exc) if isinstance(e, kinds)), None)
+    return next((e for e in iter_chain(exc) if is_store_outage(e)), None)
 
 
 def store_unavailable(retry_after_seconds: int) -> ApiError:
