@@ -52,3 +52,31 @@ async def open_test_store(
         PostgresStore.open(dsn, schema=schema, instance_timeout=instance_timeout) as store,
     ):
         yield store
+
+
+@asynccontextmanager
+async def table_locked(dsn: str, schema: str, table: str) -> AsyncIterator[None]:
+    """Another connection holds ``LOCK TABLE schema.table IN ACCESS EXCLUSIVE MODE`` during
+    the block (as a migration or ``VACUUM FULL`` would); released however the block ends."""
+    import psycopg
+    from psycopg import sql
+
+    def lock() -> psycopg.Connection[tuple[object, ...]]:
+        conn = psycopg.connect(dsn)  # not autocommit: the lock lasts until rollback
+        conn.execute(
+            sql.SQL("LOCK TABLE {}.{} IN ACCESS EXCLUSIVE MODE").format(
+                sql.Identifier(schema), sql.Identifier(table)
+            )
+        )
+        return conn
+
+    def release(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        conn.rollback()
+        conn.close()
+
+    conn = await trio.to_thread.run_sync(lock)
+    try:
+        yield
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(release, conn)

@@ -9,7 +9,6 @@ and a write that has not finished is left to the store.
 from __future__ import annotations
 
 import time
-import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,16 +18,13 @@ import trio
 import trio.testing
 
 from tests.http.conftest import auth, make_keys
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
 from tests.web.test_cache_wait import URL, StalledCache, stalled_fetcher
 from trio_batch import Config, Target, open_engine
 from trio_batch.http import create_app
 from trio_batch.stores import MemoryStore, Store
 from trio_batch.testing import asgi_lifespan
 from trio_batch.web._cache import CACHE_WAIT
-
-if typing.TYPE_CHECKING:
-    import psycopg
 
 SLACK = 2.0
 """Seconds over 2 * CACHE_WAIT that /v1/fetch may take on a loaded 2-core machine (real time)."""
@@ -72,22 +68,6 @@ class TestStalledCache:
         assert elapsed == pytest.approx(2 * CACHE_WAIT)
 
 
-def _lock_web_cache(schema: str) -> psycopg.Connection[tuple[object, ...]]:
-    import psycopg
-    from psycopg import sql
-
-    conn = psycopg.connect(PG_DSN)  # not autocommit: the lock lasts until rollback
-    conn.execute(
-        sql.SQL("LOCK TABLE {}.web_cache IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema))
-    )
-    return conn
-
-
-def _release(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    conn.rollback()
-    conn.close()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not PG_DSN, reason=SKIP_REASON)
 class TestLockedWebCacheTable:
@@ -109,8 +89,7 @@ class TestLockedWebCacheTable:
         ):
             assert (await client.post("/v1/fetch", json={"url": URL}, headers=auth())).is_success
             other = {"url": URL + "&other=1"}
-            conn = await trio.to_thread.run_sync(_lock_web_cache, schema)
-            try:
+            async with table_locked(PG_DSN, schema, "web_cache"):
                 start = time.monotonic()
                 locked = await client.post("/v1/fetch", json=other, headers=auth())
                 elapsed = time.monotonic() - start
@@ -118,9 +97,6 @@ class TestLockedWebCacheTable:
                 start = time.monotonic()  # a queued write cannot be cancelled: time it
                 admitted = await store.admit(job, limits)
                 admitting = time.monotonic() - start
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(_release, conn)
             again = await client.post("/v1/fetch", json=other, headers=auth())
             cached = await client.post("/v1/fetch", json=other, headers=auth())
 

@@ -13,18 +13,14 @@ import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 import trio
 
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
 from trio_batch.http import Settings, add_key
 from trio_batch.testing import ScriptedFetch
-
-if TYPE_CHECKING:
-    import psycopg
 
 pytest.importorskip("psycopg")
 
@@ -74,31 +70,11 @@ async def open_service(tmp_path: Path, **settings: object) -> AsyncIterator[Serv
             nursery.cancel_scope.cancel()
 
 
-def _lock_jobs(schema: str) -> psycopg.Connection[tuple[object, ...]]:
-    import psycopg
-    from psycopg import sql
-
-    conn = psycopg.connect(PG_DSN)  # not autocommit: the lock lasts until rollback
-    conn.execute(
-        sql.SQL("LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema))
-    )
-    return conn
-
-
-def _release(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    conn.rollback()
-    conn.close()
-
-
 @asynccontextmanager
 async def jobs_locked(service: Service) -> AsyncIterator[None]:
     """Another connection holds an exclusive lock on the jobs table during the block."""
-    conn = await trio.to_thread.run_sync(_lock_jobs, service.schema)
-    try:
+    async with table_locked(PG_DSN, service.schema, "jobs"):
         yield
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(_release, conn)
 
 
 async def _timed(client: httpx.AsyncClient, request: httpx.Request) -> tuple[httpx.Response, float]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -32,6 +31,7 @@ from trio_batch.stores import PostgresStore
 from trio_batch.stores._postgres import _sql
 from trio_batch.stores._protocol import Limits, NewJob, Outcome, Stored
 
+from ...pg_support import table_locked
 from ...support import Recorder
 
 LIMITS = Limits(ttl=3600.0, targets_per_job=50, jobs_per_caller=100, jobs_total=100)
@@ -74,37 +74,6 @@ async def poll(condition: Callable[[], object]) -> None:
             if await trio.to_thread.run_sync(condition):
                 return
             await trio.sleep(0.01)  # a condition in another process: poll the real clock
-
-
-@contextmanager
-def locked(dsn: str, table: str) -> Iterator[None]:
-    """Hold ``LOCK TABLE table IN ACCESS EXCLUSIVE MODE`` from another connection."""
-    with psycopg.connect(dsn) as conn:
-        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-        try:
-            yield
-        finally:
-            conn.rollback()
-
-
-@asynccontextmanager
-async def holding_lock(dsn: str, table: str) -> AsyncIterator[None]:
-    """:func:`locked`, held by a worker thread for the duration of the block."""
-    taken, release = trio.Event(), trio.Event()
-    token = trio.lowlevel.current_trio_token()
-
-    def hold() -> None:
-        with locked(dsn, table):
-            token.run_sync_soon(taken.set)
-            trio.from_thread.run(release.wait, trio_token=token)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.to_thread.run_sync, hold)
-        await taken.wait()
-        try:
-            yield
-        finally:
-            release.set()
 
 
 class HeldFetch:
@@ -160,7 +129,7 @@ class TestLostConnection:
                 with trio.fail_after(DEADLINE):
                     await fetch.reached.wait()
                 if round_ % 2 == 0:  # mid-batch: the writer waits on a lock, holding a batch
-                    async with holding_lock(pg_dsn, f"{pg_schema}.targets"):
+                    async with table_locked(pg_dsn, pg_schema, "targets"):
                         fetch.gate.set()
                         await poll(partial(sessions, pg_dsn, name, waiting_on_lock=True))
                         assert await trio.to_thread.run_sync(terminate, pg_dsn, name) >= 1
@@ -229,7 +198,7 @@ class TestCallTimeout:
             targets = [Target("https://x.test/0")]
             await store.admit(NewJob("j", "c", "fleet", "k", targets, NOW), LIMITS)
             errors: list[str] = []
-            async with holding_lock(pg_dsn, f"{pg_schema}.jobs"):
+            async with table_locked(pg_dsn, pg_schema, "jobs"):
                 with trio.fail_after(DEADLINE):
                     for call in (
                         lambda: store.snapshot("j"),
@@ -280,7 +249,7 @@ class TestEngineWaitsForTheStore:
                 sub = await engine.submit(Caller("c"), "fleet", urls)
                 with trio.fail_after(DEADLINE):
                     await fetch.reached.wait()
-                    async with holding_lock(pg_dsn, f"{pg_schema}.targets"):
+                    async with table_locked(pg_dsn, pg_schema, "targets"):
                         fetch.gate.set()
                         await tried.wait()  # a write was cancelled by the server
                         live = engine.statistics().live_jobs
@@ -324,7 +293,7 @@ class TestCommittedWritesKeepTheirAnswer:
 
             with trio.fail_after(DEADLINE):
                 async with (
-                    holding_lock(pg_dsn, f"{pg_schema}.instances"),
+                    table_locked(pg_dsn, pg_schema, "instances"),
                     trio.open_nursery() as nursery,  # both in one batch
                 ):
                     nursery.start_soon(recover)
