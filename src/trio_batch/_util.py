@@ -76,3 +76,8 @@ def raise_saving_context(exc: BaseException) -> NoReturn:
     finally:
         exc.__context__ = context
         del exc, context
+
+
+def plural(count: int) -> str:
+    """The ending for ``count`` things: ``f"{n} target{plural(n)}"`` is "1 target", "2 targets"."""
+    return "" if count == 1 else "s"

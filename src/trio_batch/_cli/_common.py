@@ -71,11 +71,6 @@ def target_line(idx: int, target: TargetStatus) -> dict[str, JSONValue]:
     return {**target_json(target), "idx": idx}
 
 
-def plural(count: int) -> str:
-    """The ending for ``count`` things: ``f"{n} target{plural(n)}"`` is "1 target", "2 targets"."""
-    return "" if count == 1 else "s"
-
-
 def dump_line(data: Mapping[str, JSONValue]) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
 

@@ -25,8 +25,7 @@ from .._config import Hooks
 from .._engine import BatchEngine
 from .._live import FetchFunc
 from .._model import Caller, JobStatus, Result, Target, TargetState
-from .._util import raise_single_exception_from_group
-from ._common import plural
+from .._util import plural, raise_single_exception_from_group
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

@@ -29,7 +29,7 @@ from .._errors import Busy, CallerBusy, TargetError
 from .._live import FetchFunc
 from .._model import Caller, JSONValue, Target
 from .._open import open_engine
-from .._util import raise_single_exception_from_group
+from .._util import plural, raise_single_exception_from_group
 from ..stores import Store
 from ._common import (
     DEFAULT_DB,
@@ -45,7 +45,6 @@ from ._common import (
     cidr,
     dump_line,
     open_cli_store,
-    plural,
     positive_int,
     target_line,
 )

@@ -19,10 +19,10 @@ from .._errors import StoreError
 from .._live import FetchFunc
 from .._model import Caller
 from .._open import open_engine
+from .._util import plural
 from ..http import KeyRing, PrecheckFunc, Settings, create_app, load_keys, serve
 from ..metrics import PrometheusMetrics
 from ..stores import SQLiteStore, Store
-from ._common import plural
 from ._signals import watch_signals
 
 _log = logging.getLogger("trio_batch.http")

@@ -22,6 +22,7 @@ from .._model import (
     TargetState,
     TargetStatus,
 )
+from .._util import plural
 from ._protocol import Limits, ResumedJob
 
 LIVE_SQL = "(" + ", ".join(f"'{s.value}'" for s in LIVE_STATUSES) + ")"
@@ -46,18 +47,14 @@ def check_caps(n_targets: int, caller_live: int, total_live: int, limits: Limits
         )
     if caller_live >= limits.jobs_per_caller:
         raise CallerBusy(
-            f"this caller already has {_live_jobs(caller_live)} (the limit is "
+            f"this caller already has {caller_live} live job{plural(caller_live)} (the limit is "
             f"{limits.jobs_per_caller}): wait for one to finish, or cancel one"
         )
     if total_live >= limits.jobs_total:
         raise Busy(
-            f"the engine already runs {_live_jobs(total_live)} (the limit is "
+            f"the engine already runs {total_live} live job{plural(total_live)} (the limit is "
             f"{limits.jobs_total}): try again shortly"
         )
-
-
-def _live_jobs(count: int) -> str:
-    return f"{count} live job" if count == 1 else f"{count} live jobs"
 
 
 def terminal_status(states: Sequence[TargetState]) -> JobStatus:
