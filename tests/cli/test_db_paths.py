@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 from pathlib import Path
 
 import pytest
 import trio
 
+from tests.cli.test_serve_errors import add_key, serve_until_it_stops
 from trio_batch._cli import main
 
 CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
@@ -148,27 +147,11 @@ class TestServe:
         pytest.importorskip("hypercorn")
         (tmp_path / "urls.txt").write_bytes(URLS)
         (tmp_path / "somedir").mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
-        await trio.run_process(
-            [*CLI, "keys", "add", "alice", "--keys", "keys.toml"], cwd=tmp_path, env=env,
-            capture_stdout=True,
-        )  # fmt: skip
+        await add_key(tmp_path)
         before = await trio.to_thread.run_sync(_tree, tmp_path)
 
-        done = await trio.run_process(
-            [*CLI, "serve", "--keys", "keys.toml", "--db", db, "--port", "0"],
-            cwd=tmp_path,
-            env=env,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+        code, err = await serve_until_it_stops(["--db", db, "--port", "0"], tmp_path)
 
-        err = [
-            line
-            for line in done.stderr.decode().splitlines()
-            if not re.search(r" (INFO|WARNING) ", line)
-        ]
-        assert 2 == done.returncode
-        assert [f"trio-batch serve: {message}"] == err
+        assert 2 == code
+        assert f"trio-batch serve: {message}" == err
         assert before == await trio.to_thread.run_sync(_tree, tmp_path)

@@ -18,22 +18,28 @@ from trio_batch.stores import SQLiteStore
 pytest.importorskip("hypercorn")
 
 CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
+_ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
 
 
-async def _serve(args: list[str], cwd: Path) -> tuple[int, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
+async def add_key(cwd: Path) -> None:
+    """Make ``cwd/keys.toml`` with a key for alice, as an operator would."""
     keys = await trio.run_process(
         [*CLI, "keys", "add", "alice", "--keys", "keys.toml"],
         cwd=cwd,
-        env=base,
+        env=_ENV,
         capture_stdout=True,
         capture_stderr=True,
     )
     assert keys.returncode == 0
+
+
+async def serve_until_it_stops(args: list[str], cwd: Path) -> tuple[int, str]:
+    """Run ``trio-batch serve --keys keys.toml ARGS`` in ``cwd`` until it exits: its status
+    and its stderr without the INFO and WARNING log lines."""
     done = await trio.run_process(
         [*CLI, "serve", "--keys", "keys.toml", *args],
         cwd=cwd,
-        env=base,
+        env=_ENV,
         capture_stdout=True,
         capture_stderr=True,
         check=False,
@@ -44,6 +50,11 @@ async def _serve(args: list[str], cwd: Path) -> tuple[int, str]:
         if not re.search(r" (INFO|WARNING) ", line)
     ]
     return done.returncode, "\n".join(lines)
+
+
+async def _serve(args: list[str], cwd: Path) -> tuple[int, str]:
+    await add_key(cwd)
+    return await serve_until_it_stops(args, cwd)
 
 
 @pytest.mark.slow
