@@ -7,7 +7,12 @@ one target of a job at a time, and every outcome lands in a store. See SPEC §2 
 from __future__ import annotations
 
 from ._config import Config as Config, Hooks as Hooks
-from ._engine import BatchEngine as BatchEngine
+from ._engine import (
+    BatchEngine as BatchEngine,
+    EngineStatistics as EngineStatistics,
+    FetchFunc as FetchFunc,
+    open_engine as open_engine,
+)
 from ._errors import (
     Busy as Busy,
     CallerBusy as CallerBusy,
@@ -20,7 +25,6 @@ from ._errors import (
     TargetError as TargetError,
     TooManyTargets as TooManyTargets,
 )
-from ._live import EngineStatistics as EngineStatistics, FetchFunc as FetchFunc
 from ._model import (
     Caller as Caller,
     Job as Job,
@@ -34,7 +38,6 @@ from ._model import (
     TargetStatus as TargetStatus,
     Webhook as Webhook,
 )
-from ._open import open_engine as open_engine
 from ._util import fixup_module_metadata as _fixup_module_metadata
 
 __version__ = "0.1.0.dev0"

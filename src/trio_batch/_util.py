@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any, NoReturn, TypeVar
 
 import trio
@@ -81,3 +82,20 @@ def raise_saving_context(exc: BaseException) -> NoReturn:
 def plural(count: int) -> str:
     """The ending for ``count`` things: ``f"{n} target{plural(n)}"`` is "1 target", "2 targets"."""
     return "" if count == 1 else "s"
+
+
+def backoff(attempt: int, first: float, longest: float, *, jitter: float = 0.0) -> float:
+    """Seconds to wait before try ``attempt + 1``, after ``attempt`` (1, 2, ...) failed tries.
+
+    ``first`` doubled at each failure, up to ``longest``. With ``jitter`` (0 to 1) the wait is
+    shortened by up to that share of itself, at random: clients that failed together (a
+    receiver restarting, a database failing over) then come back spread out instead of all at
+    once. The one backoff of the house: the engine's store retries, the PostgreSQL writer's
+    reconnects, webhook deliveries and the client's stream resumption all wait through it.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1 (got {attempt})")
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter must be from 0 to 1 (got {jitter})")
+    wait = min(first * 2.0 ** min(attempt - 1, 64), longest)
+    return wait * (1.0 - jitter * random.random()) if jitter else wait

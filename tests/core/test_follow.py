@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from trio_batch import Caller, JobStatus, Target, TargetState, open_engine
-from trio_batch._follow import JobWatchers
+from trio_batch._engine._watch import JobWatchers
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import trio
 import trio.testing
 
-from trio_batch._groups import drain_in_groups
+from trio_batch._engine._groups import drain_in_groups
 
 
 class Pipeline:

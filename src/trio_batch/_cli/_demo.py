@@ -22,10 +22,9 @@ from typing import IO, TYPE_CHECKING, final
 import trio
 
 from .._config import Config
-from .._engine import BatchEngine
+from .._engine import BatchEngine, open_engine
 from .._errors import StoreError
 from .._model import Caller, JobStatus, Options, Target, TargetState
-from .._open import open_engine
 from .._util import raise_single_exception_from_group
 from ._common import open_cli_store
 from ._demo_site import DemoSite, serve_demo_site

@@ -22,8 +22,7 @@ from typing import IO, TYPE_CHECKING, Literal, final
 import trio
 
 from .._config import Hooks
-from .._engine import BatchEngine
-from .._live import FetchFunc
+from .._engine import BatchEngine, FetchFunc
 from .._model import Caller, JobStatus, Result, Target, TargetState
 from .._util import plural, raise_single_exception_from_group
 

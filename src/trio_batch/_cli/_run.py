@@ -24,11 +24,9 @@ from typing import IO
 import trio
 
 from .._config import Config
-from .._engine import BatchEngine
+from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import Busy, CallerBusy, TargetError
-from .._live import FetchFunc
 from .._model import Caller, JSONValue, Target
-from .._open import open_engine
 from .._util import plural, raise_single_exception_from_group
 from ..stores import Store
 from ._common import (

@@ -14,11 +14,9 @@ from collections.abc import AsyncIterator, Callable
 
 import trio
 
-from .._engine import BatchEngine
+from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import StoreError
-from .._live import FetchFunc
 from .._model import Caller
-from .._open import open_engine
 from .._util import plural
 from ..http import KeyRing, PrecheckFunc, Settings, create_app, load_keys, serve
 from ..metrics import PrometheusMetrics

@@ -27,8 +27,8 @@ from typing import final
 
 import trio
 
+from .._engine import FetchFunc
 from .._errors import StoreError
-from .._live import FetchFunc
 from .._model import Caller, Result, Target, TargetState, TargetStatus
 from ..stores import SQLiteStore
 from ._catalog import list_jobs, resolve_id

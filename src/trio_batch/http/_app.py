@@ -19,9 +19,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from .._engine import BatchEngine
+from .._engine import BatchEngine, FetchFunc
 from .._errors import NotRetryable, SubmitError, TargetError, classify_failure
-from .._live import FetchFunc
 from .._model import Snapshot
 from ..metrics import PrometheusMetrics
 from . import _render as render, _stream as stream

@@ -11,8 +11,7 @@ from typing import final
 import trio
 from starlette.requests import Request
 
-from .._engine import BatchEngine
-from .._live import FetchFunc
+from .._engine import BatchEngine, FetchFunc
 from ..metrics import PrometheusMetrics
 from ._deadline import StoreCalls
 from ._errors import ApiError, retry_after_header

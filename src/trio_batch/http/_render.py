@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .._live import EngineStatistics
+from .._engine import EngineStatistics
 from .._model import (
     Job,
     JSONValue,

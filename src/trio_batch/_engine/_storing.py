@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from ._errors import is_store_outage
-from ._model import TargetState
-from .stores._protocol import FinishItem, Outcome, Store, Stored
+from .._errors import is_store_outage
+from .._model import TargetState
+from .._util import backoff
+from ..stores._protocol import FinishItem, Outcome, Store, Stored
 
 RETRY_FIRST = 0.5
 RETRY_MAX = 10.0
@@ -40,7 +41,7 @@ async def store_outcomes(
     todo = list(items)
     results = await _finish(store, todo, wall(), max_bytes)
     replaced: set[int] = set()
-    wait = RETRY_FIRST
+    outages = 0
     while True:
         again: list[int] = []
         outage: Exception | None = None
@@ -58,6 +59,8 @@ async def store_outcomes(
         if not again or stopping.is_set():
             return results
         if outage is not None:
+            outages += 1
+            wait = backoff(outages, RETRY_FIRST, RETRY_MAX)
             error = type(outage).__name__
             log.warning(
                 "store finish_targets failed with %s; %d outcomes wait, next try in %.1f s",
@@ -75,7 +78,6 @@ async def store_outcomes(
                 await stopping.wait()
             if stopping.is_set():
                 return results
-            wait = min(wait * 2, RETRY_MAX)
         retried = await _finish(store, [todo[i] for i in again], wall(), max_bytes)
         for i, result in zip(again, retried, strict=True):
             results[i] = result

@@ -9,22 +9,17 @@ wakes every watcher at once and nothing queues up: a slow watcher does not buffe
 reads the store again when it wakes (a change is a hint, the store is the record). Leaving the
 ``with engine.watch(job_id)`` block frees the watcher at once, and the job's entry with its last
 watcher.
-
-:class:`EngineReads` is the part of :class:`~trio_batch.BatchEngine` that reads: listings, a job's
-counts, targets in chunks, and :meth:`EngineReads.watch`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Hashable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from typing import final
 
 import trio
 
-from ._model import Job, JobStatus, TargetState, TargetStatus
-from .stores._protocol import MAX_READ, JobCursor, JobSummary, Store
+from ..stores._protocol import Store
 
 
 class _Entry:
@@ -40,7 +35,7 @@ class _Entry:
 
 @final
 class JobWatch:
-    """One watcher of one job; from :meth:`EngineReads.watch`."""
+    """One watcher of one job; from :meth:`~trio_batch.BatchEngine.watch`."""
 
     __slots__ = ("_entry", "_owner", "_poll", "_seen")
 
@@ -181,106 +176,3 @@ def is_shared(store: Store) -> bool:
 def watchers_for(store: Store) -> JobWatchers:
     """The registry an engine over ``store`` uses: polling once a second if it is shared."""
     return JobWatchers(SHARED_POLL_SECONDS if is_shared(store) else None)
-
-
-class EngineReads:
-    """Reads of :class:`~trio_batch.BatchEngine` beyond ``status``: for listings and streams.
-
-    Each is a read: it writes nothing and does not move the lease. Cancellation: safe to cancel
-    at any point. Each raises :class:`trio.ClosedResourceError` once the engine is closed.
-    """
-
-    _store: Store
-
-    @functools.cached_property
-    def _watchers(self) -> JobWatchers:
-        """The engine's watchers, made on first use (polling once a second on a shared store)."""
-        return watchers_for(self._store)
-
-    def _check_open(self) -> None:
-        raise NotImplementedError  # BatchEngine's
-
-    async def job(self, job_id: str) -> Job | None:
-        """The job alone (status, counts done), or None; one row whatever the job's size."""
-        self._check_open()
-        await trio.lowlevel.checkpoint_if_cancelled()
-        return await self._store.read_job(job_id)
-
-    async def summary(self, job_id: str) -> JobSummary | None:
-        """The job and its targets counted by state, or None; cheap whatever the job's size."""
-        self._check_open()
-        await trio.lowlevel.checkpoint_if_cancelled()
-        return await self._store.job_summary(job_id)
-
-    async def jobs(
-        self,
-        caller: str,
-        *,
-        statuses: Sequence[JobStatus] | None = None,
-        limit: int = 50,
-        before: JobCursor | None = None,
-    ) -> list[JobSummary]:
-        """A page of ``caller``'s jobs, newest first (see ``Store.list_jobs``).
-
-        Raises:
-            ValueError: ``limit`` is not from 1 to 1000.
-        """
-        self._check_open()
-        if not 1 <= limit <= MAX_READ:
-            raise ValueError(f"limit must be from 1 to {MAX_READ} (got {limit})")
-        await trio.lowlevel.checkpoint_if_cancelled()
-        return await self._store.list_jobs(caller, statuses, limit, before)
-
-    async def targets(
-        self,
-        job_id: str,
-        *,
-        after: int = -1,
-        limit: int = 100,
-        states: Sequence[TargetState] | None = None,
-        results: bool = True,
-    ) -> list[TargetStatus]:
-        """Up to ``limit`` targets after index ``after``, in input order (``Store.read_targets``).
-
-        Raises:
-            ValueError: ``limit`` is not from 1 to 1000.
-        """
-        self._check_open()
-        if not 1 <= limit <= MAX_READ:
-            raise ValueError(f"limit must be from 1 to {MAX_READ} (got {limit})")
-        await trio.lowlevel.checkpoint_if_cancelled()
-        return await self._store.read_targets(job_id, after, limit, states, results=results)
-
-    def watch(self, job_id: str) -> AbstractContextManager[JobWatch]:
-        """``with engine.watch(job_id) as w:`` then ``await w.wait()`` wakes on the job's changes.
-
-        Open the watch *before* reading the job: a change between the read and the wait is then
-        not missed (the wait returns at once). The engine reports a change when it has stored an
-        outcome of the job, and when the job ends (settled, cancelled or interrupted). Leaving
-        the block frees the watcher.
-
-        Raises:
-            trio.ClosedResourceError: the engine is closed.
-        """
-        self._check_open()
-        return self._watchers.watch(job_id)
-
-    def next_webhook_change(self) -> trio.Event:
-        """A :class:`trio.Event` set at the engine's next change of a job that has a webhook
-        (a target stored, the job ended), or when the engine closes.
-
-        Take the event *before* reading the store, then wait on it: a change in between is not
-        missed. What the HTTP service's webhook deliveries wake on, so a busy engine whose jobs
-        have no webhook never wakes them. Changes made by another engine on a shared store are
-        not seen: poll the store too.
-
-        Raises:
-            trio.ClosedResourceError: the engine is closed.
-        """
-        self._check_open()
-        return self._watchers.next_change()
-
-    @property
-    def watchers(self) -> int:
-        """Watchers open now (NDJSON followers and event streams of the HTTP API, say)."""
-        return self._watchers.count

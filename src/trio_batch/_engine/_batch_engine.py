@@ -16,34 +16,48 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import final
 
 import trio
 
-from ._config import Config
-from ._errors import NoTargets, RetryLater, TargetError, classify_failure
-from ._follow import EngineReads, is_shared
-from ._groups import drain_in_groups
-from ._hooks import SafeHooks
-from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, resumed_live_jobs
-from ._model import (
+from .._config import Config
+from .._errors import NoTargets, RetryLater, TargetError, classify_failure
+from .._hooks import SafeHooks
+from .._model import (
     Caller,
     CallerClass,
+    Job,
     JobStatus,
     Result,
     Snapshot,
     Submitted,
     Target,
     TargetState,
+    TargetStatus,
     Webhook,
     checked_submission,
     idempotency_key,
 )
+from .._util import NoPublicConstructor, raise_single_exception_from_group
+from ..stores._protocol import (
+    MAX_READ,
+    JobCursor,
+    JobSummary,
+    Limits,
+    NewJob,
+    Outcome,
+    ResumedJob,
+    Store,
+    Stored,
+)
+from ._groups import drain_in_groups
+from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, resumed_live_jobs
 from ._retry import failed_targets
 from ._storing import store_outcomes
-from ._util import NoPublicConstructor
-from .stores._protocol import Limits, NewJob, Outcome, ResumedJob, Store, Stored
+from ._watch import JobWatch, is_shared, watchers_for
 
 # Bookkeeping that must land even while the engine is being cancelled, but never forever.
 _CLEANUP_SECONDS = 5.0
@@ -56,7 +70,7 @@ _GROUPS_IN_FLIGHT = 2
 
 
 @final
-class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
+class BatchEngine(metaclass=NoPublicConstructor):
     """Runs batch jobs fairly over a store. Obtain one from :func:`open_engine`."""
 
     def __init__(
@@ -93,6 +107,8 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         self._closing = False
         self._stopping = trio.Event()  # set as closing begins: outcomes stop waiting for the store
         self._closed = trio.Event()
+        # Who waits on which job: polling once a second on a store other engines share.
+        self._watchers = watchers_for(store)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -256,6 +272,93 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
         self._check_open()
         await trio.lowlevel.checkpoint_if_cancelled()
         return await self._store.touch(job_id, self._wall())
+
+    # -- reads for listings and streams -------------------------------------------------------
+
+    async def job(self, job_id: str) -> Job | None:
+        """The job alone (status, counts done), or None; one row whatever the job's size."""
+        self._check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return await self._store.read_job(job_id)
+
+    async def summary(self, job_id: str) -> JobSummary | None:
+        """The job and its targets counted by state, or None; cheap whatever the job's size."""
+        self._check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return await self._store.job_summary(job_id)
+
+    async def jobs(
+        self,
+        caller: str,
+        *,
+        statuses: Sequence[JobStatus] | None = None,
+        limit: int = 50,
+        before: JobCursor | None = None,
+    ) -> list[JobSummary]:
+        """A page of ``caller``'s jobs, newest first (see ``Store.list_jobs``).
+
+        Raises:
+            ValueError: ``limit`` is not from 1 to 1000.
+        """
+        self._check_open()
+        if not 1 <= limit <= MAX_READ:
+            raise ValueError(f"limit must be from 1 to {MAX_READ} (got {limit})")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return await self._store.list_jobs(caller, statuses, limit, before)
+
+    async def targets(
+        self,
+        job_id: str,
+        *,
+        after: int = -1,
+        limit: int = 100,
+        states: Sequence[TargetState] | None = None,
+        results: bool = True,
+    ) -> list[TargetStatus]:
+        """Up to ``limit`` targets after index ``after``, in input order (``Store.read_targets``).
+
+        Raises:
+            ValueError: ``limit`` is not from 1 to 1000.
+        """
+        self._check_open()
+        if not 1 <= limit <= MAX_READ:
+            raise ValueError(f"limit must be from 1 to {MAX_READ} (got {limit})")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return await self._store.read_targets(job_id, after, limit, states, results=results)
+
+    def watch(self, job_id: str) -> AbstractContextManager[JobWatch]:
+        """``with engine.watch(job_id) as w:`` then ``await w.wait()`` wakes on the job's changes.
+
+        Open the watch *before* reading the job: a change between the read and the wait is then
+        not missed (the wait returns at once). The engine reports a change when it has stored an
+        outcome of the job, and when the job ends (settled, cancelled or interrupted). Leaving
+        the block frees the watcher.
+
+        Raises:
+            trio.ClosedResourceError: the engine is closed.
+        """
+        self._check_open()
+        return self._watchers.watch(job_id)
+
+    def next_webhook_change(self) -> trio.Event:
+        """A :class:`trio.Event` set at the engine's next change of a job that has a webhook
+        (a target stored, the job ended), or when the engine closes.
+
+        Take the event *before* reading the store, then wait on it: a change in between is not
+        missed. What the HTTP service's webhook deliveries wake on, so a busy engine whose jobs
+        have no webhook never wakes them. Changes made by another engine on a shared store are
+        not seen: poll the store too.
+
+        Raises:
+            trio.ClosedResourceError: the engine is closed.
+        """
+        self._check_open()
+        return self._watchers.next_change()
+
+    @property
+    def watchers(self) -> int:
+        """Watchers open now (NDJSON followers and event streams of the HTTP API, say)."""
+        return self._watchers.count
 
     @property
     def config(self) -> Config:
@@ -548,3 +651,53 @@ class BatchEngine(EngineReads, metaclass=NoPublicConstructor):
             type(exc).__name__,
             extra={"job_id": job_id, "op": op, "error_type": type(exc).__name__},
         )
+
+
+@asynccontextmanager
+async def open_engine(
+    store: Store,
+    fetch: FetchFunc,
+    config: Config = Config(),  # noqa: B008 - Config is frozen
+    *,
+    logger: logging.Logger | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> AsyncIterator[BatchEngine]:
+    """Open a :class:`BatchEngine` whose workers live until the block exits.
+
+    On entry, live jobs left in the store by a process that is gone are failed
+    (``interrupted``), or with ``Config.resume`` put back in the rotation (SPEC §7). On exit
+    the engine is closed (see :meth:`BatchEngine.aclose`). An exception from the block comes
+    out as itself, with its ``__cause__`` and ``__context__``, not wrapped in an exception
+    group; two errors at once (the block's and a crashed worker's) come out as a group.
+
+    Cancellation: cancelling the block cancels every fetch in flight; outcomes already fetched
+    are still stored, and the live jobs end ``failed``/``interrupted`` (bounded by 5 seconds
+    of store writes), or with ``Config.resume`` stay live for the next engine. A cancel during
+    entry leaves nothing running.
+    """
+    if not callable(fetch):
+        raise TypeError("fetch must be an async function (caller, target) -> Result")
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a trio_batch.Config (got {type(config).__name__})")
+    log = logger if logger is not None else logging.getLogger("trio_batch")
+    engine = BatchEngine._create(store, fetch, config, log, wall_clock)
+    resumed: list[ResumedJob] = []
+    if config.resume:
+        resumed = await store.resume(wall_clock())
+    elif recovered := await store.recover(wall_clock()):
+        log.warning(
+            "failed %d live jobs left by a process that is gone",
+            len(recovered),
+            extra={"jobs": len(recovered)},
+        )
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine._run)
+            engine._resume(resumed)
+            try:
+                yield engine
+            finally:
+                await engine.aclose()
+    except BaseExceptionGroup as group:
+        raise_single_exception_from_group(group)
+        raise

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ._errors import NotRetryable
-from ._model import Target, TargetState
-from .stores._protocol import MAX_READ, Store
+from .._errors import NotRetryable
+from .._model import Target, TargetState
+from ..stores._protocol import MAX_READ, Store
 
 
 async def failed_targets(store: Store, caller: str, job_id: str) -> list[Target] | None:

@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import final
 
-from ._model import Caller, Result, Target
-from .stores._protocol import Outcome, ResumedJob
+from .._model import Caller, Result, Target
+from ..stores._protocol import Outcome, ResumedJob
 
 FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
 """The per-target work: given the job's caller and one target, return its ``Result``."""
