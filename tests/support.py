@@ -1,4 +1,4 @@
-"""Helpers shared by the engine tests: a movable wall clock and an event recorder."""
+"""What every test room shares: the callers, a movable wall clock and an event recorder."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from typing import TypeVar
 
 import trio
 
-from trio_batch import Hooks, Target
+from trio_batch import Caller, Hooks, Target
 
 T = TypeVar("T")
+
+ALICE = Caller("alice")
+BOB = Caller("bob")
 
 
 class WallClock:

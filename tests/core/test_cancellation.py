@@ -27,9 +27,7 @@ from trio_batch import (
 from trio_batch.stores import MemoryStore, Store
 from trio_batch.testing import ScriptedFetch
 
-from ..support import Recorder, WallClock, targets
-
-ALICE = Caller("alice")
+from ..support import ALICE, Recorder, WallClock, targets
 
 
 @asynccontextmanager

@@ -32,10 +32,7 @@ from trio_batch import (
 from trio_batch.stores import FinishItem, MemoryStore, Store, Stored
 from trio_batch.testing import ScriptedFetch
 
-from ..support import Recorder, WallClock, targets, url
-
-ALICE = Caller("alice")
-BOB = Caller("bob")
+from ..support import ALICE, BOB, Recorder, WallClock, targets, url
 
 
 @asynccontextmanager

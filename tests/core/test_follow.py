@@ -6,12 +6,13 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batch import Caller, JobStatus, Target, TargetState, open_engine
+from trio_batch import JobStatus, Target, TargetState, open_engine
 from trio_batch._engine._watch import JobWatchers
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 
-ALICE = Caller("alice")
+from ..support import ALICE
+
 A, B, C = "https://a.test/", "https://b.test/", "https://c.test/"
 
 

@@ -8,19 +8,22 @@ Store agreement (every backend answers as MemoryStore does) is the state machine
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import trio
 import trio.testing
 from hypothesis import given, strategies as st
 
 from trio_batch import (
+    BatchEngine,
     Caller,
     Config,
     Hooks,
     JobStatus,
     Result,
     RetryLater,
+    Snapshot,
     SubmitError,
     Target,
     TargetError,
@@ -59,35 +62,99 @@ def plans(draw: st.DrawFn) -> tuple[int, list[PlannedJob]]:
     return workers, jobs
 
 
-async def run_plan(workers: int, plan: list[PlannedJob]) -> None:
-    starts: dict[str, list[tuple[int, float, float]]] = {}
-    running: dict[str, int] = {}
-    inflight_seen: list[int] = []
-    events: list[str] = []
-    job_of_url: dict[str, str] = {}
-    cancelled_at: dict[str, float] = {}
+@dataclass
+class Seen:
+    """What the fake fetch and the submitters saw while a plan ran."""
 
-    async def fetch(caller: Caller, target: Target) -> Result:
+    starts: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
+    running: dict[str, int] = field(default_factory=dict)
+    cancelled_at: dict[str, float] = field(default_factory=dict)
+    admitted: dict[str, str] = field(default_factory=dict)
+
+    async def fetch(self, caller: Caller, target: Target) -> Result:
+        """A second of work, then the outcome the plan names; two at once for a job is a bug."""
         job_key, idx_text, kind = target.url.split("|")
         idx = int(idx_text)
-        running[job_key] = running.get(job_key, 0) + 1
-        assert running[job_key] == 1, "two targets of one job in flight"
+        self.running[job_key] = self.running.get(job_key, 0) + 1
+        assert self.running[job_key] == 1, "two targets of one job in flight"
         start = trio.current_time()
         try:
             await trio.sleep(1.0)
         finally:
-            running[job_key] -= 1
-        starts.setdefault(job_key, []).append((idx, start, trio.current_time()))
+            self.running[job_key] -= 1
+        self.starts.setdefault(job_key, []).append((idx, start, trio.current_time()))
+
         if kind == "fail":
             raise TargetError("failed", hint="h")
         if kind == "crash":
             raise ValueError("boom")
-        if kind == "busy" and len([s for s in starts[job_key] if s[0] == idx]) == 1:
+        if kind == "busy" and len([s for s in self.starts[job_key] if s[0] == idx]) == 1:
             raise RetryLater()
         if kind == "busy-forever":
             raise RetryLater()
         return Result(kind)
 
+    async def submit_and_cancel(self, engine: BatchEngine, key: str, job: PlannedJob) -> None:
+        """Submit ``job`` at its time, then cancel it at its time, as the plan says."""
+        await trio.sleep(job.submit_at)
+        batch = [Target(f"{key}|{i}|{kind}") for i, kind in enumerate(job.outcomes)]
+        try:
+            sub = await engine.submit(Caller(job.caller), "fleet", batch)
+        except SubmitError:
+            return
+        if sub.reused:
+            return
+        self.admitted[key] = sub.id
+
+        if job.cancel_at is not None:
+            await trio.sleep(job.cancel_at)
+            if await engine.cancel(sub.id):
+                self.cancelled_at[key] = trio.current_time()
+
+
+def expected_status(finished: Sequence[TargetState]) -> JobStatus:
+    """The status SPEC §3 gives a job that ran to its end with these finished targets."""
+    if set(finished) == {TargetState.DONE}:
+        return JobStatus.DONE
+    if set(finished) == {TargetState.FAILED}:
+        return JobStatus.FAILED
+    return JobStatus.PARTIAL
+
+
+FAILURE_TEXT = {"fail": "failed", "crash": "internal error", "busy-forever": "busy"}
+
+
+def check_job(snap: Snapshot | None, seen: Seen, key: str, planned: PlannedJob) -> None:
+    """One admitted job ended terminal, ran serially and in order, and is summed up right."""
+    assert snap is not None
+    summary, targets = snap
+    assert not summary.status.live
+    states = [t.status for t in targets]
+    assert TargetState.RUNNING not in states
+    finished = [s for s in states if s in (TargetState.DONE, TargetState.FAILED)]
+    assert len(finished) == summary.targets_done
+
+    # targets are fetched in order, one at a time
+    spans = seen.starts.get(key, [])
+    order = [idx for idx, _, _ in spans]
+    assert order == sorted(order)
+    assert all(a[2] <= b[1] for a, b in itertools.pairwise(spans))
+
+    if key in seen.cancelled_at:
+        assert JobStatus.CANCELLED == summary.status
+        assert all(start <= seen.cancelled_at[key] for _, start, _ in spans)
+    else:
+        assert TargetState.PENDING not in states
+        assert expected_status(finished) == summary.status
+    for target, kind in zip(targets, planned.outcomes, strict=True):
+        if target.status is TargetState.FAILED:
+            assert FAILURE_TEXT[kind] == target.error
+
+
+async def run_plan(workers: int, plan: list[PlannedJob]) -> None:
+    seen = Seen()
+    events: list[str] = []
+    inflight_seen: list[int] = []
     hooks = Hooks(job=events.append, inflight=inflight_seen.append)
     config = Config(
         workers=workers,
@@ -98,74 +165,21 @@ async def run_plan(workers: int, plan: list[PlannedJob]) -> None:
         retry_for=5.0,
         hooks=hooks,
     )
-    store = MemoryStore()
-    admitted: dict[str, str] = {}
-    async with open_engine(store, fetch, config) as engine:
+
+    async with open_engine(MemoryStore(), seen.fetch, config) as engine:
         t0 = trio.current_time()
         async with trio.open_nursery() as nursery:
             for n, job in enumerate(plan):
-
-                async def submit_and_cancel(n: int = n, job: PlannedJob = job) -> None:
-                    await trio.sleep(job.submit_at)
-                    key = f"j{n}"
-                    batch = [Target(f"{key}|{i}|{kind}") for i, kind in enumerate(job.outcomes)]
-                    try:
-                        sub = await engine.submit(Caller(job.caller), "fleet", batch)
-                    except SubmitError:
-                        return
-                    if sub.reused:
-                        return
-                    admitted[key] = sub.id
-                    job_of_url[key] = sub.id
-                    if job.cancel_at is not None:
-                        await trio.sleep(job.cancel_at)
-                        if await engine.cancel(sub.id):
-                            cancelled_at[key] = trio.current_time()
-
-                nursery.start_soon(submit_and_cancel)
+                nursery.start_soon(seen.submit_and_cancel, engine, f"j{n}", job)
         await trio.sleep(200)
         assert engine.statistics().live_jobs == 0
         assert trio.current_time() - t0 >= 200
 
-        for key, job_id in admitted.items():
-            snap = await engine.status(job_id)
-            assert snap is not None
-            summary, targets = snap
-            assert not summary.status.live
-            states = [t.status for t in targets]
-            assert TargetState.RUNNING not in states
-            finished = [s for s in states if s in (TargetState.DONE, TargetState.FAILED)]
-            assert len(finished) == summary.targets_done
-            # targets are fetched in order, one at a time
-            order = [idx for idx, _, _ in starts.get(key, [])]
-            assert order == sorted(order)
-            spans = starts.get(key, [])
-            assert all(a[2] <= b[1] for a, b in itertools.pairwise(spans))
-            if key in cancelled_at:
-                assert JobStatus.CANCELLED == summary.status
-                assert all(start <= cancelled_at[key] for _, start, _ in spans)
-            else:
-                assert TargetState.PENDING not in states
-                expected = (
-                    JobStatus.DONE
-                    if set(finished) == {TargetState.DONE}
-                    else JobStatus.FAILED
-                    if set(finished) == {TargetState.FAILED}
-                    else JobStatus.PARTIAL
-                )
-                assert expected == summary.status
-            for target, kind in zip(targets, plan[int(key[1:])].outcomes, strict=True):
-                if target.status is TargetState.FAILED:
-                    assert (
-                        target.error
-                        == {
-                            "fail": "failed",
-                            "crash": "internal error",
-                            "busy-forever": "busy",
-                        }[kind]
-                    )
+        for key, job_id in seen.admitted.items():
+            check_job(await engine.status(job_id), seen, key, plan[int(key[1:])])
+
     terminal = [e for e in events if e not in ("created", "reused")]
-    assert len(admitted) == len(terminal)
+    assert len(seen.admitted) == len(terminal)
     assert max(inflight_seen, default=0) <= workers
 
 

@@ -20,7 +20,8 @@ from trio_batch import (
 from trio_batch.stores import Store
 from trio_batch.testing import ScriptedFetch
 
-ALICE = Caller("alice")
+from ..support import ALICE
+
 TARGETS = [
     Target("https://ok.example.test/0"),
     Target("https://bad.example.test/1", Options(mode="text")),

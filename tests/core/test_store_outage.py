@@ -15,7 +15,6 @@ import trio
 import trio.testing
 
 from trio_batch import (
-    Caller,
     CallerBusy,
     Config,
     JobStatus,
@@ -27,9 +26,7 @@ from trio_batch import (
 from trio_batch.stores import FinishItem, MemoryStore, Stored
 from trio_batch.testing import ScriptedFetch
 
-from ..support import Recorder, targets, url
-
-ALICE = Caller("alice")
+from ..support import ALICE, Recorder, targets, url
 
 
 class Flaky:

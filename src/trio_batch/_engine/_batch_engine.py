@@ -203,7 +203,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if retry_of:
             self._call_job_hook("retried")
         live = LiveJob(job.id, caller, targets, trio.current_time())
-        live.hooked = webhook is not None
+        live.has_webhook = webhook is not None
         self._enter(live, "created")
         return submitted
 
@@ -233,7 +233,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if before is None:
             return False
         live = self._live.pop(job_id, None)
-        self._watchers.changed(job_id, hooked=live is not None and live.hooked)
+        self._watchers.changed(job_id, has_webhook=live is not None and live.has_webhook)
         if live is not None:
             live.cancelled = True
             seconds = trio.current_time() - live.started
@@ -601,7 +601,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             evicted(stored.evicted)
         live.busy_since = None
         live.next_idx = idx + 1
-        self._watchers.changed(live.id, hooked=live.hooked)
+        self._watchers.changed(live.id, has_webhook=live.has_webhook)
         if stored.terminal is not None:
             self._settle(live, stored.terminal)
         elif live.next_idx < len(live.targets):
@@ -625,7 +625,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     def _settle(self, live: LiveJob, status: JobStatus) -> None:
         self._live.pop(live.id, None)
-        self._watchers.changed(live.id, hooked=live.hooked)
+        self._watchers.changed(live.id, has_webhook=live.has_webhook)
         self._call_job_hook(status.value)
         if (hook := self._hooks.job_seconds) is not None:
             hook(trio.current_time() - live.started)

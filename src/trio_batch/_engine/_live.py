@@ -37,7 +37,7 @@ class LiveJob:
         "busy_since",
         "caller",
         "cancelled",
-        "hooked",
+        "has_webhook",
         "id",
         "next_idx",
         "started",
@@ -52,7 +52,7 @@ class LiveJob:
         self.started = started
         self.busy_since: float | None = None
         self.cancelled = False
-        self.hooked = False  # the job has a webhook: its changes wake the deliveries
+        self.has_webhook = False  # its changes wake the webhook deliveries
 
 
 # A fetched target waiting to be stored: job, index, outcome, the fetch's error, fetch seconds.
@@ -70,6 +70,6 @@ def resumed_live_jobs(resumed: Sequence[ResumedJob], now: float, wall: float) ->
         started = now - max(0.0, wall - job.created_at)
         live = LiveJob(job.id, Caller(job.caller, job.workspace), list(job.targets), started)
         live.next_idx = job.next_idx
-        live.hooked = bool(job.webhook)
+        live.has_webhook = bool(job.webhook)
         jobs.append(live)
     return jobs

@@ -101,7 +101,8 @@ class JobWatchers:
         self._jobs: dict[str, _Entry] = {}
         self._poll = poll
         self._count = 0
-        self._hooked: trio.Event | None = None  # next_change's; made only when someone waits
+        # next_change's event: made only when someone waits for it.
+        self._webhook_change: trio.Event | None = None
         self.closed = False
 
     @property
@@ -114,14 +115,14 @@ class JobWatchers:
         """Jobs with at least one watcher."""
         return len(self._jobs)
 
-    def changed(self, job_id: str, *, hooked: bool = False) -> None:
+    def changed(self, job_id: str, *, has_webhook: bool = False) -> None:
         """The engine stored something of ``job_id``: wake its watchers. Never blocks.
 
-        ``hooked``: the job has a webhook (it wakes :meth:`next_change` too).
+        ``has_webhook``: the job has a webhook, so the change wakes :meth:`next_change` too.
         """
-        if hooked and self._hooked is not None:
-            self._hooked.set()
-            self._hooked = None
+        if has_webhook and self._webhook_change is not None:
+            self._webhook_change.set()
+            self._webhook_change = None
         entry = self._jobs.get(job_id)
         if entry is not None:
             entry.generation += 1
@@ -133,8 +134,8 @@ class JobWatchers:
     def close(self) -> None:
         """Wake every watcher; their waits raise :class:`trio.ClosedResourceError`."""
         self.closed = True
-        if self._hooked is not None:
-            self._hooked.set()
+        if self._webhook_change is not None:
+            self._webhook_change.set()
         for entry in self._jobs.values():
             entry.event.set()
 
@@ -142,9 +143,9 @@ class JobWatchers:
         """An event set at the next change of a job with a webhook, or when the engine closes."""
         if self.closed:
             raise trio.ClosedResourceError("the BatchEngine closed")
-        if self._hooked is None:
-            self._hooked = trio.Event()
-        return self._hooked
+        if self._webhook_change is None:
+            self._webhook_change = trio.Event()
+        return self._webhook_change
 
     @contextmanager
     def watch(self, job_id: str) -> Iterator[JobWatch]:
