@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._app import create_app as create_app
+from ._deliveries import DeliveryPolicy as DeliveryPolicy, open_deliveries as open_deliveries
 from ._keys import (
     KeyRecord as KeyRecord,
     KeyRing as KeyRing,
@@ -22,6 +23,8 @@ from ._keys import (
     add_key as add_key,
     hash_key as hash_key,
     load_keys as load_keys,
+    remove_key as remove_key,
+    set_webhook_secret as set_webhook_secret,
 )
 from ._openapi import openapi_document as openapi_document
 from ._parse import (
@@ -38,6 +41,7 @@ from ._settings import (
 
 __all__ = [
     "MAX_BODY",
+    "DeliveryPolicy",
     "KeyRecord",
     "KeyRing",
     "KeysFileError",
@@ -50,8 +54,11 @@ __all__ = [
     "hash_key",
     "load_keys",
     "load_settings",
+    "open_deliveries",
     "openapi_document",
+    "remove_key",
     "serve",
+    "set_webhook_secret",
 ]
 
 _fixup_module_metadata(__name__, globals())
