@@ -11,6 +11,7 @@ from ._engine import (
     BatchEngine as BatchEngine,
     EngineStatistics as EngineStatistics,
     FetchFunc as FetchFunc,
+    JobWatch as JobWatch,
     open_engine as open_engine,
 )
 from ._errors import (
@@ -54,6 +55,7 @@ __all__ = [
     "Hooks",
     "Job",
     "JobStatus",
+    "JobWatch",
     "NoTargets",
     "NotRetryable",
     "Options",

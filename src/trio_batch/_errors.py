@@ -5,6 +5,7 @@
     Exception
     └── Error                      anything trio-batch raises on purpose
         ├── SubmitError            a submit was refused; nothing was stored
+        │   ├── NotRetryable       a retry of a job still live, or of one with no failed target
         │   ├── NoTargets          the job has no targets
         │   ├── TooManyTargets     more than Config.targets_per_job
         │   ├── CallerBusy         this caller already has Config.jobs_per_caller live jobs
@@ -12,7 +13,8 @@
         ├── TargetError            a fetch function's failure, with a hint for the agent
         ├── RetryLater             a fetch function's "only busy, try again"
         ├── StoreError             the store could not be used as asked (e.g. a second writer)
-        ├── (in trio_batch.http)   KeysFileError, SettingsError: a bad keys or settings file
+        ├── (in trio_batch.http)   KeysFileError: a bad keys file
+        ├── (in the CLI)           SettingsError: a bad settings file or variable
         └── (in trio_batch.client) ClientError: an HTTP error answer of the API
 
 Every message says what was wrong and how to fix it. ``TargetError.status`` is an HTTP status

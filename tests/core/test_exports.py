@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import subprocess
@@ -19,7 +20,9 @@ SPEC_NAMES = {
     "Job", "TargetStatus", "JobStatus", "TargetState", "Submitted", "Snapshot",
     "SubmitError", "NoTargets", "TooManyTargets", "CallerBusy", "Busy",
 }  # fmt: skip
-EXTRA_NAMES = {"EngineStatistics", "Error", "FetchFunc", "NotRetryable", "StoreError", "Webhook"}
+EXTRA_NAMES = {
+    "EngineStatistics", "Error", "FetchFunc", "JobWatch", "NotRetryable", "StoreError", "Webhook",
+}  # fmt: skip
 
 
 def test_all_is_the_spec_names_plus_documented_extras() -> None:
@@ -89,3 +92,37 @@ def test_public_names_report_the_package(name: str) -> None:
 def test_public_classes_are_final(name: str) -> None:
     """Concrete public classes cannot be subclassed by accident (typing.final)."""
     assert getattr(getattr(trio_batch, name), "__final__", False)
+
+
+PUBLIC_MODULES = [
+    "trio_batch",
+    "trio_batch.stores",
+    "trio_batch.web",
+    "trio_batch.http",
+    "trio_batch.client",
+    "trio_batch.metrics",
+    "trio_batch.testing",
+]
+
+
+def documented_names() -> set[str]:
+    """The objects docs/api.md renders (its ``::: dotted.name`` lines)."""
+    api = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    return set(re.findall(r"^::: ([\w.]+)$", api, re.M))
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_every_public_name_is_in_the_api_reference(module: str) -> None:
+    """A name in a public module's ``__all__`` has an entry in docs/api.md, so a user finds it."""
+    names = importlib.import_module(module).__all__
+    missing = [f"{module}.{name}" for name in names]
+
+    assert [] == [name for name in missing if name not in documented_names()]
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_public_all_is_sorted(module: str) -> None:
+    """Every public ``__all__`` is sorted, so a reader finds a name where it should be."""
+    names = list(importlib.import_module(module).__all__)
+
+    assert sorted(names) == names

@@ -71,7 +71,13 @@ _GROUPS_IN_FLIGHT = 2
 
 @final
 class BatchEngine(metaclass=NoPublicConstructor):
-    """Runs batch jobs fairly over a store. Obtain one from :func:`open_engine`."""
+    """Runs batch jobs fairly over a store. Obtain one from :func:`open_engine`.
+
+    Besides submitting, cancelling and retrying, the engine reads for listings and streams:
+    :meth:`job`, :meth:`summary`, :meth:`jobs`, :meth:`targets` and :meth:`watch`. Each read
+    writes nothing and does not move the lease; it is safe to cancel at any point, and raises
+    :class:`trio.ClosedResourceError` once the engine is closed.
+    """
 
     def __init__(
         self,
