@@ -306,9 +306,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         Raises:
             ValueError: ``limit`` is not from 1 to 1000.
         """
-        self._check_open()
-        if not 1 <= limit <= MAX_READ:
-            raise ValueError(f"limit must be from 1 to {MAX_READ} (got {limit})")
+        self._check_read(limit)
         await trio.lowlevel.checkpoint_if_cancelled()
         return await self._store.list_jobs(caller, statuses, limit, before)
 
@@ -326,9 +324,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         Raises:
             ValueError: ``limit`` is not from 1 to 1000.
         """
-        self._check_open()
-        if not 1 <= limit <= MAX_READ:
-            raise ValueError(f"limit must be from 1 to {MAX_READ} (got {limit})")
+        self._check_read(limit)
         await trio.lowlevel.checkpoint_if_cancelled()
         return await self._store.read_targets(job_id, after, limit, states, results=results)
 
@@ -439,6 +435,12 @@ class BatchEngine(metaclass=NoPublicConstructor):
             raise trio.ClosedResourceError(
                 "this BatchEngine is closed; open a new one with open_engine()"
             )
+
+    def _check_read(self, limit: int) -> None:
+        """A read of a page: the engine is open and the page is one the store may read."""
+        self._check_open()
+        if not 1 <= limit <= MAX_READ:
+            raise ValueError(f"limit must be from 1 to {MAX_READ} (got {limit})")
 
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
