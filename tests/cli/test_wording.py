@@ -79,7 +79,8 @@ class TestOneOfAThing:
         """`serve --workers 1 --allow-net NET` logs "(1 worker)" and "1 allowed private network"."""
         pytest.importorskip("hypercorn")
         from trio_batch._cli._service import _log_allowed_networks, run_service
-        from trio_batch.http import Settings, add_key
+        from trio_batch._cli._settings import Settings
+        from trio_batch.http import add_key
 
         add_key(tmp_path / "keys.toml", "alice")
         settings = dataclasses.replace(

@@ -246,7 +246,7 @@ class TestServeCommand:
 class TestEngineConfig:
     def test_settings_reach_the_engine(self) -> None:
         """--workers above the engine's default max is honoured, not clamped."""
-        from trio_batch.http import load_settings
+        from trio_batch._cli._settings import load_settings
 
         config = load_settings({"workers": "4"}, environ={}).engine_config()
 

@@ -14,8 +14,7 @@ import pytest
 from trio_batch import StoreError
 from trio_batch._cli import build_parser
 from trio_batch._cli._service import open_store, with_statement_timeout
-from trio_batch.http import Settings, SettingsError, load_settings
-from trio_batch.http._settings import SPECS, flag
+from trio_batch._cli._settings import SPECS, Settings, SettingsError, flag, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE_SETTINGS = (

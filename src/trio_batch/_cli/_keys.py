@@ -1,12 +1,17 @@
-"""``trio-batch keys``: manage the API keys file (add, list, remove, secret)."""
+"""``trio-batch keys``: manage the API keys file (add, list, remove, secret).
+
+The keys file is the HTTP API's (``trio_batch.http``), which needs the server extra; it is
+imported when the command runs, so ``trio-batch --help`` works without that extra and
+``keys`` says what to install.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from .._model import CALLER_CLASSES
-from ..http._keys import KeysFileError, add_key, load_keys, remove_key, set_webhook_secret
 
 DEFAULT_KEYS = "./trio-batch-keys.toml"
 
@@ -37,16 +42,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "their own (default fleet)",
     )
     _keys_flag(add)
-    add.set_defaults(func=_add)
+    add.set_defaults(func=main, action=_add)
 
     ls = sub.add_parser("list", help="list the callers (names, workspaces, classes)")
     _keys_flag(ls)
-    ls.set_defaults(func=_list)
+    ls.set_defaults(func=main, action=_list)
 
     rm = sub.add_parser("remove", help="remove a caller; its key stops working at restart")
     rm.add_argument("name")
     _keys_flag(rm)
-    rm.set_defaults(func=_remove)
+    rm.set_defaults(func=main, action=_remove)
 
     secret = sub.add_parser(
         "secret",
@@ -58,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     secret.add_argument("name", help="the caller, as `keys add` named it")
     _keys_flag(secret)
-    secret.set_defaults(func=_secret)
+    secret.set_defaults(func=main, action=_secret)
 
 
 def _keys_flag(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +75,25 @@ def _keys_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def main(args: argparse.Namespace) -> int:
+    """The ``keys`` subcommand: its action, once the server extra is known to be installed."""
+    try:
+        from .. import http  # noqa: F401  # the actions below import from it
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.startswith("trio_batch."):
+            raise
+        print(
+            f"trio-batch keys needs {exc.name}: pip install 'trio-batch[server]'", file=sys.stderr
+        )
+        return 2
+
+    action: Callable[[argparse.Namespace], int] = args.action
+    return action(args)
+
+
 def _add(args: argparse.Namespace) -> int:
+    from ..http import KeysFileError, add_key
+
     try:
         record, key = add_key(
             args.keys, args.name, workspace=args.workspace, caller_class=args.caller_class
@@ -86,6 +109,8 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from ..http import KeysFileError, load_keys
+
     try:
         ring = load_keys(args.keys)
     except KeysFileError as exc:
@@ -99,6 +124,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
+    from ..http import KeysFileError, remove_key
+
     try:
         removed = remove_key(args.keys, args.name)
     except KeysFileError as exc:
@@ -114,6 +141,8 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _secret(args: argparse.Namespace) -> int:
+    from ..http import KeysFileError, set_webhook_secret
+
     try:
         record, secret = set_webhook_secret(args.keys, args.name)
     except KeysFileError as exc:

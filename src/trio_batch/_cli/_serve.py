@@ -7,12 +7,15 @@ import errno
 import logging
 import re
 import sys
-from typing import TYPE_CHECKING
 
-from ..http._settings import CONFIG_ENV, ENV_PREFIX, SettingsError, add_arguments, load_settings
-
-if TYPE_CHECKING:
-    from ..http import Settings
+from ._settings import (
+    CONFIG_ENV,
+    ENV_PREFIX,
+    Settings,
+    SettingsError,
+    add_arguments,
+    load_settings,
+)
 
 _EPILOG = f"""\
 Every setting can also come from a TOML config file (--config FILE or ${CONFIG_ENV}; names

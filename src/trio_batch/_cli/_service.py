@@ -18,16 +18,17 @@ from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import StoreError
 from .._model import Caller
 from .._util import plural
-from ..http import KeyRing, PrecheckFunc, Settings, create_app, load_keys, serve
+from ..http import KeyRing, PrecheckFunc, create_app, load_keys, open_deliveries, serve
 from ..metrics import PrometheusMetrics
-from ..stores import SQLiteStore, Store
+from ..stores import ServiceStore, SQLiteStore
+from ._settings import Settings
 from ._signals import watch_signals
 
 _log = logging.getLogger("trio_batch.http")
 
 
 @contextlib.asynccontextmanager
-async def open_store(settings: Settings) -> AsyncIterator[Store]:
+async def open_store(settings: Settings) -> AsyncIterator[ServiceStore]:
     """The store ``settings.db`` names: a ``postgresql://`` DSN, or a SQLite file path.
 
     A PostgreSQL store gets the ``pg_*`` settings; a SQLite store has none of them.
@@ -88,7 +89,7 @@ def with_statement_timeout(dsn: str, seconds: float) -> str:
 
 @contextlib.asynccontextmanager
 async def _open_fetcher(
-    settings: Settings, store: Store, keys: KeyRing
+    settings: Settings, store: ServiceStore, keys: KeyRing
 ) -> AsyncIterator[FetchFunc]:
     from ..web import WebFetcher
 
@@ -129,8 +130,6 @@ async def run_service(
     Raises:
         KeysFileError: the keys file is missing or malformed.
     """
-    from ..http._deliveries import open_deliveries  # webhooks (SPEC §7); needs httpx
-
     keys = load_keys(settings.keys)
     if not len(keys):
         _log.warning("the keys file has no keys: every request will get 401")

@@ -33,11 +33,6 @@ from ._parse import (
     PrecheckFunc as PrecheckFunc,
 )
 from ._serve import serve as serve
-from ._settings import (
-    Settings as Settings,
-    SettingsError as SettingsError,
-    load_settings as load_settings,
-)
 
 __all__ = [
     "MAX_BODY",
@@ -47,13 +42,10 @@ __all__ = [
     "KeysFileError",
     "OptionsCheckFunc",
     "PrecheckFunc",
-    "Settings",
-    "SettingsError",
     "add_key",
     "create_app",
     "hash_key",
     "load_keys",
-    "load_settings",
     "open_deliveries",
     "openapi_document",
     "remove_key",

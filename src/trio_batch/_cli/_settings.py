@@ -1,0 +1,618 @@
+"""The server's settings: one object read from a TOML file, ``TRIO_BATCH_*`` variables and flags.
+
+Precedence, lowest first: built-in defaults, the config file, environment variables, command-line
+flags. Every setting has the same name in all three places: ``max_bytes`` in the file,
+``TRIO_BATCH_MAX_BYTES`` in the environment, ``--max-bytes`` on the command line. An invalid value
+stops start-up with a :class:`SettingsError` that names the setting and where it came from.
+
+Each setting is one field of :class:`Settings`: its type and default, and in the field's
+metadata its parser, help text and metavar, so a new setting is written in one place. The
+settings belong to the command line (``trio-batch serve``); the library's ``create_app`` and
+``serve`` take plain arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import final
+
+from .._config import Config, Hooks
+from .._errors import Error
+
+ENV_PREFIX = "TRIO_BATCH_"
+_ENGINE = Config()
+CONFIG_ENV = "TRIO_BATCH_CONFIG"
+
+
+@final
+class SettingsError(Error, ValueError):
+    """A setting is invalid; the message names it, its source and what is allowed."""
+
+
+Parse = Callable[[object], object]
+"""A setting's parser: the raw value (a string from a flag or the environment, any TOML value
+from the file) to the setting's value; a ``ValueError`` says what is allowed."""
+
+
+def _number(
+    kind: type[int] | type[float],
+    lo: float,
+    hi: float | None = None,
+    *,
+    above: bool = False,
+    wrong: str,
+    out_of_range: str | None = None,
+) -> Parse:
+    """The parser of a number of ``kind`` from ``lo`` (excluded if ``above``) to ``hi``.
+
+    ``wrong`` is the message for anything that is not such a number, ``out_of_range`` (default
+    ``wrong``) for one outside the range. A float is finite; a bool is not a number here,
+    although Python counts it as one.
+    """
+    types = (int,) if kind is int else (int, float)
+
+    def parse(raw: object) -> object:
+        if isinstance(raw, bool):
+            raise ValueError(wrong)
+        if isinstance(raw, str):
+            try:
+                raw = kind(raw.strip())
+            except ValueError:
+                raise ValueError(wrong) from None
+        if not isinstance(raw, types):
+            raise ValueError(wrong)
+
+        low_ok = raw > lo if above else raw >= lo
+        high_ok = hi is None or raw <= hi
+        if not (low_ok and high_ok and math.isfinite(raw)):
+            raise ValueError(out_of_range or wrong)
+        return kind(raw)
+
+    return parse
+
+
+def _whole(lo: int, hi: int | None = None) -> Parse:
+    return _number(
+        int,
+        lo,
+        hi,
+        wrong="must be a whole number",
+        out_of_range=f"must be between {lo} and {hi}" if hi else f"must be >= {lo}",
+    )
+
+
+_POSITIVE = _number(float, 0, above=True, wrong="must be a number > 0")
+_SECONDS_OR_ZERO = _number(float, 0, wrong="must be a number of seconds >= 0")
+
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")  # what PostgresStore.open(schema=) accepts
+
+
+def _schema(raw: object) -> object:
+    if not isinstance(raw, str) or not _SCHEMA.match(raw.strip()):
+        raise ValueError(
+            "must be a lower-case SQL identifier (letters, digits, underscores; at most 63)"
+        )
+    return raw.strip()
+
+
+def _str(raw: object) -> object:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ValueError("must be a non-empty string")
+    return raw.strip()
+
+
+def _bool(raw: object) -> object:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+    raise ValueError("must be true or false")
+
+
+def _level(raw: object) -> object:
+    if not isinstance(raw, str) or raw.lower() not in ("debug", "info", "warning", "error"):
+        raise ValueError("must be one of debug, info, warning, error")
+    return raw.lower()
+
+
+def _networks(raw: object) -> object:
+    if isinstance(raw, str):
+        items: list[object] = [s for s in (p.strip() for p in raw.split(",")) if s]
+    elif isinstance(raw, (list, tuple)):
+        items = list(raw)
+    else:
+        raise ValueError("must be a list of networks in CIDR form, like 127.0.0.0/8")
+
+    nets = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError("must be a list of networks in CIDR form, like 127.0.0.0/8")
+        try:
+            nets.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(
+                f"{item!r} is not a network in CIDR form (like 127.0.0.0/8 or ::1/128)"
+            ) from None
+    return tuple(nets)
+
+
+_ABOUT = "trio_batch.setting"  # the key of a Settings field's metadata
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _About:
+    """What a :class:`Settings` field needs beyond its type and default: how its raw values
+    are parsed, and its ``--help`` text (``{default}`` in it stands for the field's default)
+    and metavar."""
+
+    parse: Parse
+    help: str
+    metavar: str
+
+
+def _about(parse: Parse, help: str, metavar: str) -> dict[str, _About]:
+    return {_ABOUT: _About(parse, help, metavar)}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything ``trio-batch serve`` can be told. Build it with :func:`load_settings`.
+
+    Each field is one setting, and the field is its one source: its type and default here, its
+    parser, help and metavar in the field's metadata (see :data:`SPECS`).
+    """
+
+    host: str = field(
+        default="127.0.0.1",
+        metadata=_about(_str, "address to listen on (default {default})", "ADDR"),
+    )
+    port: int = field(
+        default=8080,
+        metadata=_about(
+            _whole(0, 65535),
+            "port to listen on; 0 picks a free port, and the start-up log line says which "
+            "(default {default})",
+            "N",
+        ),
+    )
+    db: str = field(
+        default="./trio-batch.sqlite",
+        metadata=_about(
+            _str,
+            "where jobs are kept: a SQLite file path, or a postgresql:// DSN for a shared "
+            "PostgreSQL store (needs trio-batch[postgres]) (default {default})",
+            "PATH|DSN",
+        ),
+    )
+    keys: str = field(
+        default="./trio-batch-keys.toml",
+        metadata=_about(
+            _str,
+            "the keys file of callers allowed in; add keys with `trio-batch keys add` "
+            "(default {default})",
+            "FILE",
+        ),
+    )
+    workers: int = field(
+        default=2,
+        metadata=_about(_whole(1, 256), "worker tasks draining jobs (default {default})", "N"),
+    )
+    allow_net: tuple[str, ...] = field(
+        default=(),
+        metadata=_about(
+            _networks,
+            "a network (CIDR) the fetcher's guard lets through although it is private or "
+            "loopback, for local use; repeat the flag for several; in the environment, "
+            "comma-separated (default: none)",
+            "CIDR",
+        ),
+    )
+    targets_per_job: int = field(
+        default=_ENGINE.targets_per_job,
+        metadata=_about(_whole(1), "most targets in one batch (default {default})", "N"),
+    )
+    jobs_per_caller: int = field(
+        default=_ENGINE.jobs_per_caller,
+        metadata=_about(
+            _whole(1),
+            "live (queued or running) jobs per caller; more is 429 (default {default})",
+            "N",
+        ),
+    )
+    jobs_total: int = field(
+        default=_ENGINE.jobs_total,
+        metadata=_about(_whole(1), "live jobs in all; more is 503 (default {default})", "N"),
+    )
+    ttl: float = field(
+        default=_ENGINE.ttl,
+        metadata=_about(
+            _POSITIVE,
+            "seconds a finished job is kept after its owner last read it (default {default})",
+            "SECONDS",
+        ),
+    )
+    max_bytes: int = field(
+        default=_ENGINE.max_bytes,
+        metadata=_about(
+            _whole(1),
+            "stored result bytes before the oldest finished jobs are evicted (default {default})",
+            "BYTES",
+        ),
+    )
+    retry_wait: float = field(
+        default=_ENGINE.retry_wait,
+        metadata=_about(
+            _POSITIVE, "seconds before a busy target is tried again (default {default})", "SECONDS"
+        ),
+    )
+    retry_for: float = field(
+        default=_ENGINE.retry_for,
+        metadata=_about(
+            _POSITIVE,
+            "seconds a target may keep coming back busy before it fails (default {default})",
+            "SECONDS",
+        ),
+    )
+    fetch_slots: int = field(
+        default=0,
+        metadata=_about(
+            _whole(0, 4096),
+            "fetches that may run at once, batches and POST /v1/fetch together; 0 means "
+            "workers + 4, so single fetches still get a slot while every worker fetches "
+            "(default {default})",
+            "N",
+        ),
+    )
+    retry_after: int = field(
+        default=5,
+        metadata=_about(
+            _whole(1, 3600),
+            "the Retry-After seconds sent with 429 and 503 (default {default})",
+            "SECONDS",
+        ),
+    )
+    graceful_timeout: float = field(
+        default=10.0,
+        metadata=_about(
+            _POSITIVE,
+            "seconds requests in flight get to finish at shutdown (default {default})",
+            "SECONDS",
+        ),
+    )
+    log_level: str = field(
+        default="info",
+        metadata=_about(_level, "debug, info, warning or error (default {default})", "LEVEL"),
+    )
+    access_log: bool = field(
+        default=True,
+        metadata=_about(
+            _bool,
+            "log one line per request: method, route, status, duration, caller (default {default})",
+            "BOOL",
+        ),
+    )
+    resume: bool = field(
+        default=False,
+        metadata=_about(
+            _bool,
+            "at start, put the live jobs of a process that is gone back to work (a target that "
+            "was running is fetched again) instead of failing them 'interrupted'; on "
+            "PostgreSQL, also adopt the jobs of instances that stop later (default {default})",
+            "BOOL",
+        ),
+    )
+    store_timeout: float = field(
+        default=5.0,
+        metadata=_about(
+            _POSITIVE,
+            "seconds a request may wait for the database in all before it answers 503 with "
+            "Retry-After; also the deadline of /healthz's check of the database "
+            "(default {default})",
+            "SECONDS",
+        ),
+    )
+    pg_instance_timeout: float = field(
+        default=30.0,
+        metadata=_about(
+            _POSITIVE,
+            "PostgreSQL only: seconds without a heartbeat after which other instances fail "
+            "this instance's live jobs (default {default})",
+            "SECONDS",
+        ),
+    )
+    pg_heartbeat: float = field(
+        default=0.0,
+        metadata=_about(
+            _SECONDS_OR_ZERO,
+            "PostgreSQL only: seconds between heartbeats, less than pg_instance_timeout; "
+            "0 means pg_instance_timeout / 3 (default {default})",
+            "SECONDS",
+        ),
+    )
+    pg_pool_size: int = field(
+        default=4,
+        metadata=_about(
+            _whole(2, 1024),
+            "PostgreSQL only: connections (and threads) this instance uses at most "
+            "(default {default})",
+            "N",
+        ),
+    )
+    pg_statement_timeout: float = field(
+        default=0.0,
+        metadata=_about(
+            _SECONDS_OR_ZERO,
+            "PostgreSQL only: the server cancels a statement of this instance that runs "
+            "longer (statement_timeout); 0 leaves the server's setting (default {default})",
+            "SECONDS",
+        ),
+    )
+    pg_call_timeout: float = field(
+        default=30.0,
+        metadata=_about(
+            _POSITIVE,
+            "PostgreSQL only: seconds any store call of this instance waits for the "
+            "database's answer; then the call fails and its query is cancelled on the server "
+            "(default {default})",
+            "SECONDS",
+        ),
+    )
+    pg_connect_timeout: float = field(
+        default=10.0,
+        metadata=_about(
+            _POSITIVE,
+            "PostgreSQL only: seconds to wait for a connection, at start and for each "
+            "reconnect attempt (default {default})",
+            "SECONDS",
+        ),
+    )
+    pg_synchronous_commit: bool = field(
+        default=True,
+        metadata=_about(
+            _bool,
+            "PostgreSQL only: false sets synchronous_commit = off for this instance (a server "
+            "crash may lose the last moments of writes, never corrupt them) "
+            "(default {default})",
+            "BOOL",
+        ),
+    )
+    pg_schema: str = field(
+        default="trio_batch",
+        metadata=_about(
+            _schema,
+            "PostgreSQL only: the schema that holds the tables; deployments sharing a "
+            "database use different ones (default {default})",
+            "NAME",
+        ),
+    )
+    shape_workers: int = field(
+        default=2,
+        metadata=_about(
+            _whole(1, 256),
+            "worker processes that shape responses (HTML to text, PDF, jq, grep, question), "
+            "so targets shaped at once (default {default})",
+            "N",
+        ),
+    )
+    shape_cpu_seconds: float = field(
+        default=10.0,
+        metadata=_about(
+            _POSITIVE,
+            "CPU seconds one target's shaping may take before its worker is killed and the "
+            "target fails (default {default})",
+            "SECONDS",
+        ),
+    )
+    shape_memory: int = field(
+        default=2**30,
+        metadata=_about(
+            _whole(256 * 2**20),
+            "bytes of address space per shaping worker, at least 268435456 (256 MiB) "
+            "(default {default})",
+            "BYTES",
+        ),
+    )
+
+    def engine_config(self, *, hooks: Hooks | None = None) -> Config:
+        """The engine's :class:`~trio_batch.Config` for these settings."""
+        return Config(
+            ttl=self.ttl,
+            targets_per_job=self.targets_per_job,
+            jobs_per_caller=self.jobs_per_caller,
+            jobs_total=self.jobs_total,
+            workers=self.workers,
+            max_workers=max(self.workers, _ENGINE.max_workers),
+            max_bytes=self.max_bytes,
+            retry_wait=self.retry_wait,
+            retry_for=self.retry_for,
+            hooks=hooks if hooks is not None else Hooks(),
+            resume=self.resume,
+        )
+
+    @property
+    def effective_fetch_slots(self) -> int:
+        """Fetches the web fetcher may run at once: ``fetch_slots``, or ``workers + 4``."""
+        return self.fetch_slots or self.workers + 4
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One setting as the flags and the parsers see it, read off its :class:`Settings` field."""
+
+    name: str
+    parse: Parse
+    help: str
+    metavar: str
+
+
+def _shown(value: object, kind: object) -> str:
+    """A default as ``--help`` shows it: ``true``/``false``, and seconds without a ``.0``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if kind == "float" and isinstance(value, int | float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _spec(f: dataclasses.Field[object]) -> Spec:
+    about: _About = f.metadata[_ABOUT]
+    return Spec(
+        f.name, about.parse, about.help.format(default=_shown(f.default, f.type)), about.metavar
+    )
+
+
+SPECS: tuple[Spec, ...] = tuple(_spec(f) for f in dataclasses.fields(Settings))
+"""Every setting, in the order of :class:`Settings`' fields (and of ``--help``)."""
+_BY_NAME = {s.name: s for s in SPECS}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a setting: ``max_bytes`` -> ``--max-bytes``."""
+    return "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config`` and one flag per setting; an absent flag leaves its setting alone."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help=f"a TOML file of settings (names as below, with underscores: max_bytes = 1000); "
+        f"also ${CONFIG_ENV}",
+    )
+    for spec in SPECS:
+        env = ENV_PREFIX + spec.name.upper()
+        if spec.name == "allow_net":
+            parser.add_argument(
+                flag(spec.name),
+                dest=spec.name,
+                action="append",
+                metavar=spec.metavar,
+                default=None,
+                help=f"{spec.help}; env {env}",
+            )
+        elif spec.parse is _bool:
+            parser.add_argument(
+                flag(spec.name),
+                dest=spec.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{spec.help}; env {env}",
+            )
+        else:
+            parser.add_argument(
+                flag(spec.name),
+                dest=spec.name,
+                metavar=spec.metavar,
+                default=None,
+                help=f"{spec.help}; env {env}",
+            )
+
+
+def load_settings(
+    flags: Mapping[str, object] | argparse.Namespace | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    config_file: str | None = None,
+) -> Settings:
+    """Build the settings from defaults, the config file, the environment and the flags.
+
+    ``flags`` maps setting names to values given on the command line (``None`` = not given);
+    an :class:`argparse.Namespace` from :func:`add_arguments` works as is. The config file is
+    ``config_file``, else the ``config`` flag, else ``$TRIO_BATCH_CONFIG``, else none.
+
+    A ``TRIO_BATCH_*`` variable that names no setting is skipped, not refused: other parts of
+    trio-batch read variables of their own under the same prefix (``TRIO_BATCH_KEY`` for the
+    ``--server`` commands, the test suite's ``TRIO_BATCH_TEST_PG``). A config file, which is
+    only ever settings, has its unknown names refused.
+
+    Raises:
+        SettingsError: a value is invalid, or the config file cannot be read or has an
+            unknown setting.
+    """
+    env = dict(os.environ if environ is None else environ)
+    given = dict(vars(flags) if isinstance(flags, argparse.Namespace) else (flags or {}))
+    path = config_file or _as_str(given.get("config")) or env.get(CONFIG_ENV) or None
+
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    if path:
+        for name, raw in _read_file(path).items():
+            sources[name] = f"config file {path}"
+            values[name] = _parse(name, raw, sources[name])
+
+    for key, raw in env.items():
+        if not key.startswith(ENV_PREFIX) or key == CONFIG_ENV:
+            continue
+        name = key[len(ENV_PREFIX) :].lower()
+        if name not in _BY_NAME:
+            # Other parts of trio-batch (tests, tools) read their own TRIO_BATCH_* variables.
+            continue
+        sources[name] = f"environment variable {key}"
+        values[name] = _parse(name, raw, sources[name])
+
+    for name, raw in given.items():
+        if name in _BY_NAME and raw is not None:
+            sources[name] = f"flag {flag(name)}"
+            values[name] = _parse(name, raw, sources[name])
+
+    settings = Settings(**values)  # type: ignore[arg-type]  # checked by each spec's parser
+    if settings.pg_heartbeat and not settings.pg_heartbeat < settings.pg_instance_timeout:
+        raise SettingsError(
+            f"setting pg_heartbeat ({sources['pg_heartbeat']}) must be less than "
+            f"pg_instance_timeout ({settings.pg_instance_timeout:g}) "
+            f"(got {settings.pg_heartbeat:g})"
+        )
+    try:
+        settings.engine_config()
+    except (TypeError, ValueError) as exc:  # pragma: no cover - the parsers are stricter
+        raise SettingsError(str(exc)) from None
+    return settings
+
+
+def _as_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _parse(name: str, raw: object, source: str) -> object:
+    spec = _BY_NAME[name]
+    if name == "allow_net" and isinstance(raw, list) and all(isinstance(r, str) for r in raw):
+        raw = [part for item in raw for part in item.split(",") if part.strip()]
+    try:
+        return spec.parse(raw)
+    except ValueError as exc:
+        raise SettingsError(f"setting {name} ({source}) {exc} (got {raw!r})") from None
+
+
+def _read_file(path: str) -> dict[str, object]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise SettingsError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {path}: {type(exc).__name__}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(_BY_NAME))
+    if unknown:
+        raise SettingsError(
+            f"config file {path}: unknown setting {unknown[0]!r}; known settings: "
+            f"{', '.join(sorted(_BY_NAME))}"
+        )
+    return data
