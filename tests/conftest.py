@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from trio_batch.stores import MemoryStore, SQLiteStore, Store
+from trio_batch.stores import MemoryStore, ServiceStore, SQLiteStore
 
 from .pg_support import PG_DSN
 
@@ -21,7 +21,9 @@ STORE_KINDS = ["memory", "sqlite", *(["postgres"] if PG_DSN else [])]
 
 
 @pytest.fixture(params=STORE_KINDS)
-async def store(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> AsyncIterator[Store]:
+async def store(
+    request: pytest.FixtureRequest, tmp_path: os.PathLike[str]
+) -> AsyncIterator[ServiceStore]:
     """Every backend, one after the other: the store contract holds on each."""
     kind = request.param
     if kind == "memory":

@@ -22,7 +22,7 @@ from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
 from tests.web.test_cache_wait import URL, StalledCache, stalled_fetcher
 from trio_batch import Config, Target, open_engine
 from trio_batch.http import create_app
-from trio_batch.stores import MemoryStore, Store
+from trio_batch.stores import MemoryStore, ResponseCache, Store
 from trio_batch.testing import asgi_lifespan
 from trio_batch.web._cache import CACHE_WAIT
 
@@ -32,7 +32,7 @@ SLACK = 2.0
 
 @asynccontextmanager
 async def open_fetch_api(
-    cache: Store | StalledCache, store: Store
+    cache: ResponseCache | StalledCache, store: Store
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The app over an engine on ``store``; /v1/fetch and the engine share one web fetcher
     (a mock site, fake DNS) whose response cache lives in ``cache``."""

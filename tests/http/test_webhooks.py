@@ -39,7 +39,7 @@ from trio_batch import (
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
 from trio_batch.http._deliveries import DeliveryPolicy, Dispatcher, open_deliveries
 from trio_batch.metrics import PrometheusMetrics
-from trio_batch.stores import MemoryStore, SQLiteStore, Store
+from trio_batch.stores import MemoryStore, ServiceStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
@@ -148,7 +148,7 @@ async def open_receiver() -> AsyncIterator[Receiver]:
 
 @contextlib.asynccontextmanager
 async def open_service(
-    store: Store | None = None,
+    store: ServiceStore | None = None,
     *,
     allow: Any = LOOPBACK,
     policy: DeliveryPolicy = FAST,
@@ -378,7 +378,7 @@ class TestSubmit:
         assert r.json()["hint"]
 
 
-async def test_every_store_delivers_in_order(store: Store) -> None:
+async def test_every_store_delivers_in_order(store: ServiceStore) -> None:
     """Target events then the end, on MemoryStore, SQLite and (when set up) PostgreSQL."""
     async with open_service(store) as svc:
         r = await svc.submit(3, events=["target", "end"])

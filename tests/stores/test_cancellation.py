@@ -16,7 +16,15 @@ import trio
 import trio.testing
 
 from trio_batch import Result, Target, TargetState
-from trio_batch.stores import CacheEntry, Limits, MemoryStore, NewJob, Outcome, SQLiteStore, Store
+from trio_batch.stores import (
+    CacheEntry,
+    Limits,
+    MemoryStore,
+    NewJob,
+    Outcome,
+    ServiceStore,
+    SQLiteStore,
+)
 
 from ..conftest import STORE_KINDS
 from ..pg_support import PG_DSN
@@ -36,7 +44,7 @@ def new_job(job_id: str, key: str = "k") -> NewJob:
     )
 
 
-async def admitted(store: Store, job_id: str = "j1") -> str:
+async def admitted(store: ServiceStore, job_id: str = "j1") -> str:
     sub = await store.admit(new_job(job_id), LIMITS)
     return sub.id
 
@@ -44,7 +52,7 @@ async def admitted(store: Store, job_id: str = "j1") -> str:
 class TestAlreadyCancelled:
     """Under a cancel that is already pending, every call raises Cancelled and does nothing."""
 
-    async def test_admit_stores_no_job_and_holds_no_cap(self, store: Store) -> None:
+    async def test_admit_stores_no_job_and_holds_no_cap(self, store: ServiceStore) -> None:
         """A cancelled admit leaves neither the job nor its cap behind."""
         with trio.CancelScope() as scope:
             scope.cancel()
@@ -54,7 +62,7 @@ class TestAlreadyCancelled:
         assert None is await store.snapshot("j1")
         assert (await store.admit(new_job("j2", key="other"), LIMITS)).reused is False
 
-    async def test_cancel_leaves_the_job_live(self, store: Store) -> None:
+    async def test_cancel_leaves_the_job_live(self, store: ServiceStore) -> None:
         """A cancelled cancel does not cancel the job."""
         job_id = await admitted(store)
         with trio.CancelScope() as scope:
@@ -66,7 +74,7 @@ class TestAlreadyCancelled:
         assert snap is not None
         assert "queued" == snap.job.status
 
-    async def test_touch_leaves_the_lease(self, store: Store) -> None:
+    async def test_touch_leaves_the_lease(self, store: ServiceStore) -> None:
         """A cancelled touch does not move the lease."""
         job_id = await admitted(store)
         with trio.CancelScope() as scope:
@@ -78,7 +86,7 @@ class TestAlreadyCancelled:
         assert snap is not None
         assert NOW == snap.job.lease
 
-    async def test_target_writes_leave_the_target(self, store: Store) -> None:
+    async def test_target_writes_leave_the_target(self, store: ServiceStore) -> None:
         """Cancelled start, finish, release and interrupt write nothing."""
         job_id = await admitted(store)
         assert await store.start_target(job_id, 0, NOW)
@@ -100,7 +108,7 @@ class TestAlreadyCancelled:
         assert "running" == snap.job.status
         assert ["running", "pending"] == [t.status for t in snap.targets]
 
-    async def test_cache_put_stores_nothing(self, store: Store) -> None:
+    async def test_cache_put_stores_nothing(self, store: ServiceStore) -> None:
         """A cancelled cache_put leaves the cache as it was."""
         entry = CacheEntry(b"body", "{}", NOW, NOW + 60)
         with trio.CancelScope() as scope:
@@ -114,7 +122,7 @@ class TestAlreadyCancelled:
 class TestCheckpoints:
     """Every method is a checkpoint, also when it has nothing to do."""
 
-    async def test_every_method_checkpoints(self, store: Store) -> None:
+    async def test_every_method_checkpoints(self, store: ServiceStore) -> None:
         """assert_checkpoints holds for each Store method, writes and reads alike."""
         job_id = await admitted(store)
         failed = Outcome(TargetState.FAILED, error="e")
@@ -146,7 +154,7 @@ class TestCancelledMidCall:
 
     @pytest.mark.parametrize("checkpoints", [0, 1, 2, 5])
     async def test_admit_either_returns_or_stores_nothing(
-        self, store: Store, checkpoints: int
+        self, store: ServiceStore, checkpoints: int
     ) -> None:
         """Whatever the moment of the cancel, the caller knows whether its job exists."""
         result: list[str] = []
@@ -174,7 +182,7 @@ class TestCancelledMidCall:
 
 
 @asynccontextmanager
-async def open_store(kind: str, tmp_path: Path) -> AsyncIterator[Store]:
+async def open_store(kind: str, tmp_path: Path) -> AsyncIterator[ServiceStore]:
     if kind == "memory":
         async with MemoryStore() as memory:
             yield memory

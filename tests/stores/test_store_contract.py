@@ -17,7 +17,7 @@ from trio_batch import (
     TargetState,
     TooManyTargets,
 )
-from trio_batch.stores import CacheEntry, Limits, NewJob, Outcome, Store
+from trio_batch.stores import CacheEntry, Limits, NewJob, Outcome, ServiceStore
 
 LIMITS = Limits(ttl=100.0, targets_per_job=4, jobs_per_caller=2, jobs_total=3)
 
@@ -36,14 +36,14 @@ def done(content: str = "ok") -> Outcome:
 FAILED = Outcome(TargetState.FAILED, error="boom", hint="try later")
 
 
-async def finish_all(store: Store, job_id: str, outcomes: list[Outcome], now: float) -> None:
+async def finish_all(store: ServiceStore, job_id: str, outcomes: list[Outcome], now: float) -> None:
     for idx, outcome in enumerate(outcomes):
         assert await store.start_target(job_id, idx, now)
         await store.finish_target(job_id, idx, outcome, now, 10**9)
 
 
 class TestAdmit:
-    async def test_insert_then_snapshot(self, store: Store) -> None:
+    async def test_insert_then_snapshot(self, store: ServiceStore) -> None:
         """An admitted job reads back queued, with its targets and options in order."""
         sub = await store.admit(new_job("j1"), LIMITS)
         snap = await store.snapshot("j1")
@@ -62,7 +62,7 @@ class TestAdmit:
         ]
         assert await store.snapshot("other") is None
 
-    async def test_same_key_reuses(self, store: Store) -> None:
+    async def test_same_key_reuses(self, store: ServiceStore) -> None:
         """A second admission with the caller's key returns the first job."""
         await store.admit(new_job("j1", key="k"), LIMITS)
         again = await store.admit(new_job("j2", key="k"), LIMITS)
@@ -70,7 +70,7 @@ class TestAdmit:
         assert ("j1", True) == tuple(again)
         assert await store.snapshot("j2") is None
 
-    async def test_caps_in_order(self, store: Store) -> None:
+    async def test_caps_in_order(self, store: ServiceStore) -> None:
         """TooManyTargets, then CallerBusy, then Busy; a refusal writes nothing."""
         with pytest.raises(TooManyTargets):
             await store.admit(new_job("big", n=5), LIMITS)
@@ -85,7 +85,7 @@ class TestAdmit:
         assert await store.snapshot("a3") is None
         assert await store.snapshot("c1") is None
 
-    async def test_ending_jobs_frees_caps(self, store: Store) -> None:
+    async def test_ending_jobs_frees_caps(self, store: ServiceStore) -> None:
         """Done, cancelled and interrupted jobs stop counting against the caps."""
         for job_id in ("a1", "a2"):
             await store.admit(new_job(job_id, n=1), LIMITS)
@@ -98,7 +98,7 @@ class TestAdmit:
 
         assert not sub.reused
 
-    async def test_reuse_scope(self, store: Store) -> None:
+    async def test_reuse_scope(self, store: ServiceStore) -> None:
         """Failed and cancelled jobs are not reused; expired leases are not reused."""
         await store.admit(new_job("f1", key="kf", n=1), LIMITS)
         await finish_all(store, "f1", [FAILED], 1000.0)
@@ -113,7 +113,7 @@ class TestAdmit:
 
         assert ("f4", False) == tuple(late)
 
-    async def test_sweep_removes_expired_finished_jobs(self, store: Store) -> None:
+    async def test_sweep_removes_expired_finished_jobs(self, store: ServiceStore) -> None:
         """Admission sweeps finished jobs whose lease is older than ttl, never live ones."""
         await store.admit(new_job("old", n=1), LIMITS)
         await store.admit(new_job("live", n=1, caller="bob"), LIMITS)
@@ -123,7 +123,7 @@ class TestAdmit:
         assert await store.snapshot("old") is None
         assert await store.snapshot("live") is not None
 
-    async def test_concurrent_admissions_respect_caps(self, store: Store) -> None:
+    async def test_concurrent_admissions_respect_caps(self, store: ServiceStore) -> None:
         """Many admissions at once never pass jobs_per_caller."""
         admitted: list[str] = []
 
@@ -139,7 +139,7 @@ class TestAdmit:
 
 
 class TestTargets:
-    async def test_lifecycle_to_partial(self, store: Store) -> None:
+    async def test_lifecycle_to_partial(self, store: ServiceStore) -> None:
         """running, then done and failed: the job ends partial with its lease moved."""
         await store.admit(new_job("j"), LIMITS)
         assert await store.start_target("j", 0, 1001.0)
@@ -175,7 +175,7 @@ class TestTargets:
         [([done(), done()], JobStatus.DONE), ([FAILED, FAILED], JobStatus.FAILED)],
     )
     async def test_all_same_outcome(
-        self, store: Store, outcomes: list[Outcome], status: JobStatus
+        self, store: ServiceStore, outcomes: list[Outcome], status: JobStatus
     ) -> None:
         """All done is done; all failed is failed."""
         await store.admit(new_job("j"), LIMITS)
@@ -184,7 +184,7 @@ class TestTargets:
 
         assert snap is not None and status == snap.job.status
 
-    async def test_finishing_twice_counts_once(self, store: Store) -> None:
+    async def test_finishing_twice_counts_once(self, store: ServiceStore) -> None:
         """Storing the same target again changes nothing."""
         await store.admit(new_job("j"), LIMITS)
         await store.start_target("j", 0, 1001.0)
@@ -196,7 +196,7 @@ class TestTargets:
         assert snap is not None
         assert (1, Result("first", {"n": 1})) == (snap.job.targets_done, snap.targets[0].result)
 
-    async def test_release_puts_target_back(self, store: Store) -> None:
+    async def test_release_puts_target_back(self, store: ServiceStore) -> None:
         """A busy target goes back to pending; a repeat does nothing."""
         await store.admit(new_job("j"), LIMITS)
         await store.start_target("j", 0, 1001.0)
@@ -207,7 +207,7 @@ class TestTargets:
         assert snap is not None
         assert TargetState.PENDING == snap.targets[0].status
 
-    async def test_start_refused_once_not_live(self, store: Store) -> None:
+    async def test_start_refused_once_not_live(self, store: ServiceStore) -> None:
         """start_target returns False for a cancelled or unknown job and writes nothing."""
         await store.admit(new_job("j"), LIMITS)
         await store.cancel("j", 1001.0)
@@ -219,7 +219,9 @@ class TestTargets:
 
 
 class TestCancelInterrupt:
-    async def test_cancel_keeps_status_when_inflight_target_lands(self, store: Store) -> None:
+    async def test_cancel_keeps_status_when_inflight_target_lands(
+        self, store: ServiceStore
+    ) -> None:
         """A target stored after cancel is kept, and the job stays cancelled."""
         await store.admit(new_job("j"), LIMITS)
         await store.start_target("j", 0, 1001.0)
@@ -237,7 +239,7 @@ class TestCancelInterrupt:
         )
         assert await store.cancel("j", 1004.0) is None
 
-    async def test_interrupt_and_recover(self, store: Store) -> None:
+    async def test_interrupt_and_recover(self, store: ServiceStore) -> None:
         """Interrupted jobs fail with 'interrupted' and running targets go back to pending."""
         await store.admit(new_job("a"), LIMITS)
         await store.admit(new_job("b", caller="bob"), LIMITS)
@@ -255,7 +257,7 @@ class TestCancelInterrupt:
 
 
 class TestTouchEvict:
-    async def test_touch(self, store: Store) -> None:
+    async def test_touch(self, store: ServiceStore) -> None:
         """touch moves the lease; unknown ids are False."""
         await store.admit(new_job("j"), LIMITS)
 
@@ -264,7 +266,7 @@ class TestTouchEvict:
         snap = await store.snapshot("j")
         assert snap is not None and 1050.0 == snap.job.lease
 
-    async def test_eviction_by_lease_order(self, store: Store) -> None:
+    async def test_eviction_by_lease_order(self, store: ServiceStore) -> None:
         """Over the byte cap the least recently leased finished jobs go; live ones stay."""
         limits = Limits(ttl=10**6, targets_per_job=4, jobs_per_caller=10, jobs_total=10)
         for i, job_id in enumerate(("a", "b", "c")):
@@ -288,7 +290,7 @@ class TestTouchEvict:
 
 
 class TestCache:
-    async def test_put_get_replace_and_cap(self, store: Store) -> None:
+    async def test_put_get_replace_and_cap(self, store: ServiceStore) -> None:
         """Entries read back as stored; the oldest go first over the byte cap."""
         assert await store.cache_get("k1") is None
         await store.cache_put("k1", CacheEntry(b"a" * 10, "{}", 1.0, 2.0), 100)

@@ -21,7 +21,15 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from trio_batch import Result, SubmitError, Target, TargetState
-from trio_batch.stores import CacheEntry, Limits, MemoryStore, NewJob, Outcome, SQLiteStore, Store
+from trio_batch.stores import (
+    CacheEntry,
+    Limits,
+    MemoryStore,
+    NewJob,
+    Outcome,
+    ServiceStore,
+    SQLiteStore,
+)
 
 from ..pg_support import PG_DSN, SKIP_REASON
 from ..trio_guest import TrioGuestDriver
@@ -49,16 +57,16 @@ class StoreAgreement(RuleBasedStateMachine):
             from tests.pg_support import open_test_store
 
             opened = open_test_store(PG_DSN)
-        self.store = cast("Store", self.trio.enter(opened))
+        self.store = cast("ServiceStore", self.trio.enter(opened))
         self.now = 1000.0
         self.admits = 0
         self.lengths: dict[str, int] = {}
         self.cache_puts = 0
 
-    def both(self, op: Callable[[Store], Awaitable[Any]]) -> Any:
+    def both(self, op: Callable[[ServiceStore], Awaitable[Any]]) -> Any:
         """Run ``op`` on the reference and on the store under test; they must agree."""
 
-        async def run(store: Store) -> Any:
+        async def run(store: ServiceStore) -> Any:
             try:
                 return await op(store)
             except SubmitError as exc:
@@ -111,7 +119,7 @@ class StoreAgreement(RuleBasedStateMachine):
 
     @rule()
     def recover(self) -> None:
-        async def recover(store: Store) -> list[str]:
+        async def recover(store: ServiceStore) -> list[str]:
             return sorted(await store.recover(self.now))  # the protocol promises no order
 
         self.both(recover)
@@ -137,7 +145,7 @@ class StoreAgreement(RuleBasedStateMachine):
 
     @invariant()
     def same_jobs(self) -> None:
-        async def snapshots(store: Store) -> list[object]:
+        async def snapshots(store: ServiceStore) -> list[object]:
             return [await store.snapshot(job_id) for job_id in self.lengths]
 
         self.both(snapshots)

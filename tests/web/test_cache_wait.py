@@ -5,7 +5,6 @@ the store, and nothing is half written (audit: /v1/fetch took 60 s with web_cach
 from __future__ import annotations
 
 import logging
-import typing
 
 import httpx
 import pytest
@@ -14,7 +13,7 @@ import trio.testing
 
 from tests.web.conftest import PUBLIC_IP, FakeDNS
 from trio_batch import Caller, Target
-from trio_batch.stores import CacheEntry, Store
+from trio_batch.stores import CacheEntry, ResponseCache
 from trio_batch.web import WebFetcher
 from trio_batch.web._cache import CACHE_WAIT, MAX_LEFT_BEHIND
 
@@ -63,7 +62,7 @@ class StalledCache:
         self.entries[key] = entry  # one step: the entry lands whole, or not at all
 
 
-def stalled_fetcher(cache: StalledCache | Store, **settings: object) -> WebFetcher:
+def stalled_fetcher(cache: StalledCache | ResponseCache, **settings: object) -> WebFetcher:
     """A fetcher whose response cache lives in ``cache``; the site answers "fresh" at once."""
 
     async def handler(request: httpx.Request) -> httpx.Response:
@@ -71,7 +70,7 @@ def stalled_fetcher(cache: StalledCache | Store, **settings: object) -> WebFetch
         return httpx.Response(200, text="fresh", headers={"content-type": "text/plain"})
 
     return WebFetcher(
-        store=typing.cast("Store", cache),
+        store=cache,
         resolver=FakeDNS({"site.example": [[PUBLIC_IP]]}),
         transport=httpx.MockTransport(handler),
         **settings,  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from tests.web.conftest import (
     SlowBody,
 )
 from trio_batch import Caller, Options, Result, RetryLater, Target, TargetError
-from trio_batch.stores import CacheEntry, MemoryStore, Store
+from trio_batch.stores import CacheEntry, MemoryStore, ResponseCache
 from trio_batch.web import WebFetcher
 from trio_batch.web._shape import Body
 
@@ -335,7 +335,9 @@ class TestMeta:
 
 
 class TestCache:
-    async def test_repeat_is_served_from_the_cache(self, server: LocalServer, store: Store) -> None:
+    async def test_repeat_is_served_from_the_cache(
+        self, server: LocalServer, store: ResponseCache
+    ) -> None:
         """A second fetch of the same URL and options comes from the store's cache."""
         server.route("/page", Reply(body=b"cached text", headers=TEXT))
         async with WebFetcher(allow=LOOPBACK, store=store) as fetch:
@@ -456,8 +458,8 @@ class TestCache:
                 trio.from_thread.run_sync(scope.cancel)
                 return body.data.decode(), {"mode": "text"}
 
-            monkeypatch.setattr(trio_batch.web._isolate, "shape", cancel_then_shape)
-            store = typing.cast("Store", EagerCache())
+            monkeypatch.setattr(trio_batch.web._isolate, "shape_body", cancel_then_shape)
+            store = typing.cast("ResponseCache", EagerCache())
             async with mock_fetcher(text_handler("shaped"), store=store) as fetch:
                 await fetch(CALLER, Target(f"{SITE}/"))
 

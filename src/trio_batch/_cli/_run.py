@@ -28,7 +28,7 @@ from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import Busy, CallerBusy, TargetError
 from .._model import Caller, JSONValue, Target
 from .._util import plural, raise_single_exception_from_group
-from ..stores import Store
+from ..stores import ServiceStore
 from ._common import (
     DEFAULT_DB,
     DEFAULT_SERVER,
@@ -127,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 @contextlib.asynccontextmanager
 async def open_web_fetch(
-    store: Store, allow: Sequence[IPNetwork], *, slots: int = 2
+    store: ServiceStore, allow: Sequence[IPNetwork], *, slots: int = 2
 ) -> AsyncIterator[FetchFunc]:
     """The web fetcher on ``store``, allowed to reach the ``allow`` networks.
 
@@ -264,7 +264,7 @@ async def run_batch(
     allow: Sequence[IPNetwork] = (),
     progress: ProgressMode = "auto",
     fetch_factory: Callable[
-        [Store, Sequence[IPNetwork]], contextlib.AbstractAsyncContextManager[FetchFunc]
+        [ServiceStore, Sequence[IPNetwork]], contextlib.AbstractAsyncContextManager[FetchFunc]
     ]
     | None = None,
     handle_sigint: bool = True,

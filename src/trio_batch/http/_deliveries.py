@@ -1,6 +1,6 @@
 """Webhook deliveries (SPEC §7): one task that sends what the store says is due.
 
-The job row is the outbox (``stores/_hooks``): the store says which jobs have an event due now,
+The job row is the outbox (``stores/_outbox``): the store says which jobs have an event due now,
 and the dispatcher sends it, then advances the job's cursor with a compare-and-set. One delivery
 per job is in flight at a time, so a job's events arrive in order (targets by index, then
 ``end``); deliveries of different jobs run concurrently, at most ``concurrency`` at once.
@@ -36,7 +36,7 @@ from .._engine import BatchEngine
 from .._errors import TargetError
 from .._model import Webhook
 from ..metrics import PrometheusMetrics
-from ..stores import Store
+from ..stores import ServiceStore
 from ..stores._protocol import HookDue
 from ..web._guard import Network, Resolver, check_url
 from ..web._outbound import AddressRefused, guarded_transport
@@ -73,7 +73,7 @@ class DeliveryPolicy:
 
 @contextlib.asynccontextmanager
 async def open_deliveries(
-    store: Store,
+    store: ServiceStore,
     engine: BatchEngine,
     keys: KeyRing,
     *,
@@ -105,7 +105,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        store: Store,
+        store: ServiceStore,
         engine: BatchEngine,
         keys: KeyRing,
         allow: Sequence[Network],

@@ -5,6 +5,10 @@
 
 The SQL stores load on first use, so ``import trio_batch`` needs neither ``sqlite3`` nor the
 POSIX-only ``fcntl`` (SQLiteStore locks its file with it) nor psycopg.
+
+The protocols say who needs what: ``Store`` the engine and its reads, ``ResponseCache`` the web
+fetcher's cache, ``WebhookOutbox`` the webhook dispatcher, ``ServiceStore`` all three (the
+service). Every backend here implements all of them.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from ._protocol import (
     Limits as Limits,
     NewJob as NewJob,
     Outcome as Outcome,
+    ResponseCache as ResponseCache,
     ResumedJob as ResumedJob,
+    ServiceStore as ServiceStore,
     Store as Store,
     Stored as Stored,
+    WebhookOutbox as WebhookOutbox,
 )
 
 if TYPE_CHECKING:
@@ -44,10 +51,13 @@ __all__ = [
     "MemoryStore",
     "NewJob",
     "Outcome",
+    "ResponseCache",
     "ResumedJob",
     "SQLiteStore",
+    "ServiceStore",
     "Store",
     "Stored",
+    "WebhookOutbox",
 ]
 
 _LAZY = {"SQLiteStore": "._sqlite", "PostgresStore": "._postgres"}

@@ -24,7 +24,7 @@ from .._model import (
     TargetState,
     TargetStatus,
 )
-from ._hooks import is_due
+from ._outbox import is_due
 from ._protocol import (
     CacheEntry,
     FinishItem,
@@ -70,7 +70,7 @@ class _JobRow:
     workspace: str = ""
     retry_of: str = ""
     webhook: str = ""
-    hook_open: bool = False  # webhook delivery state: see stores/_hooks
+    hook_open: bool = False  # webhook delivery state: see stores/_outbox
     hook_cursor: int = 0
     hook_attempts: int = 0
     hook_since: float = 0.0
@@ -137,8 +137,8 @@ class MemoryStore:
         self._cache: dict[str, CacheEntry] = {}  # insertion order = stored order
         self._cache_bytes = 0
         self._closed = False
-        self._hooks: set[str] = set()  # jobs whose webhook hook is open
-        self._held: set[str] = set()  # finished jobs kept from sweep and eviction by their hook
+        self._outbox: set[str] = set()  # jobs whose webhook delivery is open
+        self._held: set[str] = set()  # finished jobs kept from sweep and eviction by their webhook
 
     async def __aenter__(self) -> MemoryStore:
         await trio.lowlevel.checkpoint()
@@ -189,7 +189,7 @@ class MemoryStore:
             hook_open=bool(job.webhook),
         )
         if job.webhook:
-            self._hooks.add(job.id)
+            self._outbox.add(job.id)
         self._by_key[(job.caller, job.key)] = job.id
         bisect.insort(self._by_caller.setdefault(job.caller, []), (job.now, job.id))
         self._live_of.setdefault(job.caller, set()).add(job.id)
@@ -403,7 +403,7 @@ class MemoryStore:
         await self._checkpoint()
         rows = [
             row
-            for row in map(self._jobs.__getitem__, self._hooks)
+            for row in map(self._jobs.__getitem__, self._outbox)
             if row.hook_next_at <= now
             and is_due(row.status, row.hook_cursor, row.done, row.webhook)
         ]
@@ -446,7 +446,7 @@ class MemoryStore:
         row.hook_since, row.hook_next_at = since, next_at
         if close:
             row.hook_open = False
-            self._hooks.discard(row.id)
+            self._outbox.discard(row.id)
             if row.id in self._held:
                 self._held.discard(row.id)
                 heapq.heappush(self._finished, (row.lease, row.seq, row.id))
@@ -504,7 +504,7 @@ class MemoryStore:
                 self._delete(row)
 
     def _hold(self, row: _JobRow) -> bool:
-        """Keep a finished job whose webhook hook is open; back in the heap when it closes."""
+        """Keep a finished job whose webhook delivery is open; back in the heap when it closes."""
         if row.hook_open:
             self._held.add(row.id)
         return row.hook_open

@@ -1,7 +1,13 @@
-"""The store protocol: the few operations the engine needs, each atomic.
+"""The store protocols: the few operations each user of a store needs, each atomic.
 
-Every backend (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) runs the same contract suite
-(``tests/stores/test_store_contract.py``). Times are unix seconds from the engine's wall clock.
+:class:`Store` is what the engine and the reads need. Two smaller protocols are apart, so that
+a user asks only for what it uses: :class:`ResponseCache` (the web fetcher's response cache,
+``web/_cache``) and :class:`WebhookOutbox` (the webhook dispatcher's delivery state,
+``http/_deliveries``). :class:`ServiceStore` is all three: what ``trio-batch serve`` runs on.
+
+Every backend (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) implements all three and runs
+the same contract suite (``tests/stores/test_store_contract.py``). Times are unix seconds from
+the engine's wall clock.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from .._model import (
     Target,
     TargetState,
     TargetStatus,
+    Webhook,
 )
 
 
@@ -131,9 +138,11 @@ class CacheEntry:
     expires_at: float
 
 
-TARGET_TOKEN = '"target"'
-"""How a stored webhook (``Webhook.to_json``: compact JSON, keys ``url`` and ``events``) asks for
-target events. A URL's quotes are escaped in JSON, so only an ``events`` entry spells this."""
+def wants_target_events(webhook: str) -> bool:
+    """Whether a stored webhook (``Webhook.to_json``, or empty for none) asks for ``target``
+    events, read from its decoded ``events`` list."""
+    hook = Webhook.from_json(webhook)
+    return hook is not None and "target" in hook.events
 
 
 @final
@@ -158,7 +167,8 @@ class HookDue:
 
     @property
     def wants_targets(self) -> bool:
-        return TARGET_TOKEN in self.webhook
+        """Whether the webhook asks for an event per target (else only for the end event)."""
+        return wants_target_events(self.webhook)
 
     @property
     def target(self) -> int | None:
@@ -169,7 +179,11 @@ class HookDue:
 
 
 class Store(Protocol):
-    """What an engine needs from a store. Each method is atomic.
+    """What an engine needs from a store, and the reads of its jobs. Each method is atomic.
+
+    Used by the engine (``open_engine``), and through it by the HTTP API and the CLI. The web
+    cache and the webhook outbox are protocols of their own (:class:`ResponseCache`,
+    :class:`WebhookOutbox`): a backend for the engine alone need not implement them.
 
     A store may be shared by several engines only where its docs say so (PostgreSQL).
 
@@ -326,6 +340,15 @@ class Store(Protocol):
         """
         ...
 
+
+class ResponseCache(Protocol):
+    """Where the web fetcher keeps its response cache (SPEC §6): ``web/_cache`` uses it.
+
+    Cancellation as for :class:`Store`: a write that has begun completes. ``WebFetcher`` runs
+    each call in a task of its own and stops waiting after a second, so a stalled store costs
+    a fetch a miss, not a wait.
+    """
+
     async def cache_get(self, key: str) -> CacheEntry | None:
         """The cached entry under ``key``, expired or not (``recover`` serves stale copies)."""
         ...
@@ -335,12 +358,20 @@ class Store(Protocol):
         ago while the cache's bytes exceed ``max_bytes``. A repeat replaces the entry."""
         ...
 
+
+class WebhookOutbox(Protocol):
+    """The webhook delivery state kept on each job's row (SPEC §7; ``stores/_outbox``).
+
+    The service's webhook dispatcher (``http/_deliveries``) uses it. Cancellation as for
+    :class:`Store`: a compare-and-set that has begun completes and returns its answer.
+    """
+
     async def hooks_due(self, now: float, limit: int) -> list[HookDue]:
         """Jobs with a webhook event to send now, soonest ``next_at`` first (SPEC §7).
 
-        At most ``limit``. Only jobs whose hook is open, whose ``next_at`` is not after ``now``
-        and that have an event due (``stores/_hooks``): a live job whose next target has not
-        ended is not returned. Writes nothing.
+        At most ``limit``. Only jobs whose webhook delivery is open, whose ``next_at`` is not
+        after ``now`` and that have an event due (``stores/_outbox``): a live job whose next
+        target has not ended is not returned. Writes nothing.
         """
         ...
 
@@ -356,9 +387,17 @@ class Store(Protocol):
     ) -> bool:
         """Move the job's delivery state from what ``due`` read to these values.
 
-        A compare-and-set: applied only while the hook is open with ``due.cursor`` and
-        ``due.attempts``; returns whether it was. ``close`` ends the hook (the end event is
-        handled): nothing more is delivered, and the job may be swept or evicted again. A
+        A compare-and-set: applied only while the delivery is open with ``due.cursor`` and
+        ``due.attempts``; returns whether it was. ``close`` ends the delivery (the end event
+        is handled): nothing more is delivered, and the job may be swept or evicted again. A
         repeat returns False.
         """
         ...
+
+
+class ServiceStore(Store, ResponseCache, WebhookOutbox, Protocol):
+    """All three protocols: what the service (``trio-batch serve``) runs on.
+
+    The engine, the web fetcher's cache and the webhook dispatcher share one store there. Every
+    backend of this package (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) is one.
+    """

@@ -1,11 +1,12 @@
 """What both SQL stores do the same way: SPEC §7's reads (``read_job``, ``job_summary``,
 ``list_jobs``, ``read_targets``, the SQL of ``stores/_sql_reads``) and the webhook delivery state
-(``hooks_due``, ``hook_advance``, the SQL of ``stores/_hooks``). One mixin for both.
+(``hooks_due``, ``hook_advance``, the SQL of ``stores/_outbox``). One mixin for both.
 
 The store class names :class:`SQLiteCommon` or :class:`PostgresCommon` and gives ``_read`` (its
 reader connection, one transaction or one statement: one consistent view) and ``_write``. The
-two differ only in the dialect (placeholders, how "hook open" is spelled as its partial index
-says it), SQLite's index hint for live listings, and how SQLite's writer queues a hook write.
+two differ only in the dialect (placeholders, how "delivery open" is spelled as its partial index
+says it, how the stored webhook's JSON is read), SQLite's index hint for live listings, and how
+SQLite's writer queues an outbox write.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 
 from .._model import Job, JobStatus, TargetState, TargetStatus
 from . import _sql_reads as q
-from ._hooks import advance_query, due_query, hook_from_row
+from ._outbox import advance_query, due_from_row, due_query
 from ._protocol import HookDue, JobCursor, JobSummary
 from ._rules import job_from_row
 
@@ -31,13 +32,15 @@ class SQLCommon:
     """The reads and the webhook state, for a class with a SQL store's ``_read``."""
 
     _postgres: ClassVar[bool] = False
-    _hook_open: ClassVar[str]
-    """The "hook open" test, spelled as the partial index ``jobs_hooks`` is, so it serves."""
+    _outbox_open: ClassVar[str]
+    """The "delivery open" test, spelled as the partial index ``jobs_hooks`` is, so it serves."""
+    _wants_targets: ClassVar[str]
+    """Whether the stored webhook's decoded JSON has ``target`` among its ``events``."""
 
     async def _read(self, fn: Callable[[Any], T]) -> T:
         raise NotImplementedError  # the store's
 
-    async def _write_hook(self, fn: Callable[[Any], bool]) -> bool:
+    async def _write_outbox(self, fn: Callable[[Any], bool]) -> bool:
         raise NotImplementedError  # below, per store
 
     def _query(self, query: q.Query) -> q.Query:
@@ -84,9 +87,9 @@ class SQLCommon:
         )
 
     async def hooks_due(self, now: float, limit: int) -> list[HookDue]:
-        sql, params = self._query(due_query(self._hook_open, now, limit))
+        sql, params = self._query(due_query(self._outbox_open, self._wants_targets, now, limit))
         return await self._read(
-            lambda conn: [hook_from_row(r) for r in conn.execute(sql, params).fetchall()]
+            lambda conn: [due_from_row(r) for r in conn.execute(sql, params).fetchall()]
         )
 
     async def hook_advance(
@@ -99,21 +102,24 @@ class SQLCommon:
         next_at: float,
         close: bool = False,
     ) -> bool:
-        query = advance_query(self._hook_open, due, cursor, attempts, since, next_at, close)
+        query = advance_query(self._outbox_open, due, cursor, attempts, since, next_at, close)
         sql, params = self._query(query)
-        return await self._write_hook(lambda conn: conn.execute(sql, params).rowcount == 1)
+        return await self._write_outbox(lambda conn: conn.execute(sql, params).rowcount == 1)
 
 
 class SQLiteCommon(SQLCommon):
     """SQLiteStore's."""
 
-    _hook_open = "hook_open = 1"
+    _outbox_open = "hook_open = 1"
+    _wants_targets = (
+        "EXISTS (SELECT 1 FROM json_each(NULLIF(webhook, ''), '$.events') WHERE value = 'target')"
+    )
 
     async def _write(self, fn: Callable[[Any], T], *, independent: bool = False) -> T:
         raise NotImplementedError  # SQLiteStore's
 
-    async def _write_hook(self, fn: Callable[[Any], bool]) -> bool:
-        # Touches only the job's hook columns: running marks may be folded past it.
+    async def _write_outbox(self, fn: Callable[[Any], bool]) -> bool:
+        # Touches only the job's outbox columns: running marks may be folded past it.
         return await self._write(fn, independent=True)
 
 
@@ -128,11 +134,12 @@ class PostgresCommon(SQLCommon):
     """
 
     _postgres = True
-    _hook_open = "hook_open"
+    _outbox_open = "hook_open"
+    _wants_targets = """NULLIF(webhook, '')::jsonb -> 'events' @> '["target"]'"""
     shared: ClassVar[bool] = True
 
     async def _write(self, fn: Callable[[Any], T]) -> T:
         raise NotImplementedError  # PostgresStore's
 
-    async def _write_hook(self, fn: Callable[[Any], bool]) -> bool:
+    async def _write_outbox(self, fn: Callable[[Any], bool]) -> bool:
         return await self._write(fn)

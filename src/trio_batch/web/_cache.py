@@ -12,7 +12,7 @@ Why each store call runs in a task of its own: a store's write is not cancellabl
 deadline around it in the fetch's own task would not end the wait. The fetch waits for that
 task only ``CACHE_WAIT`` seconds, then cancels it and carries on: a read stops (PostgreSQL
 cancels its query), a write that is queued lands or fails whole, as the store's transaction
-decides (``Store.cache_put`` replaces one entry and evicts in one transaction), and nothing is
+decides (the store's ``cache_put`` replaces one entry and evicts in one transaction), and nothing is
 half written. Such a task is a Trio *system* task: the fetcher has no nursery of its own to
 hold it (its ``async with`` is a hand-rolled ``__aenter__``), the task catches every
 ``Exception`` (a system task's error would end the run), and at most :data:`MAX_LEFT_BEHIND`
@@ -34,7 +34,7 @@ import trio
 
 from .._errors import TargetError
 from .._model import Caller, Result, Target
-from ..stores._protocol import CacheEntry, Store
+from ..stores._protocol import CacheEntry, ResponseCache as CacheStore
 
 logger = logging.getLogger("trio_batch.web")
 
@@ -104,7 +104,7 @@ class ResponseCache:
 
     def __init__(
         self,
-        store: Store | None,
+        store: CacheStore | None,
         *,
         ttl: float,
         max_bytes: int,

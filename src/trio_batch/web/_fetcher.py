@@ -25,7 +25,7 @@ import trio
 
 from .._errors import RetryLater, TargetError
 from .._model import Caller, Result, Target
-from ..stores._protocol import Store
+from ..stores._protocol import ResponseCache as CacheStore
 from ._cache import ResponseCache, from_cache
 from ._errors import (
     BUSY_STATUSES,
@@ -144,7 +144,7 @@ class WebFetcher:
     def __init__(
         self,
         *,
-        store: Store | None = None,
+        store: CacheStore | None = None,
         timeout: float = 30.0,
         max_bytes: int = 10 * 2**20,
         max_redirects: int = 5,

@@ -177,7 +177,7 @@ MIGRATIONS: list[str] = [
     # The listing index of GET /v1/batch (SPEC §7): a page costs its rows.
     "CREATE INDEX jobs_by_caller ON jobs (caller, created_at DESC, id DESC)",
     # SPEC §7: what resume needs to run a job again (the caller's workspace), retry's link, the
-    # webhook and its delivery state (hook_*: see stores/_hooks), and each target's times.
+    # webhook and its delivery state (hook_*: see stores/_outbox), and each target's times.
     """
     ALTER TABLE jobs ADD COLUMN workspace text NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN retry_of text NOT NULL DEFAULT '';
@@ -195,7 +195,7 @@ MIGRATIONS: list[str] = [
     "double precision, text, text[], text[], bigint, bigint, bigint)",
     _ADMIT_JOB_V2,
 ]
-# admit_job's sweep spares a finished job whose webhook is still to deliver (stores/_hooks): the
+# admit_job's sweep spares a finished job whose webhook is still to deliver (stores/_outbox): the
 # same function otherwise, replaced in place.
 _SWEEP = f"DELETE FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < p_now - p_ttl"
 assert MIGRATIONS[6].count(_SWEEP) == 1

@@ -76,7 +76,7 @@ MIGRATIONS: list[str] = [
     # The listing index of GET /v1/batch (SPEC §7): a page costs its rows.
     "CREATE INDEX jobs_by_caller ON jobs (caller, created_at DESC, id DESC)",
     # SPEC §7: what resume needs to run a job again (the caller's workspace), retry's link, the
-    # webhook and its delivery state (hook_*: see stores/_hooks), and each target's times.
+    # webhook and its delivery state (hook_*: see stores/_outbox), and each target's times.
     """
     ALTER TABLE jobs ADD COLUMN workspace TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN retry_of TEXT NOT NULL DEFAULT '';

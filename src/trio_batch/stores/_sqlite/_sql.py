@@ -112,7 +112,7 @@ def _delete_jobs(conn: sqlite3.Connection, rows: Sequence[tuple[str, int]]) -> N
 def _sweep(conn: sqlite3.Connection, cutoff: float) -> None:
     rows = conn.execute(
         f"SELECT id, bytes FROM jobs WHERE status NOT IN {LIVE_SQL} AND lease < ? "
-        "AND hook_open = 0",  # a webhook still to deliver keeps its job (stores/_hooks)
+        "AND hook_open = 0",  # a webhook still to deliver keeps its job (stores/_outbox)
         (cutoff,),
     ).fetchall()
     if rows:

@@ -1,7 +1,8 @@
 """Webhook delivery state (SPEC §7), kept on the job's row: the job is the outbox.
 
 A job runs its targets one after the other, so they end in input order: the first
-``targets_done`` targets are the ended ones. The store keeps, per job with a webhook:
+``targets_done`` targets are the ended ones. The store keeps, per job with a webhook (the
+columns keep their ``hook_`` names from the schema's first version):
 
 - ``hook_open``: something may still be delivered (set at admission when a webhook is given,
   cleared once the end event is handled);
@@ -12,37 +13,38 @@ A job runs its targets one after the other, so they end in input order: the firs
 
 Target event ``k`` is due when the webhook asks for ``target`` events and ``hook_cursor <= k <
 targets_done``; the end event is due when the job is terminal and every target event is handled.
-:meth:`Store.hooks_due` returns only jobs with an event due now, so a live job whose next target
-has not ended is not returned again and again; the dispatcher is woken by the engine when a
-target ends. :meth:`Store.hook_advance` is a compare-and-set on ``(cursor, attempts)``: of two
-dispatchers (two PostgreSQL instances) that sent the same event, one advances; the receiver
-dedupes the other by ``webhook-id`` (delivery is at least once).
+:meth:`WebhookOutbox.hooks_due` returns only jobs with an event due now, so a live job whose next
+target has not ended is not returned again and again; the dispatcher is woken by the engine when
+a target ends. :meth:`WebhookOutbox.hook_advance` is a compare-and-set on ``(cursor,
+attempts)``: of two dispatchers (two PostgreSQL instances) that sent the same event, one
+advances; the receiver dedupes the other by ``webhook-id`` (delivery is at least once).
 
-Sweeping (``ttl``) and eviction (``max_bytes``) skip a finished job whose hook is open: its end
-event needs the job's row. A hook is closed within about an hour of each event's first attempt
-(given up after that), so a job is kept at most that much longer than ``ttl`` would keep it.
+Sweeping (``ttl``) and eviction (``max_bytes``) skip a finished job whose delivery is open: its
+end event needs the job's row. A delivery is closed within about an hour of each event's first
+attempt (given up after that), so a job is kept at most that much longer than ``ttl`` would keep
+it.
 """
 
 from __future__ import annotations
 
 from .._model import JobStatus
-from ._protocol import TARGET_TOKEN, HookDue
+from ._protocol import HookDue, wants_target_events
 from ._rules import LIVE_SQL, Row
 
-HOOK_COLUMNS = (
+OUTBOX_COLUMNS = (
     "id, caller, webhook, status, targets_done, targets_total, hook_cursor, hook_attempts, "
     "hook_since, hook_next_at"
 )
-"""The columns :func:`hook_from_row` decodes, in its order."""
+"""The columns :func:`due_from_row` decodes, in its order."""
 
 
 def is_due(status: JobStatus, cursor: int, targets_done: int, webhook: str) -> bool:
-    """Whether an open hook has an event to send (its ``next_at`` aside)."""
-    return not status.live or (cursor < targets_done and TARGET_TOKEN in webhook)
+    """Whether an open delivery has an event to send (its ``next_at`` aside)."""
+    return not status.live or (cursor < targets_done and wants_target_events(webhook))
 
 
-def hook_from_row(row: Row) -> HookDue:
-    """A :class:`HookDue` from a row of :data:`HOOK_COLUMNS`."""
+def due_from_row(row: Row) -> HookDue:
+    """A :class:`HookDue` from a row of :data:`OUTBOX_COLUMNS`."""
     return HookDue(
         job_id=str(row[0]),
         caller=str(row[1]),
@@ -57,15 +59,22 @@ def hook_from_row(row: Row) -> HookDue:
     )
 
 
-def due_query(open_sql: str, now: float, limit: int) -> tuple[str, list[object]]:
-    """``hooks_due`` in SQL with ``?`` placeholders; ``open_sql`` is the backend's "hook open"
-    test, spelled as its partial index ``jobs_hooks`` is, so the index serves the query."""
+def due_query(
+    open_sql: str, wants_targets_sql: str, now: float, limit: int
+) -> tuple[str, list[object]]:
+    """``hooks_due`` in SQL with ``?`` placeholders.
+
+    ``open_sql`` is the backend's "delivery open" test, spelled as its partial index
+    ``jobs_hooks`` is, so the index serves the query. ``wants_targets_sql`` is its test of
+    :func:`~trio_batch.stores._protocol.wants_target_events`: the stored webhook decoded as
+    JSON, ``target`` among its ``events``.
+    """
     sql = (
-        f"SELECT {HOOK_COLUMNS} FROM jobs WHERE {open_sql} AND hook_next_at <= ? "
-        f"AND (status NOT IN {LIVE_SQL} OR (hook_cursor < targets_done AND webhook LIKE ?)) "
+        f"SELECT {OUTBOX_COLUMNS} FROM jobs WHERE {open_sql} AND hook_next_at <= ? "
+        f"AND (status NOT IN {LIVE_SQL} OR (hook_cursor < targets_done AND {wants_targets_sql})) "
         "ORDER BY hook_next_at LIMIT ?"
     )
-    return sql, [now, f"%{TARGET_TOKEN}%", limit]
+    return sql, [now, limit]
 
 
 def advance_query(

@@ -1,11 +1,11 @@
-"""The store contract for webhook delivery state (SPEC §7): the job row is the outbox."""
+"""The store contract for the webhook outbox (SPEC §7): the delivery state on the job row."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from trio_batch import JobStatus, Options, Result, Target, TargetState, Webhook
-from trio_batch.stores import Limits, NewJob, Outcome, Store
+from trio_batch.stores import Limits, NewJob, Outcome, ServiceStore
 from trio_batch.stores._protocol import HookDue
 
 LIMITS = Limits(ttl=100.0, targets_per_job=4, jobs_per_caller=10, jobs_total=10)
@@ -20,7 +20,9 @@ def new_job(job_id: str, webhook: str = END, n: int = 2, now: float = 1000.0) ->
     return NewJob(job_id, "alice", "fleet", f"key-{job_id}", targets, now, webhook=webhook)
 
 
-async def finish(store: Store, job_id: str, idx: int, now: float = 1000.0, size: int = 0) -> None:
+async def finish(
+    store: ServiceStore, job_id: str, idx: int, now: float = 1000.0, size: int = 0
+) -> None:
     assert await store.start_target(job_id, idx, now)
     outcome = DONE
     if size:
@@ -28,18 +30,18 @@ async def finish(store: Store, job_id: str, idx: int, now: float = 1000.0, size:
     await store.finish_target(job_id, idx, outcome, now, 10**9)
 
 
-async def due_ids(store: Store, now: float = 2000.0) -> list[tuple[str, int | None]]:
+async def due_ids(store: ServiceStore, now: float = 2000.0) -> list[tuple[str, int | None]]:
     return [(d.job_id, d.target) for d in await store.hooks_due(now, 100)]
 
 
-async def advance(store: Store, due: HookDue, *, close: bool = False) -> bool:
+async def advance(store: ServiceStore, due: HookDue, *, close: bool = False) -> bool:
     return await store.hook_advance(
         due, cursor=due.cursor + (0 if close else 1), attempts=0, since=0, next_at=0, close=close
     )
 
 
 class TestDue:
-    async def test_a_job_without_webhook_is_never_due(self, store: Store) -> None:
+    async def test_a_job_without_webhook_is_never_due(self, store: ServiceStore) -> None:
         """No webhook, no hook: a finished job has nothing to deliver."""
         await store.admit(new_job("j1", webhook=""), LIMITS)
         await finish(store, "j1", 0)
@@ -47,7 +49,7 @@ class TestDue:
 
         assert [] == await due_ids(store)
 
-    async def test_end_only_is_due_once_the_job_is_terminal(self, store: Store) -> None:
+    async def test_end_only_is_due_once_the_job_is_terminal(self, store: ServiceStore) -> None:
         """A live job with an end-only webhook is not returned; a finished one is, with its row."""
         await store.admit(new_job("j1"), LIMITS)
         await finish(store, "j1", 0)
@@ -59,7 +61,7 @@ class TestDue:
         assert HookDue("j1", "alice", END, JobStatus.DONE, 2, 2, 0, 0, 0.0, 0.0) == due
         assert due.target is None
 
-    async def test_target_events_in_order_then_end(self, store: Store) -> None:
+    async def test_target_events_in_order_then_end(self, store: ServiceStore) -> None:
         """Each ended target is due in turn; a handled one is not returned again; then the end."""
         await store.admit(new_job("j1", webhook=BOTH), LIMITS)
         seen: list[list[tuple[str, int | None]]] = [await due_ids(store)]
@@ -80,7 +82,19 @@ class TestDue:
         assert (JobStatus.DONE, JobStatus.DONE) == (second.status, end.status)
         assert (1, 2) == (second.target, end.cursor)
 
-    async def test_a_cancelled_job_ends_after_the_targets_it_stored(self, store: Store) -> None:
+    async def test_a_url_that_says_target_asks_for_no_target_events(
+        self, store: ServiceStore
+    ) -> None:
+        """Only the webhook's decoded events list asks for target events, never its URL."""
+        webhook = Webhook('https://hooks.test/in?events="target"').to_json()
+        await store.admit(new_job("j1", webhook=webhook), LIMITS)
+        await finish(store, "j1", 0)
+
+        assert [] == await due_ids(store)
+
+    async def test_a_cancelled_job_ends_after_the_targets_it_stored(
+        self, store: ServiceStore
+    ) -> None:
         """Cancelled after one target: that target's event, then the end."""
         await store.admit(new_job("j1", webhook=BOTH, n=3), LIMITS)
         await finish(store, "j1", 0)
@@ -91,7 +105,7 @@ class TestDue:
 
         assert (0, None, JobStatus.CANCELLED) == (first.target, end.target, end.status)
 
-    async def test_next_at_defers_and_orders(self, store: Store) -> None:
+    async def test_next_at_defers_and_orders(self, store: ServiceStore) -> None:
         """A retry waits for its next_at; due jobs come soonest first, at most limit of them."""
         for job_id in ("a", "b", "c"):
             await store.admit(new_job(job_id, n=1), LIMITS)
@@ -109,7 +123,7 @@ class TestDue:
 
 
 class TestAdvance:
-    async def test_is_a_compare_and_set(self, store: Store) -> None:
+    async def test_is_a_compare_and_set(self, store: ServiceStore) -> None:
         """Of two advances from the same read, one applies; a closed hook takes none."""
         await store.admit(new_job("j1", n=1), LIMITS)
         await finish(store, "j1", 0)
@@ -124,14 +138,15 @@ class TestAdvance:
         assert (True, False, True, False) == (first, second, closed, after)
         assert await store.hooks_due(9999.0, 10) == []
 
-    async def test_an_unknown_job_is_not_advanced(self, store: Store) -> None:
+    async def test_an_unknown_job_is_not_advanced(self, store: ServiceStore) -> None:
+        """An advance of a job the store does not hold applies to nothing."""
         ghost = HookDue("nope", "alice", END, JobStatus.DONE, 1, 1, 0, 0, 0.0, 0.0)
 
         assert not await advance(store, ghost, close=True)
 
 
 class TestKeeping:
-    async def test_sweep_keeps_a_job_whose_hook_is_open(self, store: Store) -> None:
+    async def test_sweep_keeps_a_job_whose_hook_is_open(self, store: ServiceStore) -> None:
         """Past its ttl, a finished job is kept until its webhook is handled, then swept."""
         await store.admit(new_job("j1", n=1), LIMITS)
         await finish(store, "j1", 0)
@@ -144,7 +159,7 @@ class TestKeeping:
         assert kept is not None
         assert await store.snapshot("j1") is None
 
-    async def test_eviction_skips_a_job_whose_hook_is_open(self, store: Store) -> None:
+    async def test_eviction_skips_a_job_whose_hook_is_open(self, store: ServiceStore) -> None:
         """The byte cap evicts an older finished job without a webhook, not one with open hook."""
         await store.admit(new_job("hooked", n=1), LIMITS)
         await finish(store, "hooked", 0, now=1000.0, size=500)
