@@ -17,7 +17,7 @@ from tests.web.conftest import (
 )
 from trio_batch import Caller, Options, Result, Target, TargetError
 from trio_batch.web import WebFetcher, validate_options
-from trio_batch.web._shape import Body, shape
+from trio_batch.web._shape import Body, shape_body
 
 CALLER = Caller("agent")
 HTML = [("content-type", "text/html; charset=utf-8")]
@@ -70,7 +70,7 @@ class TestValidateOptions:
             "pdf": Body(make_pdf(REPORT_PAGES), "application/pdf", None, "http://site.example/r"),
         }
         validate_options(options)
-        _content, shaped = shape(bodies[kind], options)
+        _content, shaped = shape_body(bodies[kind], options)
 
         assert meta == {name: shaped.get(name) for name in meta}
 
@@ -129,7 +129,7 @@ class TestHtml:
 
     def test_markdown_marks_headings_links_and_emphasis(self) -> None:
         """mode=markdown gives headings, absolute links and emphasis."""
-        content, meta = shape(html_body(), Options(mode="markdown"))
+        content, meta = shape_body(html_body(), Options(mode="markdown"))
 
         assert content.startswith("# Widgets\n\n")
         assert "## Kinds" in content
@@ -140,7 +140,7 @@ class TestHtml:
     def test_html_and_raw_return_the_source(self) -> None:
         """mode=html and mode=raw return the page's source."""
         for mode in ("html", "raw"):
-            content, _ = shape(html_body(), Options(mode=mode))
+            content, _ = shape_body(html_body(), Options(mode=mode))
 
             assert ARTICLE_HTML.decode() == content
 
@@ -148,7 +148,7 @@ class TestHtml:
         """A hidden <p> or <li> without its end tag hides only itself."""
         page = b"<p hidden>secret<p>visible one<ul><li aria-hidden=true>x<li>y</ul>"
 
-        content, _ = shape(Body(page, "text/html", None, "http://x.example/"), Options())
+        content, _ = shape_body(Body(page, "text/html", None, "http://x.example/"), Options())
 
         assert content == "visible one\n\n- y\n"
 
@@ -156,7 +156,7 @@ class TestHtml:
         """Without a charset header, the page's <meta charset> decides the decoding."""
         page = '<meta charset="iso-8859-1"><p>Caf\xe9</p>'.encode("latin-1")
 
-        content, _ = shape(Body(page, "text/html", None, "http://x.example/"), Options())
+        content, _ = shape_body(Body(page, "text/html", None, "http://x.example/"), Options())
 
         assert content == "Café\n"
 
@@ -180,7 +180,7 @@ class TestJson:
         body = Body(DATA_JSON, "application/json", None, "http://x.example/")
 
         with pytest.raises(TargetError) as info:
-            shape(body, Options(jq=".items.name"))
+            shape_body(body, Options(jq=".items.name"))
 
         assert info.value.status == 422
         assert info.value.msg.startswith("the jq program failed on this document: Cannot index")
@@ -190,7 +190,7 @@ class TestJson:
         body = Body(b"{oops", "application/json", None, "http://x.example/")
 
         with pytest.raises(TargetError, match=r"^the response is not valid JSON"):
-            shape(body, Options(jq="."))
+            shape_body(body, Options(jq="."))
 
 
 class TestPdf:
@@ -218,7 +218,7 @@ class TestPdf:
         body = Body(make_pdf(REPORT_PAGES), "application/pdf", None, "http://x.example/r.pdf")
 
         with pytest.raises(TargetError) as info:
-            shape(body, Options(pages="7-9"))
+            shape_body(body, Options(pages="7-9"))
 
         assert info.value.status == 416
         assert "the PDF has 3 pages" in info.value.msg
@@ -229,13 +229,13 @@ class TestPdf:
         body = Body(b"%PDF-1.4\nnothing here", "application/pdf", None, "http://x.example/")
 
         with pytest.raises(TargetError, match=r"^the PDF could not be read"):
-            shape(body, Options())
+            shape_body(body, Options())
 
 
 class TestGrep:
     def test_only_matching_lines(self) -> None:
         """grep keeps the matching lines and counts them."""
-        content, meta = shape(html_body(), Options(grep="(?i)euros?"))
+        content, meta = shape_body(html_body(), Options(grep="(?i)euros?"))
 
         assert content == "A blue widget costs 3 euros; a red widget costs 5 euros.\n"
         assert meta["matches"] == 1
@@ -245,7 +245,7 @@ class TestGrep:
         text = "\n".join(f"line {i}" for i in range(1, 21)).encode()
         body = Body(text, "text/plain", None, "http://x.example/")
 
-        content, meta = shape(body, Options(grep=r"^line (5|15)$", context=True))
+        content, meta = shape_body(body, Options(grep=r"^line (5|15)$", context=True))
 
         assert content == (
             "line 3\nline 4\nline 5\nline 6\nline 7\n--\n"
@@ -258,7 +258,7 @@ class TestGrep:
         body = Body(b"a" * 5000 + b"!", "text/plain", None, "http://x.example/")
 
         with pytest.raises(TargetError) as info:
-            shape(body, Options(grep="(a|aa)+$"), grep_seconds=0.05)
+            shape_body(body, Options(grep="(a|aa)+$"), grep_seconds=0.05)
 
         assert info.value.status == 422
         assert "nested repetition" in info.value.hint
@@ -267,7 +267,9 @@ class TestGrep:
 class TestQuestion:
     def test_returns_the_most_relevant_passages_with_context(self) -> None:
         """question picks the best passages by BM25; context adds neighbouring paragraphs."""
-        content, meta = shape(html_body(), Options(question="How much does a red widget cost?"))
+        content, meta = shape_body(
+            html_body(), Options(question="How much does a red widget cost?")
+        )
 
         assert "A blue widget costs 3 euros; a red widget costs 5 euros." in content
         assert "Prices" in content
@@ -279,7 +281,7 @@ class TestQuestion:
 
     def test_without_context_only_the_passages(self) -> None:
         """context=false returns the passages alone."""
-        content, _meta = shape(
+        content, _meta = shape_body(
             html_body(), Options(question="what ruins widgets stored outdoors", context=False)
         )
 
@@ -288,7 +290,7 @@ class TestQuestion:
 
     def test_no_relevant_passage_is_empty(self) -> None:
         """A question the page does not touch gives no passages, not an error."""
-        content, meta = shape(html_body(), Options(question="zebra migration"))
+        content, meta = shape_body(html_body(), Options(question="zebra migration"))
 
         assert content == ""
         assert meta["passages"] == []
@@ -327,6 +329,6 @@ class TestApplicability:
     def test_untyped_bodies_are_sniffed(self) -> None:
         """A body without a useful content type is recognised by its bytes."""
         pdf = Body(make_pdf(["only page"]), "application/octet-stream", None, "http://x/")
-        _, meta = shape(pdf, Options())
+        _, meta = shape_body(pdf, Options())
 
         assert meta["page_count"] == 1

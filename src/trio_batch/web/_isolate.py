@@ -37,7 +37,7 @@ import trio_parallel  # type: ignore[import-untyped,import-not-found,unused-igno
 
 from .._errors import TargetError
 from .._model import Options
-from ._shape import Body, kind_of, shape
+from ._shape import Body, kind_of, shape_body
 
 logger = logging.getLogger("trio_batch.web")
 T = TypeVar("T")
@@ -195,7 +195,7 @@ def _job(body: Body, options: Options, cpu_seconds: float) -> _Shaped | _Failed 
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
     signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
     try:
-        content, meta = shape(body, options)
+        content, meta = shape_body(body, options)
     except TargetError as exc:
         return _Failed(exc.msg, exc.hint, exc.status)
     except MemoryError:
@@ -261,8 +261,9 @@ class Shaper:
         """The content ``options`` ask for from ``body``, and what they add to ``meta``.
 
         Raises:
-            TargetError: what :func:`shape` raises, or the job went over its CPU time, wall
-                time or memory (status 422); the worker was killed and will be replaced.
+            TargetError: what :func:`~trio_batch.web._shape.shape_body` raises, or the job
+                went over its CPU time, wall time or memory (status 422); the worker was killed
+                and will be replaced.
             RuntimeError: a worker died for another reason, or shaping hit a bug (logged with
                 the exception type only).
 
@@ -271,7 +272,7 @@ class Shaper:
         """
         if in_process(body, options):
             return await trio.to_thread.run_sync(
-                functools.partial(shape, body, options), limiter=self._threads
+                functools.partial(shape_body, body, options), limiter=self._threads
             )
         limiter = self._callers.get(caller)
         if limiter is None:

@@ -1,6 +1,6 @@
 """Turning a response body into the content an agent asked for (SPEC §6 options).
 
-Pure functions over bytes. :func:`shape` runs user code (jq, grep) and parsers with
+Pure functions over bytes. :func:`shape_body` runs user code (jq, grep) and parsers with
 superlinear worst cases (``html.parser``, pypdf) on untrusted input, so the fetcher runs it in a
 worker process with CPU and memory limits (``_isolate``); only work that is cheap and bounded
 whatever the input runs in a thread of the service. Every failure is a ``TargetError`` that
@@ -300,7 +300,7 @@ def _grep(text: str, pattern: str, context: bool, seconds: float) -> tuple[str, 
     return "\n".join(out) + ("\n" if out else ""), {"matches": len(matched)}
 
 
-def shape(
+def shape_body(
     body: Body, options: Options, *, grep_seconds: float = GREP_SECONDS
 ) -> tuple[str, dict[str, object]]:
     """The content the options ask for, and what they add to ``meta``.
