@@ -11,9 +11,10 @@ Three ideas carry the design, one module each:
   thread. A Trio cancel becomes a server-side cancel of the query (``cancel_safe``), and the
   task waits for the thread to hand its connection back: a thread holding a connection is
   never abandoned.
-- **Group commit** (``_batch``). Writes are queued to one writer task per store, which holds
-  one connection and commits everything queued at once, as one pipeline of prepared
-  statements (a group of outcomes is one statement). When the connection breaks it connects
+- **Group commit** (``_batch``, the queue and the writer task; ``_pipeline``, what runs in the
+  writer's thread). Writes are queued to one writer task per store, which holds one
+  connection and commits everything queued at once, as one pipeline of prepared statements
+  (a group of outcomes is one statement). When the connection breaks it connects
   again and replays the batch; every write is idempotent on a replay. Once queued, a write is
   not cancellable; a cancel already pending means it is never queued; a call that gets no
   answer within ``call_timeout`` raises ``StoreError``.

@@ -9,7 +9,7 @@ when the batch carrying its next running mark reports it not live; the ``start_t
 that returns False (polling; see ``docs/postgres.md``).
 
 The methods here only shape parameters and results: the SQL is in ``_sql``, the write path in
-``_batch`` and the threads in ``_threads``.
+``_batch`` (its thread side in ``_pipeline``) and the threads in ``_threads``.
 """
 
 from __future__ import annotations
