@@ -45,7 +45,7 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -174,6 +174,181 @@ async def _wait_watching(
     return None
 
 
+@dataclass
+class _GatedJob:
+    """The job the followers follow: noop targets, the first of which waits on ``gate``.
+
+    The gate holds the job open while the followers connect and wait, so what they cost while
+    waiting is measured apart from what they cost while the job runs (the gate's opening).
+    """
+
+    targets: list[Target]
+    first_url: str = field(init=False)
+    gate: trio.Event = field(default_factory=trio.Event)
+
+    def __post_init__(self) -> None:
+        """Take the first URL once: every fetch compares its target with it."""
+        self.first_url = self.targets[0].url
+
+    async def fetch(self, caller: Caller, target: Target) -> Result:
+        """The engine's fetch function: the first target waits for the gate, every one is noop."""
+        if target.url == self.first_url:
+            await self.gate.wait()
+        return RESULT
+
+
+@dataclass
+class _Followers:
+    """The followers of one job: how each asks, and what they tell between them (the statuses
+    other than 200 that stop the run, and the body bytes they got)."""
+
+    app: Any
+    path: str
+    query: str
+    refused: list[int] = field(default_factory=list)
+    received: int = 0
+
+    @classmethod
+    def of(cls, app: Any, job_id: str, route: str) -> _Followers:
+        """The followers of job ``job_id`` on ``route`` (a key of :data:`ROUTES`)."""
+        tail, params = ROUTES[route]
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        return cls(app, f"/v1/batch/{job_id}/{tail}", query)
+
+    def on_status(self, status: int) -> None:
+        """Keep a status other than 200: :func:`_wait_watching` stops the run on it."""
+        if status != 200:
+            self.refused.append(status)
+
+    async def follow(self) -> None:
+        """One follower, from its request until its stream ends."""
+        self.received += await _follow(self.app, self.path, self.query, self.on_status)
+
+
+@dataclass(frozen=True)
+class _Before:
+    """Memory and CPU just before the first follower connects, which the waiting followers'
+    figures are measured from (the job, the app and the store are already in them)."""
+
+    rss: int | None
+    heap: int
+    """The traced heap (0 without ``measure_heap``)."""
+    cpu: float
+    measure_heap: bool
+
+    @classmethod
+    def now(cls, *, measure_heap: bool) -> _Before:
+        """Collect the garbage first, so what an earlier step left is not counted as freed
+        later; start tracemalloc here (``measure_heap``) so that it traces the followers only."""
+        gc.collect()
+        heap = 0
+        if measure_heap:
+            tracemalloc.start()
+            heap = tracemalloc.get_traced_memory()[0]
+        return cls(rss_bytes(), heap, time.process_time(), measure_heap)
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """What the followers cost while they wait, over :class:`_Before`."""
+
+    connect_cpu: float
+    rss_bytes: int | None
+    """None without /proc, and under tracemalloc (tracing inflates the RSS)."""
+    heap_bytes: int | None
+    """None without ``measure_heap``."""
+
+    @classmethod
+    def since(cls, before: _Before) -> _Waiting:
+        """Take the CPU first (the garbage collection after it is not the followers' cost),
+        then the RSS and the heap; stop tracemalloc, so the job's run is not traced."""
+        connect_cpu = time.process_time() - before.cpu
+        gc.collect()
+        rss_now = rss_bytes()
+        heap = None
+        if before.measure_heap:
+            heap = tracemalloc.get_traced_memory()[0] - before.heap
+            tracemalloc.stop()
+
+        traced = before.measure_heap
+        rss = None if before.rss is None or rss_now is None or traced else rss_now - before.rss
+        return cls(connect_cpu, rss, heap)
+
+
+async def _connect_in_waves(
+    nursery: trio.Nursery,
+    engine: BatchEngine,
+    crowd: _Followers,
+    followers: int,
+    *,
+    wave: int,
+    deadline: float,
+    route: str,
+) -> str | None:
+    """Start ``followers`` followers in ``nursery``, ``wave`` at a time, each wave watching
+    before the next one starts (module docstring: a burst measures the store's queue, not a
+    follower); or why they did not all watch, with the nursery cancelled."""
+    until = trio.current_time() + deadline
+    step = wave if wave > 0 else max(1, followers)
+    for begun in range(0, followers, step):
+        for _ in range(min(step, followers - begun)):
+            nursery.start_soon(crowd.follow)
+
+        watching = min(begun + step, followers)
+        failure = await _wait_watching(engine, watching, crowd.refused, until, route)
+        if failure is not None:
+            nursery.cancel_scope.cancel()
+            return failure
+    return None
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What :func:`_measure` got: the waiting figures, the run's CPU seconds, or why the
+    followers did not all watch (then the figures mean nothing)."""
+
+    waiting: _Waiting
+    run_cpu: float
+    failure: str | None
+
+
+async def _measure(
+    engine: BatchEngine,
+    job: _GatedJob,
+    crowd: _Followers,
+    finished: trio.Event,
+    reads: list[int],
+    *,
+    followers: int,
+    wave: int,
+    deadline: float,
+    route: str,
+    measure_heap: bool,
+) -> _Measured:
+    """Connect the followers, measure them waiting, then open the gate and measure the job's
+    run to its end with them.
+
+    The run's CPU is taken after the nursery has closed: every follower's stream has ended
+    there, so its last writes are in it. A failure is returned, not raised: the caller raises
+    it once the app, the engine and the store are closed, as itself and not in a group.
+    """
+    before = _Before.now(measure_heap=measure_heap)
+    async with trio.open_nursery() as nursery:
+        failure = await _connect_in_waves(
+            nursery, engine, crowd, followers, wave=wave, deadline=deadline, route=route
+        )
+        waiting = _Waiting.since(before)
+
+        reads[0] = 0
+        cpu_before_run = time.process_time()
+        job.gate.set()
+        if failure is None:
+            await finished.wait()
+    run_cpu = time.process_time() - cpu_before_run
+
+    return _Measured(waiting, run_cpu, failure)
+
+
 async def follower_run(
     kind: str,
     workdir: str,
@@ -190,36 +365,24 @@ async def follower_run(
 ) -> FollowerRun:
     """W6 once: ``followers`` streams of one job of ``targets`` targets (module docstring).
 
+    This sets the stage (the store with its reads counted, the engine, the app, the gated job)
+    and tears it down; :func:`_measure` does the measuring.
+
     Raises:
         RuntimeError: a follower was answered other than 200, or the followers were not all
             watching within ``deadline`` seconds.
     """
     if route not in ROUTES:
         raise ValueError(f"route must be one of {', '.join(ROUTES)} (got {route!r})")
-    tail, params = ROUTES[route]
-    gate = trio.Event()
-    urls = targets_for("w6", targets)
-    first = urls[0].url
-
-    async def fetch(caller: Caller, target: Target) -> Result:
-        if target.url == first:
-            await gate.wait()
-        return RESULT
-
+    job = _GatedJob(targets_for("w6", targets))
     counter = TerminalCounter()
     config = caps(1, targets, Hooks(job=counter), workers)
-    reads = [0]
-    refused: list[int] = []
-    received = [0]
-
-    def on_status(status: int) -> None:
-        if status != 200:
-            refused.append(status)
-
     keys = KeyRing([KeyRecord("bench", "", "fleet", hash_key(_KEY))])
+    reads = [0]
+
     async with (
         open_bench_store(kind, workdir, pg_dsn) as store,
-        open_engine(store, fetch, config) as engine,
+        open_engine(store, job.fetch, config) as engine,
     ):
         _count_reads(store, reads)
         app = create_app(
@@ -231,50 +394,34 @@ async def follower_run(
         )
         async with asgi_lifespan(app):
             finished = counter.expect(1)
-            job = await engine.submit(Caller("bench"), "fleet", urls)
-            path = f"/v1/batch/{job.id}/{tail}"
-            query = "&".join(f"{k}={v}" for k, v in params.items())
+            submitted = await engine.submit(Caller("bench"), "fleet", job.targets)
+            crowd = _Followers.of(app, submitted.id, route)
+            measured = await _measure(
+                engine,
+                job,
+                crowd,
+                finished,
+                reads,
+                followers=followers,
+                wave=wave,
+                deadline=deadline,
+                route=route,
+                measure_heap=measure_heap,
+            )
 
-            async def follower() -> None:
-                received[0] += await _follow(app, path, query, on_status)
-
-            gc.collect()
-            if measure_heap:
-                tracemalloc.start()
-                heap0 = tracemalloc.get_traced_memory()[0]
-            rss0 = rss_bytes()
-            cpu0 = time.process_time()
-            failure = None
-            async with trio.open_nursery() as nursery:
-                until = trio.current_time() + deadline
-                step = wave if wave > 0 else max(1, followers)
-                for begun in range(0, followers, step):
-                    for _ in range(min(step, followers - begun)):
-                        nursery.start_soon(follower)
-                    failure = await _wait_watching(
-                        engine, min(begun + step, followers), refused, until, route
-                    )
-                    if failure is not None:
-                        nursery.cancel_scope.cancel()
-                        break
-                connect_cpu = time.process_time() - cpu0
-                gc.collect()
-                rss1 = rss_bytes()
-                heap = None
-                if measure_heap:
-                    heap = tracemalloc.get_traced_memory()[0] - heap0
-                    tracemalloc.stop()
-                reads[0] = 0
-                cpu1 = time.process_time()
-                gate.set()
-                if failure is None:
-                    await finished.wait()
-            run_cpu = time.process_time() - cpu1
-    if failure is not None:
-        raise RuntimeError(failure)  # here, not in a nursery: as itself, not in a group
-    rss = None if rss0 is None or rss1 is None or measure_heap else rss1 - rss0
+    if measured.failure is not None:
+        raise RuntimeError(measured.failure)  # here, not in a nursery: as itself, not in a group
+    waiting = measured.waiting
     return FollowerRun(
-        followers, targets, route, rss, heap, connect_cpu, run_cpu, reads[0], received[0]
+        followers,
+        targets,
+        route,
+        waiting.rss_bytes,
+        waiting.heap_bytes,
+        waiting.connect_cpu,
+        measured.run_cpu,
+        reads[0],
+        crowd.received,
     )
 
 
