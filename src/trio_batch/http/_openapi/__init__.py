@@ -1,0 +1,45 @@
+"""The OpenAPI 3.1 document of the API, written by hand so it says exactly what the app does.
+
+One module per part of the document: ``parts`` (the pieces every part is built from: references,
+error answers, query parameters, the shared 401/404/500/503), ``schemas`` (the components: what
+the API reads and answers), ``paths`` (one operation per route) and ``streams`` (the two
+streams of a job, whose operations ``paths`` lists). They import one another one way only
+(``paths`` and ``schemas`` from ``parts``, ``paths`` from ``streams``), and only public names.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..._model import JSONValue
+from .paths import paths
+from .schemas import SCHEMAS
+
+
+def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> dict[str, JSONValue]:
+    """The OpenAPI document of an app made by ``create_app`` with these arguments."""
+    document: dict[str, JSONValue] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "trio-batch",
+            "version": "1",
+            "description": "Batch fetches for agents: submit targets, list, poll, stream results "
+            "and events, cancel. JSON everywhere. 429 and 503 carry Retry-After (default "
+            f"{retry_after} s).",
+        },
+        "security": [{"bearer": []}],
+        "paths": paths(kib=max_body // 1024, with_fetch=with_fetch),
+        "components": {
+            "schemas": dict(SCHEMAS),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A key from `trio-batch keys add NAME`.",
+                }
+            },
+        },
+    }
+
+    # A fresh copy: the caller may change it without touching the shared parts of the next one.
+    return copy.deepcopy(document)

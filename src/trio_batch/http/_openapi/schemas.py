@@ -1,0 +1,308 @@
+"""The component schemas of the OpenAPI document: what the API reads and what it answers.
+
+What the model already says is not typed again: the job-status and target-state enums come from
+``JobStatus`` and ``TargetState`` (through ``parts``), and the ``Options`` properties from the
+fields of ``trio_batch.Options`` (via the same table ``_parse`` checks requests with).
+"""
+
+from __future__ import annotations
+
+from ..._model import JSONValue
+from .._parse import OPTION_TYPES
+from .parts import JOB_STATUSES, TARGET_STATES, ref
+
+_JSON_TYPES: dict[type, str] = {str: "string", bool: "boolean", type(None): "null"}
+
+_OPTION_DOCS = {
+    "mode": "text (default), markdown, html or raw.",
+    "question": "Return the passages that answer it.",
+    "pages": "PDF page ranges, like `1-3,7`.",
+    "grep": "A regular expression: matching lines only.",
+    "jq": "A jq program for a JSON response.",
+    "context": "Lines around grep matches; null = on when there is a question.",
+    "recover": "On failure, serve the last cached copy, marked stale.",
+}
+"""One line per field of ``trio_batch.Options``; a new field without one fails at import."""
+
+
+def _option(name: str, types: tuple[type, ...]) -> dict[str, JSONValue]:
+    """The property of one field of ``Options``: its JSON types and its line of ``_OPTION_DOCS``."""
+    kinds = [_JSON_TYPES[t] for t in types]
+    return {"type": kinds[0] if len(kinds) == 1 else kinds, "description": _OPTION_DOCS[name]}
+
+
+OPTIONS: dict[str, JSONValue] = {
+    "type": "object",
+    "description": "Per-target options for the web fetcher (SPEC §6). Empty means default.",
+    "properties": {name: _option(name, types) for name, types in OPTION_TYPES.items()},
+    "additionalProperties": False,
+}
+
+SCHEMAS: dict[str, JSONValue] = {
+    "Error": {
+        "type": "object",
+        "description": "Every error answer. `field` names the input at fault when there is one.",
+        "required": ["error", "hint"],
+        "properties": {
+            "error": {"type": "string", "description": "What was wrong."},
+            "hint": {"type": "string", "description": "What to do about it."},
+            "field": {
+                "type": "string",
+                "description": "The input at fault, like `targets[2].url` or `body`.",
+            },
+            "status": {
+                "type": "string",
+                "enum": JOB_STATUSES,
+                "description": "With 409: the job's status.",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "Options": OPTIONS,
+    "TargetIn": {
+        "type": "object",
+        "required": ["url"],
+        "properties": {
+            "url": {
+                "type": "string",
+                "minLength": 1,
+                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
+                "description": "An absolute http(s) URL of a public host, at most 2,048 "
+                "characters, without credentials.",
+            },
+            "options": ref("Options"),
+        },
+        "additionalProperties": False,
+    },
+    "BatchIn": {
+        "type": "object",
+        "required": ["targets"],
+        "properties": {
+            "targets": {"type": "array", "items": ref("TargetIn")},
+            "webhook": ref("WebhookIn"),
+        },
+        "additionalProperties": False,
+    },
+    "WebhookIn": {
+        "type": "object",
+        "description": "Where to POST the job's events, signed as Standard Webhooks do with the "
+        "caller's secret (`trio-batch keys secret NAME`); retried for up to an hour.",
+        "required": ["url"],
+        "properties": {
+            "url": {
+                "type": "string",
+                "minLength": 1,
+                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
+                "description": "An absolute http(s) URL of a public host (a target's checks).",
+            },
+            "events": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"enum": ["target", "end"]},
+                "default": ["end"],
+                "description": "`target`: each target that ends; `end`: the job's end.",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "Links": {
+        "type": "object",
+        "required": ["self", "results", "stream", "events"],
+        "properties": {
+            "self": {"type": "string"},
+            "results": {"type": "string", "description": "The targets as one JSON answer."},
+            "stream": {"type": "string", "description": "The targets as NDJSON (streamed)."},
+            "events": {"type": "string", "description": "The job's Server-Sent Events."},
+        },
+        "additionalProperties": False,
+    },
+    "Submitted": {
+        "type": "object",
+        "required": ["id", "reused", "status", "targets_total", "expires_at", "links"],
+        "properties": {
+            "id": {"type": "string"},
+            "reused": {"type": "boolean"},
+            "status": {"type": "string", "enum": JOB_STATUSES},
+            "targets_total": {"type": "integer", "minimum": 1},
+            "expires_at": {
+                "type": "number",
+                "description": "Unix seconds after which a finished job may be gone (each read "
+                "by its owner moves it).",
+            },
+            "links": ref("Links"),
+        },
+        "additionalProperties": False,
+    },
+    "Counts": {
+        "type": "object",
+        "description": "Targets by state; the four always sum to targets_total.",
+        "required": TARGET_STATES,
+        "properties": {s: {"type": "integer", "minimum": 0} for s in TARGET_STATES},
+        "additionalProperties": False,
+    },
+    "Result": {
+        "type": "object",
+        "required": ["content", "meta"],
+        "properties": {
+            "content": {"type": "string"},
+            "meta": {"type": "object", "description": "The rest of the fetcher's envelope."},
+        },
+        "additionalProperties": False,
+    },
+    "TargetOut": {
+        "type": "object",
+        "required": ["idx", "url", "status", "error", "hint", "options", "result"],
+        "properties": {
+            "idx": {"type": "integer", "minimum": 0},
+            "url": {"type": "string"},
+            "status": {"type": "string", "enum": TARGET_STATES},
+            "error": {"type": "string"},
+            "hint": {"type": "string"},
+            "options": ref("Options"),
+            "started_at": {"type": ["number", "null"], "description": "When its last run began."},
+            "finished_at": {"type": ["number", "null"], "description": "When it was stored."},
+            "result": {"anyOf": [ref("Result"), {"type": "null"}]},
+        },
+        "additionalProperties": False,
+    },
+    "Batch": {
+        "type": "object",
+        "description": "A job's summary; with `results=1` also its targets (a page of them).",
+        "required": [
+            "id",
+            "status",
+            "error",
+            "targets_total",
+            "counts",
+            "created_at",
+            "updated_at",
+            "expires_at",
+            "links",
+        ],
+        "properties": {
+            "id": {"type": "string"},
+            "status": {"type": "string", "enum": JOB_STATUSES},
+            "error": {"type": "string"},
+            "targets_total": {"type": "integer", "minimum": 0},
+            "counts": ref("Counts"),
+            "created_at": {"type": "number"},
+            "updated_at": {"type": "number"},
+            "expires_at": {"type": "number"},
+            "links": ref("Links"),
+            "targets": {
+                "type": "array",
+                "items": ref("TargetOut"),
+                "description": "Only with results=1: the page of matching targets, in order.",
+            },
+            "targets_matched": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Only with results=1: targets that match `state`.",
+            },
+            "next_offset": {
+                "type": ["integer", "null"],
+                "description": "Only with results=1: the offset of the next page, or null.",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "Fetched": {
+        "type": "object",
+        "required": ["url", "result"],
+        "properties": {"url": {"type": "string"}, "result": ref("Result")},
+        "additionalProperties": False,
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status", "live_jobs", "inflight_targets"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ok"]},
+            "live_jobs": {"type": "integer", "minimum": 0},
+            "inflight_targets": {"type": "integer", "minimum": 0},
+        },
+        "additionalProperties": False,
+    },
+    "Unhealthy": {
+        "type": "object",
+        "description": "The database did not answer a read, or the writes of the API did not "
+        "finish, within the deadline (`store_timeout`); or the server is shutting down.",
+        "required": ["status", "error", "hint", "live_jobs", "inflight_targets"],
+        "properties": {
+            "status": {"type": "string", "enum": ["unhealthy"]},
+            "error": {"type": "string", "description": "What is wrong."},
+            "hint": {"type": "string", "description": "What it means for callers."},
+            "live_jobs": {"type": "integer", "minimum": 0},
+            "inflight_targets": {"type": "integer", "minimum": 0},
+        },
+        "additionalProperties": False,
+    },
+    "TargetEvent": {
+        "type": "object",
+        "description": "The data of a `target` event: a target ended.",
+        "required": ["idx", "status"],
+        "properties": {
+            "idx": {"type": "integer", "minimum": 0},
+            "status": {"type": "string", "enum": ["done", "failed"]},
+        },
+        "additionalProperties": False,
+    },
+    "Event": {
+        "type": "object",
+        "description": "One Server-Sent Event of `GET /v1/batch/{id}/events`.",
+        "required": ["event", "id", "data"],
+        "properties": {
+            "event": {"type": "string", "enum": ["target", "end"]},
+            "id": {
+                "type": "string",
+                "pattern": "^([0-9]+|end)$",
+                "description": "A target's index, or `end`: send it back as Last-Event-ID.",
+            },
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"oneOf": [ref("TargetEvent"), ref("Batch")]},
+                "description": "JSON: `{idx, status}` for `target`, the summary for `end`.",
+            },
+        },
+    },
+    "JobList": {
+        "type": "object",
+        "required": ["jobs", "next"],
+        "properties": {
+            "jobs": {
+                "type": "array",
+                "items": ref("Batch"),
+                "description": "The caller's jobs, newest first (summaries, without targets).",
+            },
+            "next": {
+                "type": ["string", "null"],
+                "description": "Pass as `before` for the next page; null on the last page.",
+            },
+        },
+        "additionalProperties": False,
+    },
+}
+
+
+def _retried(submitted: JSONValue) -> JSONValue:
+    """The answer to a retry: the submit's answer (``submitted``) and the job it retries."""
+    assert isinstance(submitted, dict)
+    required = submitted["required"]
+    properties = submitted["properties"]
+    assert isinstance(required, list)
+    assert isinstance(properties, dict)
+
+    return {
+        **submitted,
+        "description": "The answer to a retry: a submit's answer and the job it retries.",
+        "required": [*required, "retry_of"],
+        "properties": {**properties, "retry_of": {"type": "string"}},
+    }
+
+
+SCHEMAS["Retried"] = _retried(SCHEMAS["Submitted"])
+SCHEMAS["RetryIn"] = {
+    "type": "object",
+    "properties": {"webhook": ref("WebhookIn")},
+    "additionalProperties": False,
+}
