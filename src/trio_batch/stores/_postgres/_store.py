@@ -21,6 +21,7 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar, cast, final
 
 import trio
@@ -49,6 +50,53 @@ _DEREGISTER_SECONDS = 5
 """At close, how long deregistering the instance may take (others reap it anyway)."""
 
 
+@dataclass(frozen=True, slots=True)
+class PostgresOptions:
+    """The settings of :meth:`PostgresStore.open` but the DSN, checked when made.
+
+    Each field is the ``open`` argument of the same name (its docstring says what it does);
+    ``heartbeat`` None means ``instance_timeout / 3`` (:attr:`beat`).
+
+    Raises:
+        ValueError: a setting is out of range or ``schema`` is not a plain identifier.
+    """
+
+    schema: str = "trio_batch"
+    instance_timeout: float = 30.0
+    heartbeat: float | None = None
+    pool_size: int = 4
+    synchronous_commit: bool = True
+    connect_timeout: float = 10.0
+    call_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        schema, instance_timeout = self.schema, self.instance_timeout
+        if not isinstance(schema, str) or not SCHEMA_NAME.match(schema):
+            raise ValueError(
+                f"schema must be a lower-case SQL identifier such as 'trio_batch' (got {schema!r})"
+            )
+
+        if not instance_timeout > 0:
+            raise ValueError(f"instance_timeout must be > 0 (got {instance_timeout!r})")
+        beat = self.beat
+        if not 0 < beat < instance_timeout:
+            raise ValueError(
+                f"heartbeat must be > 0 and < instance_timeout ({instance_timeout}) (got {beat!r})"
+            )
+
+        if not isinstance(self.pool_size, int) or self.pool_size < 2:
+            raise ValueError(f"pool_size must be an int >= 2 (got {self.pool_size!r})")
+        if not self.connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be > 0 (got {self.connect_timeout!r})")
+        if not self.call_timeout > 0:
+            raise ValueError(f"call_timeout must be > 0 (got {self.call_timeout!r})")
+
+    @property
+    def beat(self) -> float:
+        """Seconds between heartbeats: ``heartbeat``, or a third of ``instance_timeout``."""
+        return self.instance_timeout / 3 if self.heartbeat is None else self.heartbeat
+
+
 @final
 class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     """Jobs in PostgreSQL, shared by any number of engines and processes.
@@ -60,9 +108,12 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     from any instance; a job is worked only by the instance that admitted it. Once the
     ``open`` block has exited, every async method raises :class:`trio.ClosedResourceError`.
 
-    Cancellation: every async method is a checkpoint. Under a cancel that is already pending a write
-    raises :class:`trio.Cancelled` and has no effect; once queued it is not cancellable and
-    returns after its commit. A cancelled read stops its query on the server.
+    Cancellation: every async method is a checkpoint. Under a cancel that is already pending a
+    write raises :class:`trio.Cancelled` and has no effect. Once queued, a write is not
+    cancellable: it commits and the method returns its result (or raises its refusal), so the
+    caller always knows what was stored. The methods below say only what "no effect" means for
+    each. A cancelled read stops its query on the server. The one write that a cancel stops
+    is :meth:`cache_put`, which says why.
     """
 
     _factory = "PostgresStore.open()"
@@ -71,21 +122,16 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self,
         pool: ConnectionPool[Conn],
         connect: Callable[[], Conn],
-        *,
-        schema: str,
-        instance_timeout: float,
-        heartbeat: float,
-        pool_size: int,
-        call_timeout: float,
+        options: PostgresOptions,
     ) -> None:
         self._pool = pool
-        self._schema = schema
-        self._locks = lock_space(schema)
-        self._instance_timeout = instance_timeout
-        self._heartbeat = heartbeat
-        self._limiter = trio.CapacityLimiter(pool_size)
+        self._schema = options.schema
+        self._locks = lock_space(options.schema)
+        self._instance_timeout = options.instance_timeout
+        self._heartbeat = options.beat
+        self._limiter = trio.CapacityLimiter(options.pool_size)
         self._instance = secrets.token_hex(8)
-        self._call_timeout = call_timeout
+        self._call_timeout = options.call_timeout
         # The live jobs this instance admitted: start_target answers from it without waiting
         # for the database. Jobs leave it when they end here or a write finds them not live.
         self._live: set[str] = set()
@@ -93,7 +139,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._queue = WriteQueue(
             connect,
             instance=self._instance,
-            timeout=call_timeout,
+            timeout=options.call_timeout,
             on_not_live=self._forget,
         )
         self._stopping = threading.Event()
@@ -168,27 +214,19 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         commit and the deregistration 5.
 
         Raises:
-            ValueError: a setting is out of range or ``schema`` is not a plain identifier.
+            ValueError: a setting is out of range or ``schema`` is not a plain identifier
+                (:class:`PostgresOptions` checks them).
             StoreError: the server cannot be reached, or its schema is newer than this code.
         """
-        if not isinstance(schema, str) or not SCHEMA_NAME.match(schema):
-            raise ValueError(
-                f"schema must be a lower-case SQL identifier such as 'trio_batch' (got {schema!r})"
-            )
-        if not instance_timeout > 0:
-            raise ValueError(f"instance_timeout must be > 0 (got {instance_timeout!r})")
-        beat = instance_timeout / 3 if heartbeat is None else heartbeat
-        if not 0 < beat < instance_timeout:
-            raise ValueError(
-                f"heartbeat must be > 0 and < instance_timeout ({instance_timeout}) (got {beat!r})"
-            )
-        if not isinstance(pool_size, int) or pool_size < 2:
-            raise ValueError(f"pool_size must be an int >= 2 (got {pool_size!r})")
-        if not connect_timeout > 0:
-            raise ValueError(f"connect_timeout must be > 0 (got {connect_timeout!r})")
-        if not call_timeout > 0:
-            raise ValueError(f"call_timeout must be > 0 (got {call_timeout!r})")
-
+        options = PostgresOptions(
+            schema=schema,
+            instance_timeout=instance_timeout,
+            heartbeat=heartbeat,
+            pool_size=pool_size,
+            synchronous_commit=synchronous_commit,
+            connect_timeout=connect_timeout,
+            call_timeout=call_timeout,
+        )
         pool, connect = connections(
             dsn,
             schema=schema,
@@ -196,21 +234,15 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             synchronous_commit=synchronous_commit,
             connect_timeout=connect_timeout,
         )
+
         try:
             await trio.to_thread.run_sync(open_pool, pool, connect_timeout)
-            store = cls._create(
-                pool,
-                connect,
-                schema=schema,
-                instance_timeout=instance_timeout,
-                heartbeat=beat,
-                pool_size=pool_size,
-                call_timeout=call_timeout,
-            )
+            store = cls._create(pool, connect, options)
             await store._run(lambda conn: migrate(conn, schema, store._locks), bounded=False)
             await store._run(
                 lambda conn: _sql.register(conn, store._instance, store._instance_timeout)
             )
+
             try:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(store._queue.run)
@@ -315,9 +347,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def admit(self, job: NewJob, limits: Limits) -> Submitted:
         """Reuse, check caps and insert, atomically across every instance (``Store.admit``).
 
-        Cancellation: if this raises :class:`trio.Cancelled`, nothing was stored. Once the
-        write is queued it is not cancellable: it commits and this returns (or raises the
-        refusal), so the caller always knows whether the job exists.
+        Cancellation: if this raises :class:`trio.Cancelled`, nothing was stored; once queued,
+        as the class docstring says (the caller always knows whether the job exists).
 
         Raises:
             TooManyTargets, CallerBusy, Busy: nothing was written.
@@ -364,8 +395,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         An engine calls it when it opens. Instances are gone when their heartbeat is older than
         their ``instance_timeout`` or when they closed. A repeat finds nothing more to do.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, no job was failed. Once queued,
-        the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, no job was failed; once queued,
+        as the class docstring says.
         """
         failed = await self._write(lambda conn: _sql.reap(conn, self._instance, now, own_jobs=True))
         self._forget(failed)
@@ -380,8 +411,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         a read finds some (an engine calls it every second). From the first call on, the
         heartbeat stops failing gone instances' jobs: they wait for a ``resume``.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, no job was adopted. Once queued,
-        the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, no job was adopted; once queued,
+        as the class docstring says.
         """
         self._adopting = True
         me = self._instance
@@ -402,8 +433,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         (and be stored) before this returns False. For any other job the mark is committed
         before this returns.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, nothing was marked. Once queued,
-        the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, nothing was marked; once queued,
+        as the class docstring says.
         """
         self._check_open()
         if job_id in self._live:
@@ -420,8 +451,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def release_target(self, job_id: str, idx: int, now: float) -> None:
         """Put a running target back to pending. A repeat does nothing.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, the target was not released.
-        Once queued, the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, the target was not released; once
+        queued, as the class docstring says.
         """
         await self._queue.execute(_sql.RELEASE, (job_id, idx, now), lambda cur: None)
 
@@ -436,8 +467,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         exception in its place and the others land. Eviction runs after the commit, in its own
         transaction, and is reported on the last item.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, no outcome was stored. Once
-        queued, the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, no outcome was stored; once
+        queued, as the class docstring says.
         """
         if not items:
             self._check_open()
@@ -470,8 +501,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         in its own transaction: if it loses a deadlock with another instance, the outcome
         stands and a later finish evicts.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, the outcome was not stored.
-        Once queued, the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, the outcome was not stored; once
+        queued, as the class docstring says.
         """
         (stored,) = await self.finish_targets([(job_id, idx, outcome)], now, max_bytes)
         if isinstance(stored, Exception):
@@ -481,8 +512,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def cancel(self, job_id: str, now: float) -> Job | None:
         """Cancel a live job from any instance; return it as it was, or None.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, the job was not cancelled. Once
-        queued, the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, the job was not cancelled; once
+        queued, as the class docstring says.
         """
 
         def handle(cur: Cursor) -> Job | None:
@@ -496,8 +527,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def interrupt(self, job_ids: Sequence[str], now: float) -> list[str]:
         """Fail the live ones of ``job_ids`` (``interrupted``); return those ids.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, no job was failed. Once queued,
-        the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, no job was failed; once queued,
+        as the class docstring says.
         """
         ids = list(job_ids)
         if not ids:
@@ -518,8 +549,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def touch(self, job_id: str, now: float) -> bool:
         """Move the job's lease to ``now``, from any instance; False for an unknown job.
 
-        Cancellation: if this raises :class:`trio.Cancelled`, the lease did not move. Once
-        queued, the write is not cancellable: it commits and this returns.
+        Cancellation: if this raises :class:`trio.Cancelled`, the lease did not move; once
+        queued, as the class docstring says.
         """
         return await self._queue.execute(_sql.TOUCH, (now, job_id), lambda cur: cur.rowcount > 0)
 
@@ -543,8 +574,16 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
         """Store ``entry`` under ``key``, then drop the oldest entries while over ``max_bytes``.
 
-        On a pooled connection, not the writer's: a cache write that waits on a lock (1 s at
-        most) never holds up outcomes. Cancellation: a cancel rolls it back, cache unchanged.
+        It runs on a pooled connection, not through the writer: the cache is an optimisation,
+        and a cache write that waits on a lock (1 s at most, ``lock_timeout``) must never hold
+        up the outcomes queued behind it.
+
+        Cancellation: unlike the other writes, this one is cancellable while it runs, since it
+        is not queued. If this raises :class:`trio.Cancelled`, the query was stopped on the
+        server and its transaction rolled back: the cache is unchanged, neither the entry
+        stored nor anything evicted. If the transaction had committed before the cancel reached
+        the server, this returns normally: the entry is stored whole. So a cancel never leaves
+        half an entry or a wrong byte count.
         """
         self._check_open()
         await self._run(lambda conn: _sql.cache_put(conn, self._locks, key, entry, max_bytes))
