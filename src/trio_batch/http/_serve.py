@@ -10,6 +10,7 @@ import trio
 from starlette.types import ASGIApp
 
 from ._linger import LingeringClose
+from ._observe import Observe
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -50,7 +51,7 @@ async def serve(
     config.include_server_header = False
 
     trigger = shutdown_trigger
-    stopping = getattr(app, "stopping", None)  # create_app's Stopping
+    stopping = app.stopping if isinstance(app, Observe) else None  # create_app's outermost layer
     if trigger is not None and stopping is not None:
         outer = trigger
 
