@@ -21,6 +21,7 @@ from ..._util import NoPublicConstructor
 from .._protocol import (
     CacheEntry,
     FinishItem,
+    JobSummary,
     Limits,
     NewJob,
     Outcome,
@@ -28,7 +29,7 @@ from .._protocol import (
     Stored,
 )
 from .._sql_shared import SQLiteCommon
-from . import _sql as sql
+from . import _catalog as catalog, _sql as sql
 from ._checkpoint import Checkpointer
 from ._schema import check_not_a_folder, connect, lock_file, open_reader, open_writer, unlock_failed
 from ._writer import Writer
@@ -272,6 +273,54 @@ class SQLiteStore(SQLiteCommon, metaclass=NoPublicConstructor):
 
     async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
         await self._write(lambda conn: sql.cache_put(conn, key, entry, max_bytes))
+
+    # -- read-only views of a file, for an operator (no open store needed) ---------------------
+
+    @classmethod
+    async def list_all_jobs(
+        cls, path: str | os.PathLike[str], ids: Sequence[str] | None = None
+    ) -> list[JobSummary]:
+        """Every caller's jobs in the file ``path`` (only ``ids`` when given), oldest first.
+
+        An operator's view (``trio-batch jobs``, ``timeline``), not a store operation: it reads
+        the file read-only without opening a store, so no migration, no lock, and it works
+        beside the process that writes the file. It reads what every schema version has.
+
+        Raises:
+            StoreError: SQLite cannot read ``path`` as a trio-batch store; raised from SQLite's
+                error (:meth:`is_not_a_database` tells a file that is no database).
+        """
+        wanted = None if ids is None else list(ids)
+        return await trio.to_thread.run_sync(catalog.list_all_jobs, os.fspath(path), wanted)
+
+    @classmethod
+    async def find_job_ids(cls, path: str | os.PathLike[str], prefix: str, limit: int) -> list[str]:
+        """Up to ``limit`` job ids of the file ``path`` that start with ``prefix``, in order.
+
+        Read as :meth:`list_all_jobs` reads, for naming a job by the first characters of its id.
+
+        Raises:
+            StoreError: as for :meth:`list_all_jobs`.
+        """
+        return await trio.to_thread.run_sync(catalog.find_job_ids, os.fspath(path), prefix, limit)
+
+    @staticmethod
+    def is_not_a_database(exc: BaseException) -> bool:
+        """Whether ``exc`` (a :class:`~trio_batch.StoreError` from opening or reading a file, or
+        SQLite's own error) says the file is not a SQLite database; such a file is left as it
+        was."""
+        return catalog.is_not_a_database(exc)
+
+    @staticmethod
+    def is_locked(path: str | os.PathLike[str]) -> bool:
+        """Whether a writing store (in another process, or this one) holds the file ``path``."""
+        return catalog.is_locked(os.fspath(path))
+
+    @staticmethod
+    def lock_holder(path: str | os.PathLike[str]) -> str:
+        """Which process writes the file ``path``: "pid N, name", or "" when it cannot tell
+        (no writer, or not on Linux, where ``/proc/locks`` says it)."""
+        return catalog.lock_holder(os.fspath(path))
 
 
 def read_in_thread(
