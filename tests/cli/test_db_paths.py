@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import trio
 
-from tests.cli.test_serve_errors import add_key, serve_until_it_stops
 from trio_batch._cli import main
 
-CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
+from .support import add_key, serve_until_it_stops
+
 URLS = b"https://example.org/\n"
 
 NOT_A_DATABASE = (

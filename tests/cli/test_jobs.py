@@ -10,13 +10,13 @@ import trio
 
 from trio_batch._cli import main
 
-from .test_status import _make_jobs
+from .support import make_jobs
 
 
 @pytest.fixture
 def db_with_jobs(tmp_path: Path) -> tuple[Path, list[str]]:
     db = tmp_path / "jobs.sqlite"
-    return db, trio.run(_make_jobs, db, 2)
+    return db, trio.run(make_jobs, db, 2)
 
 
 class TestJobs:

@@ -9,7 +9,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,9 @@ from trio_batch._cli._demo_site import DemoSite
 from trio_batch._cli._run import UsageError, parse_targets, run_batch
 from trio_batch.stores import SQLiteStore
 
+from .support import CLI
+
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
 
 
 def _db_rows(db: Path) -> tuple[list[tuple[str, str, int]], list[tuple[str, int, str]]]:

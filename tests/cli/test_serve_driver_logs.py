@@ -6,7 +6,6 @@ import logging
 import os
 import re
 import socket
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,11 +13,12 @@ import trio
 
 from trio_batch._cli._serve import _DriverFormatter, _setup_logging
 
+from .support import CLI
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
 LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: \S.*$"
 )

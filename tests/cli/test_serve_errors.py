@@ -7,7 +7,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,41 +14,9 @@ import trio
 
 from trio_batch.stores import SQLiteStore
 
+from .support import CLI, add_key, serve_until_it_stops
+
 pytest.importorskip("hypercorn")
-
-CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
-_ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
-
-
-async def add_key(cwd: Path) -> None:
-    """Make ``cwd/keys.toml`` with a key for alice, as an operator would."""
-    keys = await trio.run_process(
-        [*CLI, "keys", "add", "alice", "--keys", "keys.toml"],
-        cwd=cwd,
-        env=_ENV,
-        capture_stdout=True,
-        capture_stderr=True,
-    )
-    assert keys.returncode == 0
-
-
-async def serve_until_it_stops(args: list[str], cwd: Path) -> tuple[int, str]:
-    """Run ``trio-batch serve --keys keys.toml ARGS`` in ``cwd`` until it exits: its status
-    and its stderr without the INFO and WARNING log lines."""
-    done = await trio.run_process(
-        [*CLI, "serve", "--keys", "keys.toml", *args],
-        cwd=cwd,
-        env=_ENV,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    lines = [
-        line
-        for line in done.stderr.decode().splitlines()
-        if not re.search(r" (INFO|WARNING) ", line)
-    ]
-    return done.returncode, "\n".join(lines)
 
 
 async def _serve(args: list[str], cwd: Path) -> tuple[int, str]:

@@ -26,10 +26,9 @@ from trio_batch._cli._status import _remote
 from trio_batch.stores import MemoryStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
+from .support import TERMINAL, make_jobs
+
 URLS = ["https://a.example/1", "https://a.example/2", "https://a.example/3"]
-
-
-TERMINAL = {"done", "partial", "failed", "cancelled"}
 
 
 def _finished_hooks() -> tuple[Hooks, trio.Event]:
@@ -53,25 +52,6 @@ async def _make_job(db: Path) -> str:
         sub = await engine.submit(Caller("cli"), "fleet", [Target(u) for u in URLS])
         await finished.wait()
     return sub.id
-
-
-async def _make_jobs(db: Path, n: int) -> list[str]:
-    """``n`` finished jobs of one target each, in one store."""
-    finished = trio.Semaphore(0, max_value=n)
-
-    def on_job(event: str) -> None:
-        if event in TERMINAL:
-            finished.release()
-
-    config = Config(jobs_per_caller=n, jobs_total=n, hooks=Hooks(job=on_job))
-    async with SQLiteStore.open(db) as store, open_engine(store, ScriptedFetch(), config) as engine:
-        subs = [
-            await engine.submit(Caller("cli"), "fleet", [Target(f"https://a.example/{i}")])
-            for i in range(n)
-        ]
-        for _ in subs:
-            await finished.acquire()
-    return [sub.id for sub in subs]
 
 
 @pytest.fixture
@@ -221,7 +201,7 @@ class TestIdPrefixes:
     ) -> None:
         """A prefix of several ids is a usage error that counts them and asks for more."""
         db = tmp_path / "jobs.sqlite"
-        ids = trio.run(_make_jobs, db, 17)  # 17 hex ids: two share a first digit, at least
+        ids = trio.run(make_jobs, db, 17)  # 17 hex ids: two share a first digit, at least
         shared = next(i[0] for i in ids if sum(j.startswith(i[0]) for j in ids) > 1)
         count = sum(j.startswith(shared) for j in ids)
 

@@ -17,7 +17,7 @@ from trio_batch._cli._timeline import Bar, Recorder, assign_lanes, render_svg, t
 from trio_batch.stores import SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
-from .test_status import TERMINAL, _make_jobs
+from .support import TERMINAL, make_jobs
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -156,7 +156,7 @@ class TestTimelineCommand:
     ) -> None:
         """`timeline --db` draws every job, or the jobs named by id or prefix."""
         db = tmp_path / "jobs.sqlite"
-        ids = trio.run(_make_jobs, db, 3)
+        ids = trio.run(make_jobs, db, 3)
 
         every = main(["timeline", "--db", str(db)])
         svg = capsys.readouterr().out
@@ -173,7 +173,7 @@ class TestTimelineCommand:
     ) -> None:
         """A job id that matches nothing exits 1 and says how to list the jobs."""
         db = tmp_path / "jobs.sqlite"
-        trio.run(_make_jobs, db, 1)
+        trio.run(make_jobs, db, 1)
 
         code = main(["timeline", "ffffffff", "--db", str(db)])
 

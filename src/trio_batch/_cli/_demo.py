@@ -26,10 +26,10 @@ from .._engine import BatchEngine, open_engine
 from .._errors import StoreError
 from .._model import Caller, JobStatus, Options, Target, TargetState
 from .._util import raise_single_exception_from_group
-from ._common import open_cli_store
 from ._demo_site import DemoSite, serve_demo_site
 from ._progress import ProgressMode, ProgressTracker, show_progress
 from ._run import UsageError, add_progress_argument, open_web_fetch
+from ._store_messages import open_cli_store
 from ._timeline import Recorder, render_svg
 
 if TYPE_CHECKING:

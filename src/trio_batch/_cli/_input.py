@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable
 
 from .._model import Options, Target
-from ._common import UsageError
+from ._output import UsageError
 
 
 def parse_targets(lines: Iterable[str], source: str) -> list[Target]:

@@ -15,8 +15,9 @@ from typing import IO
 
 import trio
 
+from ._arguments import DEFAULT_SERVER, add_db_argument
 from ._catalog import JobRow, iso, list_jobs
-from ._common import DEFAULT_DB, DEFAULT_SERVER, EXIT_OK, EXIT_USAGE, UsageError
+from ._output import EXIT_OK, EXIT_USAGE, UsageError
 from ._remote import RemoteProblem, add_server_arguments, print_jobs
 
 
@@ -30,12 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "read-only, so this works while a run or serve writes it."
         ),
     )
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DB,
-        metavar="PATH",
-        help=f"the SQLite store to read, read-only (default ./{DEFAULT_DB})",
-    )
+    add_db_argument(parser)
     parser.add_argument(
         "--json", action="store_true", help="one JSON object a line instead of a table"
     )

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from .._model import CALLER_CLASSES
+from ._output import missing_extra
 
 DEFAULT_KEYS = "./trio-batch-keys.toml"
 
@@ -78,13 +79,9 @@ def _keys_flag(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """The ``keys`` subcommand: its action, once the server extra is known to be installed."""
     try:
-        from .. import http  # noqa: F401  # the actions below import from it
+        from ..http import KeysFileError  # noqa: F401  # the actions import from trio_batch.http
     except ModuleNotFoundError as exc:
-        if exc.name is not None and exc.name.startswith("trio_batch."):
-            raise
-        print(
-            f"trio-batch keys needs {exc.name}: pip install 'trio-batch[server]'", file=sys.stderr
-        )
+        print(missing_extra("keys", exc, "server"), file=sys.stderr)
         return 2
 
     action: Callable[[argparse.Namespace], int] = args.action

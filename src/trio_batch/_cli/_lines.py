@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import final
 
 from .._model import JSONValue, Snapshot, Target, TargetState, TargetStatus
-from ._common import allow_net_hint, dump_line, target_line
+from ._output import allow_net_hint, dump_line, target_line
 
 
 @final

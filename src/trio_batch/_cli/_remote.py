@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, cast
 import trio
 
 from .._errors import Busy, CallerBusy, SubmitError
-from .._model import JSONValue, Target
-from ._common import EXIT_FAILED, EXIT_OK, UsageError, dump_line
+from .._model import JSONValue, Target, TargetState
+from ..stores import SQLiteStore
+from ._output import EXIT_FAILED, EXIT_OK, UsageError, dump_line, target_line
 
 if TYPE_CHECKING:
     from ..client import BatchClient, BatchSummary
@@ -198,10 +199,6 @@ async def follow_local(db: str, job_id: str, state: str | None, out: Callable[[s
     Returns:
         False when there is no such job.
     """
-    from .._model import TargetState
-    from ..stores import SQLiteStore
-    from ._common import target_line
-
     wanted = [
         s for s in (TargetState.DONE, TargetState.FAILED) if state is None or s.value == state
     ]

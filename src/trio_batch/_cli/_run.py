@@ -29,28 +29,31 @@ from .._errors import Busy, CallerBusy, TargetError
 from .._model import Caller, JSONValue, Target
 from .._util import plural, raise_single_exception_from_group
 from ..stores import ServiceStore
-from ._common import (
+from ._arguments import (
     DEFAULT_DB,
     DEFAULT_SERVER,
+    IPNetwork,
+    add_db_argument,
+    add_progress_argument,
+    cidr,
+    positive_int,
+)
+from ._input import parse_targets, read_input
+from ._lines import Item, Job, LineWriter
+from ._output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
-    IPNetwork,
     UsageError,
-    add_progress_argument,
     allow_net_hint,
-    cidr,
     dump_line,
-    open_cli_store,
-    positive_int,
     target_line,
 )
-from ._input import parse_targets, read_input
-from ._lines import Item, Job, LineWriter
 from ._progress import ProgressMode, ProgressTracker, show_progress
 from ._remote import RemoteProblem, add_server_arguments, run_remote
 from ._signals import watch_signals
+from ._store_messages import open_cli_store
 
 __all__ = [  # the names other commands and the tests take from here
     "DEFAULT_DB",
@@ -86,12 +89,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("file", metavar="FILE", help="URLs one a line, or JSONL; '-' for stdin")
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DB,
-        metavar="PATH",
-        help=f"the SQLite store (default ./{DEFAULT_DB})",
-    )
+    add_db_argument(parser, readonly=False)
     parser.add_argument(
         "--out", metavar="FILE", default="-", help="write the JSON lines here (default stdout)"
     )

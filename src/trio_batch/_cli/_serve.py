@@ -8,6 +8,7 @@ import logging
 import re
 import sys
 
+from ._output import missing_extra
 from ._settings import (
     CONFIG_ENV,
     ENV_PREFIX,
@@ -16,6 +17,7 @@ from ._settings import (
     add_arguments,
     load_settings,
 )
+from ._store_messages import store_open_message
 
 _EPILOG = f"""\
 Every setting can also come from a TOML config file (--config FILE or ${CONFIG_ENV}; names
@@ -58,11 +60,7 @@ def main(args: argparse.Namespace) -> int:
         from ..http import KeysFileError
         from ._service import run_service
     except ModuleNotFoundError as exc:
-        if exc.name is not None and exc.name.startswith("trio_batch."):
-            raise
-        print(
-            f"trio-batch serve needs {exc.name}: pip install 'trio-batch[server]'", file=sys.stderr
-        )
+        print(missing_extra("serve", exc, "server"), file=sys.stderr)
         return 2
     _setup_logging(settings.log_level)
     try:
@@ -79,8 +77,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _start_up_message(settings: Settings, cause: BaseException) -> str:
     """One line for a start-up failure: what failed (the database, or the port), what to do."""
-    from ._common import store_open_message
-
     local_db = "://" not in settings.db
     if local_db:
         message = store_open_message(settings.db, cause, flag="--db (or TRIO_BATCH_DB)")

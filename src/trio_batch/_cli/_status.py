@@ -23,8 +23,10 @@ import trio
 from .._errors import StoreError
 from .._model import Snapshot, TargetState
 from ..stores import SQLiteStore
+from ._arguments import DEFAULT_SERVER, add_db_argument
 from ._catalog import iso, resolve_id
-from ._common import DEFAULT_DB, DEFAULT_SERVER, UsageError, dump_line, target_line
+from ._output import UsageError, dump_line, target_line
+from ._remote import RemoteProblem, follow_local, print_results
 
 EXIT_OK, EXIT_MISSING, EXIT_USAGE = 0, 1, 2
 _ID_LENGTH = 32  # the engine's job ids: 32 hex digits
@@ -49,12 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             help="the job id, or its first characters if no other job's id starts with them "
             "(--db only; a server needs the whole id)",
         )
-        parser.add_argument(
-            "--db",
-            default=DEFAULT_DB,
-            metavar="PATH",
-            help=f"the SQLite store to read, read-only (default ./{DEFAULT_DB})",
-        )
+        add_db_argument(parser)
         parser.add_argument(
             "--server",
             metavar="URL",
@@ -184,7 +181,6 @@ _LINE_FIELDS = ("idx", "url", "status", "error", "hint", "result")
 
 async def _follow(command: str, args: argparse.Namespace, out: IO[str]) -> None:
     """``results --follow``: each line as its target lands, from a server or a --db file."""
-    from ._remote import RemoteProblem, follow_local, print_results
 
     def write(line: str) -> None:
         out.write(line)

@@ -31,8 +31,10 @@ from .._engine import FetchFunc
 from .._errors import StoreError
 from .._model import Caller, Result, Target, TargetState, TargetStatus
 from ..stores import SQLiteStore
+from ._arguments import add_db_argument
 from ._catalog import list_jobs, resolve_id
-from ._common import DEFAULT_DB, EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, store_open_message
+from ._output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from ._store_messages import store_open_message
 
 __all__ = ["Bar", "Recorder", "assign_lanes", "render_svg"]
 
@@ -234,12 +236,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         nargs="*",
         help="job ids or unique id prefixes (default: every job of the store)",
     )
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DB,
-        metavar="PATH",
-        help=f"the SQLite store to read, read-only (default ./{DEFAULT_DB})",
-    )
+    add_db_argument(parser)
     parser.add_argument(
         "--out", metavar="FILE", default="-", help="write the SVG here (default stdout)"
     )

@@ -1,0 +1,79 @@
+"""What a command says and how it ends: exit codes, usage errors, JSON lines, and hints.
+
+Messages speak the words of the command line (``--db``, ``--allow-net``), never those of the
+Python API, and each names what to do.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from .._model import JSONValue, TargetStatus, target_json
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A problem with the command line, its input or its files; exit 2 with this message."""
+
+
+def missing_extra(command: str, exc: ModuleNotFoundError, extra: str) -> str:
+    """The one line for ``command`` when a module of ``extra`` is not installed.
+
+    Raises:
+        ModuleNotFoundError: ``exc`` again when the missing module is trio-batch's own: that
+            is a broken install or a bug, not an extra to install.
+    """
+    if not exc.name or exc.name.startswith("trio_batch."):
+        raise exc
+    package = exc.name.partition(".")[0]
+    return f"trio-batch {command} needs {package}: pip install 'trio-batch[{extra}]'"
+
+
+def target_line(idx: int, target: TargetStatus) -> dict[str, JSONValue]:
+    """One target's JSON line for ``run`` and ``results``; ``idx`` is its place in the input."""
+    return {**target_json(target), "idx": idx}
+
+
+def dump_line(data: Mapping[str, JSONValue]) -> str:
+    """``data`` as one compact JSON line, non-ASCII text as it is."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+_NON_PUBLIC = "non-public address"
+
+
+def allow_net_hint(url: str, error: str, hint: str) -> str:
+    """``hint``, or for a refused private address the ``--allow-net`` flag that would allow it.
+
+    The web fetcher's hints speak to the Python API (``WebFetcher(allow=...)``); on the command
+    line the remedy is a flag, and for a literal address we can name its network.
+    """
+    if _NON_PUBLIC not in error:
+        return hint
+
+    host = (urlsplit(url).hostname or "").strip("[]")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+
+    if host == "localhost" or (address is not None and address.is_loopback):
+        net = "127.0.0.0/8" if address is None or address.version == 4 else "::1/128"
+        return (
+            f"the address is on this machine; to fetch from it, pass --allow-net {net} "
+            "(only for sites you trust)"
+        )
+    if address is not None and "redirect" not in error:
+        net = f"{address}/{address.max_prefixlen}"
+        return (
+            f"only public addresses are fetched; to reach this one, pass --allow-net {net} "
+            "(or its whole network, e.g. --allow-net 10.0.0.0/8)"
+        )
+    return (
+        "only public addresses are fetched; to reach a private network you trust, pass "
+        "--allow-net with its CIDR, e.g. --allow-net 10.0.0.0/8"
+    )

@@ -1,0 +1,84 @@
+"""What the CLI's test modules share: how to run the command, finished jobs in a store, and a
+served ``trio-batch serve`` run to its end."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import trio
+
+from trio_batch import Caller, Config, Hooks, Target, open_engine
+from trio_batch.stores import SQLiteStore
+from trio_batch.testing import ScriptedFetch
+
+CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
+"""The ``trio-batch`` command, in a process of its own (as the installed script runs it)."""
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
+"""This environment without its ``TRIO_BATCH_*`` variables, which ``serve`` would read."""
+
+TERMINAL = {"done", "partial", "failed", "cancelled"}
+"""The job hook's events for a job that has ended."""
+
+
+def cli_without(*modules: str) -> list[str]:
+    """The ``trio-batch`` command in a process where ``modules`` cannot be imported, as if
+    their extra were not installed (``sys.modules[name] = None`` makes an import fail)."""
+    hide = "; ".join(f"sys.modules[{name!r}] = None" for name in modules)
+    return [sys.executable, "-c", f"import sys; {hide}; from trio_batch._cli import entry; entry()"]
+
+
+async def make_jobs(db: Path, n: int) -> list[str]:
+    """``n`` finished jobs of one target each, in one store."""
+    finished = trio.Semaphore(0, max_value=n)
+
+    def on_job(event: str) -> None:
+        if event in TERMINAL:
+            finished.release()
+
+    config = Config(jobs_per_caller=n, jobs_total=n, hooks=Hooks(job=on_job))
+    async with SQLiteStore.open(db) as store, open_engine(store, ScriptedFetch(), config) as engine:
+        subs = [
+            await engine.submit(Caller("cli"), "fleet", [Target(f"https://a.example/{i}")])
+            for i in range(n)
+        ]
+        for _ in subs:
+            await finished.acquire()
+
+    return [sub.id for sub in subs]
+
+
+async def add_key(cwd: Path) -> None:
+    """Make ``cwd/keys.toml`` with a key for alice, as an operator would."""
+    keys = await trio.run_process(
+        [*CLI, "keys", "add", "alice", "--keys", "keys.toml"],
+        cwd=cwd,
+        env=ENV,
+        capture_stdout=True,
+        capture_stderr=True,
+    )
+
+    assert keys.returncode == 0
+
+
+async def serve_until_it_stops(args: list[str], cwd: Path) -> tuple[int, str]:
+    """Run ``trio-batch serve --keys keys.toml ARGS`` in ``cwd`` until it exits: its status
+    and its stderr without the INFO and WARNING log lines."""
+    done = await trio.run_process(
+        [*CLI, "serve", "--keys", "keys.toml", *args],
+        cwd=cwd,
+        env=ENV,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+    lines = [
+        line
+        for line in done.stderr.decode().splitlines()
+        if not re.search(r" (INFO|WARNING) ", line)
+    ]
+    return done.returncode, "\n".join(lines)
