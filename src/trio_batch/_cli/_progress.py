@@ -28,6 +28,7 @@ from .._util import plural, raise_single_exception_from_group
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+    from rich.live import Live
 
 __all__ = ["JobView", "ProgressMode", "ProgressTracker", "render_plain", "render_rich"]
 
@@ -299,6 +300,38 @@ def _is_terminal(stream: IO[str]) -> bool:
         return False
 
 
+def _resolve_mode(mode: ProgressMode, stream: IO[str], console: Console | None) -> ProgressMode:
+    """``auto`` made ``rich`` or ``plain``; ``rich`` made ``plain`` (saying so) without rich."""
+    if mode == "auto":
+        mode = "rich" if console is not None or _is_terminal(stream) else "plain"
+    if mode == "rich" and not _have_rich():
+        stream.write("trio-batch: pip install 'trio-batch[cli]' for the live progress display\n")
+        mode = "plain"
+    return mode
+
+
+def _start_live(
+    tracker: ProgressTracker, stream: IO[str], console: Console | None, redirect_stdout: bool
+) -> Live:
+    """rich's live display of ``tracker`` on ``console`` (or a console on ``stream``), started.
+
+    It refreshes only when drawn, so the frame rate is the poll's, not rich's own.
+    """
+    from rich.console import Console as RichConsole
+    from rich.live import Live
+
+    live_display = Live(
+        render_rich(tracker),
+        console=console if console is not None else RichConsole(file=stream),
+        auto_refresh=False,
+        transient=False,
+        redirect_stdout=redirect_stdout,
+        redirect_stderr=False,
+    )
+    live_display.start()
+    return live_display
+
+
 @asynccontextmanager
 async def show_progress(
     tracker: ProgressTracker,
@@ -319,30 +352,15 @@ async def show_progress(
     last frame shows the final counts. With ``engine=None`` it polls ``tracker.engine`` once
     that is set, so the display can start before the engine (while a large input is checked).
     """
-    if mode == "auto":
-        mode = "rich" if console is not None or _is_terminal(stream) else "plain"
-    if mode == "rich" and not _have_rich():
-        stream.write("trio-batch: pip install 'trio-batch[cli]' for the live progress display\n")
-        mode = "plain"
+    mode = _resolve_mode(mode, stream, console)
     if mode == "off":
         yield
         return
+
     interval = every if every is not None else (0.25 if mode == "rich" else 5.0)
     live_display = None
     if mode == "rich":
-        from rich.console import Console as RichConsole
-        from rich.live import Live
-
-        console = console if console is not None else RichConsole(file=stream)
-        live_display = Live(
-            render_rich(tracker),
-            console=console,
-            auto_refresh=False,
-            transient=False,
-            redirect_stdout=redirect_stdout,
-            redirect_stderr=False,
-        )
-        live_display.start()
+        live_display = _start_live(tracker, stream, console, redirect_stdout)
 
     def draw() -> None:
         if live_display is not None:
