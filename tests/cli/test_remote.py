@@ -24,10 +24,10 @@ from trio_batch.testing import ScriptedFetch
 pytest.importorskip("httpx")
 pytest.importorskip("starlette")
 
-from tests.http.conftest import ALICE, make_keys
 from trio_batch.client import open_client
-from trio_batch.http import create_app, serve
+from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key, serve
 
+ALICE = "tb_alice-test-key"
 A, B, C = "https://a.example.test/", "https://b.example.test/", "https://c.example.test/"
 
 
@@ -36,7 +36,8 @@ async def served(fetch: ScriptedFetch) -> AsyncIterator[str]:
     stop = trio.Event()
     config = Config(jobs_per_caller=4, jobs_total=8)
     async with open_engine(MemoryStore(), fetch, config) as engine:
-        app = create_app(engine, make_keys(), precheck=lambda url: None, access_log_enabled=False)
+        keys = KeyRing([KeyRecord("alice", "lab", "fleet", hash_key(ALICE))])
+        app = create_app(engine, keys, precheck=lambda url: None, access_log_enabled=False)
         async with trio.open_nursery() as nursery:
             port: int = await nursery.start(
                 lambda task_status: serve(
