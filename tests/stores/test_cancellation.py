@@ -7,6 +7,7 @@ what was stored.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,12 +16,11 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batch import Result, Target, TargetState
+from trio_batch import Result, TargetState
 from trio_batch.stores import (
     CacheEntry,
     Limits,
     MemoryStore,
-    NewJob,
     Outcome,
     ServiceStore,
     SQLiteStore,
@@ -28,20 +28,12 @@ from trio_batch.stores import (
 
 from ..conftest import STORE_KINDS
 from ..pg_support import PG_DSN
+from . import support
 
 NOW = 1_800_000_000.0
 LIMITS = Limits(ttl=3600.0, targets_per_job=8, jobs_per_caller=1, jobs_total=8)
 
-
-def new_job(job_id: str, key: str = "k") -> NewJob:
-    return NewJob(
-        id=job_id,
-        caller="alice",
-        caller_class="fleet",
-        key=key,
-        targets=[Target("https://a.example.test/0"), Target("https://a.example.test/1")],
-        now=NOW,
-    )
+new_job = functools.partial(support.new_job, key="k", now=NOW, url="https://a.example.test/{i}")
 
 
 async def admitted(store: ServiceStore, job_id: str = "j1") -> str:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
-from trio_batch import JobStatus, Options, Result, Target, TargetState, Webhook
-from trio_batch.stores import Limits, NewJob, Outcome, ServiceStore
+from trio_batch import JobStatus, Result, TargetState, Webhook
+from trio_batch.stores import Limits, Outcome, ServiceStore
 from trio_batch.stores._protocol import HookDue
+
+from . import support
 
 LIMITS = Limits(ttl=100.0, targets_per_job=4, jobs_per_caller=10, jobs_total=10)
 SHORT_TTL = dataclasses.replace(LIMITS, ttl=1.0)
@@ -14,10 +17,7 @@ END = Webhook("https://hooks.test/in").to_json()
 BOTH = Webhook("https://hooks.test/in", ("target", "end")).to_json()
 DONE = Outcome(TargetState.DONE, result_json=Result("ok", {}).to_json())
 
-
-def new_job(job_id: str, webhook: str = END, n: int = 2, now: float = 1000.0) -> NewJob:
-    targets = [Target(f"https://x.test/{job_id}/{i}", Options()) for i in range(n)]
-    return NewJob(job_id, "alice", "fleet", f"key-{job_id}", targets, now, webhook=webhook)
+new_job = functools.partial(support.new_job, webhook=END)
 
 
 async def finish(

@@ -30,19 +30,21 @@ from trio_batch.stores._protocol import Limits, NewJob, Outcome
 from trio_batch.testing import ScriptedFetch
 
 from ..pg_support import PG_DSN, SKIP_REASON
+from . import support
 
 LIMITS = Limits(ttl=3600, targets_per_job=10, jobs_per_caller=2, jobs_total=8)
 
 
 def new_job(job_id: str, n: int, now: float) -> NewJob:
-    return NewJob(
-        id=job_id,
-        caller="alice",
-        caller_class="restricted",
-        key=job_id,
-        targets=[Target(f"https://{job_id}.example.test/{i}") for i in range(n)],
+    """A restricted caller's job in workspace ``lab``: what resume must run again as it was."""
+    return support.new_job(
+        job_id,
+        n=n,
         now=now,
+        key=job_id,
+        caller_class="restricted",
         workspace="lab",
+        url="https://{job}.example.test/{i}",
     )
 
 
@@ -97,6 +99,7 @@ async def test_resume_finishes_what_was_live_in_turn(store: Store) -> None:
 
 
 async def test_caps_are_free_once_resumed_jobs_end(store: Store) -> None:
+    """Resumed jobs hold their caller's places while they run, and free them when they end."""
     await left_by_a_dead_process(store)
     rec = Recorder()
     fetch = ScriptedFetch()
@@ -114,6 +117,7 @@ async def test_caps_are_free_once_resumed_jobs_end(store: Store) -> None:
 
 
 async def test_without_resume_the_jobs_are_interrupted(store: Store) -> None:
+    """An engine that does not resume fails the left jobs as interrupted and fetches nothing."""
     await left_by_a_dead_process(store)
     fetch = ScriptedFetch()
     async with open_engine(store, fetch, Config(jobs_per_caller=2)) as engine:
@@ -128,6 +132,7 @@ async def test_without_resume_the_jobs_are_interrupted(store: Store) -> None:
 
 
 async def test_a_second_resume_takes_nothing_more(store: Store) -> None:
+    """Resume hands each left job over once, with its caller, workspace and class as admitted."""
     await left_by_a_dead_process(store)
     first = await store.resume(time.time())
     assert [(j.id, j.next_idx, len(j.targets)) for j in first] == [("a", 1, 3), ("b", 0, 2)]

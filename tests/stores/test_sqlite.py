@@ -9,17 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from trio_batch import Caller, Config, StoreError, Target, open_engine
-from trio_batch.stores import Limits, NewJob, SQLiteStore
+from trio_batch import Caller, Config, StoreError, open_engine
+from trio_batch.stores import Limits, SQLiteStore
 from trio_batch.stores._sqlite._schema import SCHEMA_VERSION
 
 from ..support import Recorder, targets
+from .support import new_job
 
 LIMITS = Limits(ttl=100.0, targets_per_job=32, jobs_per_caller=1000, jobs_total=1000)
-
-
-def job(job_id: str) -> NewJob:
-    return NewJob(job_id, "alice", "fleet", job_id, [Target("https://x.test/")], 1000.0)
+"""Room for the many jobs one test admits."""
 
 
 class TestSQLiteStore:
@@ -27,7 +25,7 @@ class TestSQLiteStore:
         """A second SQLiteStore on the same file is refused and told to use PostgreSQL."""
         path = tmp_path / "jobs.sqlite"
         async with SQLiteStore.open(path) as store:
-            await store.admit(job("j1"), LIMITS)
+            await store.admit(new_job("j1", n=1), LIMITS)
             with pytest.raises(StoreError, match=r"already open for writing.*PostgresStore"):
                 async with SQLiteStore.open(path):
                     pass
@@ -68,7 +66,7 @@ class TestSQLiteStore:
         """Closing and reopening keeps every job; the schema is at the latest version."""
         path = tmp_path / "jobs.sqlite"
         async with SQLiteStore.open(path) as store:
-            await store.admit(job("j1"), LIMITS)
+            await store.admit(new_job("j1", n=1), LIMITS)
         async with SQLiteStore.open(path) as store:
             assert await store.snapshot("j1") is not None
         conn = sqlite3.connect(path)
@@ -103,7 +101,7 @@ class TestSQLiteStore:
         conn.execute("PRAGMA user_version = 1")
         conn.close()
         async with SQLiteStore.open(path) as store:
-            await store.admit(job("j1"), LIMITS)
+            await store.admit(new_job("j1", n=1), LIMITS)
             assert await store.cache_get("nothing") is None
             assert await store.snapshot("j1") is not None
 
@@ -117,7 +115,7 @@ class TestSQLiteStore:
         """A read-only store reads what the writer committed, and cannot write."""
         path = tmp_path / "jobs.sqlite"
         async with SQLiteStore.open(path) as store, SQLiteStore.open(path, readonly=True) as ro:
-            await store.admit(job("j1"), LIMITS)
+            await store.admit(new_job("j1", n=1), LIMITS)
             assert await ro.snapshot("j1") is not None
             with pytest.raises(StoreError, match=r"read-only"):
                 await ro.touch("j1", 1.0)
@@ -142,7 +140,7 @@ class TestSQLiteStore:
                 nursery.start_soon(store._write, hold)
                 await trio.to_thread.run_sync(started.wait)
                 for i in range(200):
-                    nursery.start_soon(store.admit, job(f"j{i}"), LIMITS)
+                    nursery.start_soon(store.admit, new_job(f"j{i}", n=1), LIMITS)
                 await trio.testing.wait_all_tasks_blocked()
                 gate.set()
             commits, writes = store.commit_statistics()
@@ -193,11 +191,11 @@ class TestSQLiteStore:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(store._write, hold)
                 await trio.to_thread.run_sync(started.wait)
-                nursery.start_soon(store.admit, job("before"), LIMITS)
+                nursery.start_soon(store.admit, new_job("before", n=1), LIMITS)
                 await trio.testing.wait_all_tasks_blocked()
                 nursery.start_soon(write_broken)
                 await trio.testing.wait_all_tasks_blocked()
-                nursery.start_soon(store.admit, job("after"), LIMITS)
+                nursery.start_soon(store.admit, new_job("after", n=1), LIMITS)
                 await trio.testing.wait_all_tasks_blocked()
                 gate.set()
 

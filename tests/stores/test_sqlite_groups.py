@@ -5,7 +5,6 @@ target's outcome). MemoryStore is the reference for every answer."""
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import cast
@@ -16,23 +15,16 @@ import trio.testing
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import rule
 
-from trio_batch import JobStatus, Result, Snapshot, Target, TargetState
-from trio_batch.stores import Limits, MemoryStore, NewJob, Outcome, SQLiteStore, Store, Stored
+from trio_batch import JobStatus, Result, Snapshot, TargetState
+from trio_batch.stores import MemoryStore, Outcome, SQLiteStore, Store, Stored
 
-from .test_store_machine import CAP, StoreAgreement
+from .support import CAP, LIMITS, NOW, StoreAgreement, hold_writer, new_job
 
-LIMITS = Limits(ttl=100.0, targets_per_job=8, jobs_per_caller=100, jobs_total=100)
-NOW = 1000.0
 MAX_BYTES = 10**9
 DONE = Outcome(TargetState.DONE, result_json=Result("x" * 40).to_json())
 CORRUPT = Outcome(TargetState.DONE, result_json=cast("str", object()))  # no SQL type binds it
 
 Script = Callable[[Store], Awaitable[object]]
-
-
-def job(job_id: str, n: int = 2) -> NewJob:
-    targets = [Target(f"https://{job_id}.test/{i}") for i in range(n)]
-    return NewJob(job_id, "alice", "fleet", job_id, targets, NOW)
 
 
 async def snapshots(store: Store, *job_ids: str) -> list[Snapshot | None]:
@@ -47,27 +39,13 @@ def statements(store: SQLiteStore) -> list[str]:
     return seen
 
 
-async def hold_writer(store: SQLiteStore, nursery: trio.Nursery) -> threading.Event:
-    """Block the writer thread in a write until the returned event is set, so that what is
-    queued meanwhile commits in one transaction."""
-    started, gate = threading.Event(), threading.Event()
-
-    def hold(conn: sqlite3.Connection) -> None:
-        started.set()
-        gate.wait(30)
-
-    nursery.start_soon(store._write, hold)
-    await trio.to_thread.run_sync(started.wait)
-    return gate
-
-
 class TestFinishTargets:
     async def test_a_failing_item_gets_its_error_and_the_others_land(self, tmp_path: Path) -> None:
         """One item that cannot be stored gets its exception in its place; the others land."""
         items = [("j1", 0, DONE), ("j2", 0, CORRUPT), ("nope", 0, DONE), ("j2", 1, DONE)]
         async with SQLiteStore.open(tmp_path / "jobs.sqlite") as store:
             for job_id in ("j1", "j2"):
-                await store.admit(job(job_id), LIMITS)
+                await store.admit(new_job(job_id), LIMITS)
             seen = statements(store)
             results = await store.finish_targets(items, NOW, MAX_BYTES)
             j1, j2 = await snapshots(store, "j1", "j2")
@@ -84,7 +62,7 @@ class TestFinishTargets:
         """A group whose items all store runs as plain statements in one transaction."""
         async with SQLiteStore.open(tmp_path / "jobs.sqlite") as store:
             for job_id in ("j1", "j2", "j3"):
-                await store.admit(job(job_id, 1), LIMITS)
+                await store.admit(new_job(job_id, n=1), LIMITS)
             seen = statements(store)
             items = [(job_id, 0, DONE) for job_id in ("j1", "j2", "j3")]
             results = await store.finish_targets(items, NOW, MAX_BYTES)
@@ -103,7 +81,7 @@ class TestFinishTargets:
 
         async def script(store: Store) -> object:
             for job_id in ("j1", "j2", "j3"):
-                await store.admit(job(job_id), LIMITS)
+                await store.admit(new_job(job_id), LIMITS)
             await store.start_target("j1", 0, NOW + 1)
             first = await store.finish_targets(
                 [("j1", 0, big), ("j1", 1, failed), ("j1", 0, DONE), ("gone", 0, DONE)],
@@ -128,7 +106,7 @@ class TestRunningMarks:
         and the job still went running on the way (as MemoryStore has it)."""
 
         async def script(store: Store) -> object:
-            await store.admit(job("j1"), LIMITS)
+            await store.admit(new_job("j1"), LIMITS)
             await store.start_target("j1", 0, NOW + 1)
             await store.start_target("j1", 0, NOW + 1)  # a repeat folds as well
             stored = await store.finish_targets([("j1", 0, DONE)], NOW + 2, MAX_BYTES)
@@ -150,10 +128,10 @@ class TestRunningMarks:
         commits, before its outcome is stored; then it sees the outcome."""
         path = tmp_path / "jobs.sqlite"
         async with SQLiteStore.open(path) as store:
-            await store.admit(job("j1"), LIMITS)
+            await store.admit(new_job("j1"), LIMITS)
             async with SQLiteStore.open(path, readonly=True) as reader:
                 assert await store.start_target("j1", 0, NOW + 1)
-                await store.admit(job("j2"), LIMITS)  # the next write, of another job
+                await store.admit(new_job("j2"), LIMITS)  # the next write, of another job
                 running = await reader.snapshot("j1")
                 await store.finish_targets([("j1", 0, DONE)], NOW + 2, MAX_BYTES)
                 done = await reader.snapshot("j1")
@@ -168,14 +146,14 @@ class TestRunningMarks:
         """Marks that went to the writer before an admission still fold into their outcome's
         write when both land in the same transaction; the answers do not change."""
         async with SQLiteStore.open(tmp_path / "jobs.sqlite") as store:
-            await store.admit(job("j1"), LIMITS)
+            await store.admit(new_job("j1"), LIMITS)
             results: list[object] = []
             async with trio.open_nursery() as nursery:
                 gate = await hold_writer(store, nursery)
                 assert await store.start_target("j1", 0, NOW + 1)
 
                 async def admit_then_finish() -> None:
-                    results.append(await store.admit(job("j2"), LIMITS))
+                    results.append(await store.admit(new_job("j2"), LIMITS))
 
                 async def finish() -> None:
                     results.append(await store.finish_targets([("j1", 0, DONE)], NOW, MAX_BYTES))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import pytest
 import trio
@@ -11,22 +12,18 @@ from trio_batch import (
     Busy,
     CallerBusy,
     JobStatus,
-    Options,
     Result,
-    Target,
     TargetState,
     TooManyTargets,
 )
-from trio_batch.stores import CacheEntry, Limits, NewJob, Outcome, ServiceStore
+from trio_batch.stores import CacheEntry, Limits, Outcome, ServiceStore
+
+from . import support
 
 LIMITS = Limits(ttl=100.0, targets_per_job=4, jobs_per_caller=2, jobs_total=3)
+"""Caps small enough for a test to reach each."""
 
-
-def new_job(
-    job_id: str, caller: str = "alice", key: str = "", n: int = 2, now: float = 1000.0
-) -> NewJob:
-    targets = [Target(f"https://x.test/{job_id}/{i}", Options(grep=f"g{i}")) for i in range(n)]
-    return NewJob(job_id, caller, "fleet", key or f"key-{job_id}", targets, now)
+new_job = functools.partial(support.new_job, grep=True)  # options stored: see the snapshot test
 
 
 def done(content: str = "ok") -> Outcome:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-from trio_batch import JobStatus, Options, Result, Target, TargetState
-from trio_batch.stores import Limits, NewJob, Outcome, Store
+from trio_batch import JobStatus, Options, Result, TargetState
+from trio_batch.stores import Limits, Outcome, Store
+
+from . import support
 
 LIMITS = Limits(ttl=10_000.0, targets_per_job=8, jobs_per_caller=50, jobs_total=50)
 DONE = Outcome(TargetState.DONE, result_json=Result("ok", {"n": 1}).to_json())
 FAILED = Outcome(TargetState.FAILED, error="boom", hint="try later")
 
-
-def new_job(job_id: str, caller: str = "alice", n: int = 3, now: float = 1000.0) -> NewJob:
-    targets = [Target(f"https://x.test/{job_id}/{i}", Options(grep=f"g{i}")) for i in range(n)]
-    return NewJob(job_id, caller, "fleet", f"key-{job_id}", targets, now)
+new_job = functools.partial(support.new_job, n=3, grep=True)
 
 
 class TestJobSummary:

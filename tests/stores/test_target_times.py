@@ -8,21 +8,14 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from trio_batch import Result, Target, TargetState, TargetStatus
-from trio_batch.stores import Limits, NewJob, Outcome, SQLiteStore, Store
+from trio_batch import Result, TargetState, TargetStatus
+from trio_batch.stores import Outcome, SQLiteStore, Store
 
-from .test_sqlite_groups import hold_writer
+from .support import LIMITS, NOW, hold_writer, new_job
 
-LIMITS = Limits(ttl=100.0, targets_per_job=8, jobs_per_caller=10, jobs_total=10)
-NOW = 1000.0
 MAX_BYTES = 10**9
 DONE = Outcome(TargetState.DONE, result_json=Result("fine").to_json())
 FAILED = Outcome(TargetState.FAILED, error="boom", hint="try later")
-
-
-def job(job_id: str, n: int = 3) -> NewJob:
-    targets = [Target(f"https://{job_id}.test/{i}") for i in range(n)]
-    return NewJob(job_id, "alice", "fleet", job_id, targets, NOW)
 
 
 def times(targets: list[TargetStatus]) -> list[tuple[float | None, float | None]]:
@@ -39,9 +32,9 @@ class TestTargetTimes:
     async def test_done_and_failed_targets_have_a_start_then_a_finish(self, store: Store) -> None:
         """A stored target shows its start and the time its outcome was stored; a pending
         target shows neither, a running one only its start."""
-        await store.admit(job("j1", n=4), LIMITS)
+        await store.admit(new_job("j1", n=4), LIMITS)
         await store.start_target("j1", 0, NOW + 1)
-        await store.admit(job("j2"), LIMITS)  # a write between the mark and its outcome
+        await store.admit(new_job("j2", n=3), LIMITS)  # a write between the mark and its outcome
         await store.finish_targets([("j1", 0, DONE)], NOW + 2, MAX_BYTES)
         await store.start_target("j1", 1, NOW + 3)
         await store.finish_targets([("j1", 1, FAILED)], NOW + 5, MAX_BYTES)
@@ -54,7 +47,7 @@ class TestTargetTimes:
     async def test_a_mark_folded_into_its_outcome_still_gives_the_start(self, store: Store) -> None:
         """A running mark that the store drops into the write of its outcome (SQLite and
         PostgreSQL do) still records when the target began, in a group or alone."""
-        await store.admit(job("j1"), LIMITS)
+        await store.admit(new_job("j1", n=3), LIMITS)
         await store.start_target("j1", 0, NOW + 1)
         await store.finish_targets([("j1", 0, DONE)], NOW + 2, MAX_BYTES)
         await store.start_target("j1", 1, NOW + 3)
@@ -71,7 +64,7 @@ class TestTargetTimes:
 
     async def test_a_repeated_outcome_keeps_the_first_times(self, store: Store) -> None:
         """An outcome stored twice keeps the times of the first (a repeat stores nothing)."""
-        await store.admit(job("j1", n=2), LIMITS)
+        await store.admit(new_job("j1", n=2), LIMITS)
         await store.start_target("j1", 0, NOW + 1)
         await store.finish_targets([("j1", 0, DONE)], NOW + 2, MAX_BYTES)
         await store.finish_targets([("j1", 0, FAILED)], NOW + 3, MAX_BYTES)
@@ -82,7 +75,7 @@ class TestTargetTimes:
         """A target that was running when its engine went is pending again after
         ``Store.resume``, with no start; stored targets keep their times, and the next run
         records its own start."""
-        await store.admit(job("j1"), LIMITS)
+        await store.admit(new_job("j1", n=3), LIMITS)
         await store.start_target("j1", 0, NOW + 1)
         await store.finish_targets([("j1", 0, DONE)], NOW + 2, MAX_BYTES)
         await store.start_target("j1", 1, NOW + 3)
@@ -99,7 +92,7 @@ class TestTargetTimes:
 
     async def test_a_released_target_shows_no_start(self, store: Store) -> None:
         """A busy target put back to pending shows no start until it runs again."""
-        await store.admit(job("j1", n=1), LIMITS)
+        await store.admit(new_job("j1", n=1), LIMITS)
         await store.start_target("j1", 0, NOW + 1)
         await store.release_target("j1", 0, NOW + 2)
         released = await snapshot_times(store, "j1")
@@ -115,12 +108,12 @@ class TestSQLiteFolding:
         """Marks that went to the writer ahead of an admission, then met their outcome in the
         same transaction, are folded into it with their own start times."""
         async with SQLiteStore.open(tmp_path / "jobs.sqlite") as store:
-            await store.admit(job("j1"), LIMITS)
+            await store.admit(new_job("j1", n=3), LIMITS)
             async with trio.open_nursery() as nursery:
                 gate = await hold_writer(store, nursery)
                 assert await store.start_target("j1", 0, NOW + 1)
                 assert await store.start_target("j1", 1, NOW + 2)
-                nursery.start_soon(store.admit, job("j2"), LIMITS)
+                nursery.start_soon(store.admit, new_job("j2", n=3), LIMITS)
                 await trio.testing.wait_all_tasks_blocked()
                 items = [("j1", 0, DONE), ("j1", 1, FAILED)]
                 nursery.start_soon(store.finish_targets, items, NOW + 3, MAX_BYTES)

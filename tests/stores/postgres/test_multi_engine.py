@@ -29,10 +29,11 @@ from trio_batch import (
 )
 from trio_batch.stores import PostgresStore
 from trio_batch.stores._postgres._schema import SCHEMA_VERSION
-from trio_batch.stores._protocol import Limits, NewJob
+from trio_batch.stores._protocol import Limits
 from trio_batch.testing import ScriptedFetch
 
 from ...support import Recorder, targets, url
+from ..support import new_job
 
 ALICE = Caller("alice")
 
@@ -349,7 +350,7 @@ class TestDriver:
                     errors.append(exc)
 
             async def good(i: int) -> None:
-                job = NewJob(f"job{i}", f"caller{i}", "fleet", f"k{i}", targets(f"g{i}", 1), 1.0)
+                job = new_job(f"job{i}", n=1, caller=f"caller{i}", now=1.0)
                 admitted.append(await store.admit(job, limits))
 
             async with trio.open_nursery() as nursery:

@@ -29,10 +29,11 @@ from trio_batch import (
 )
 from trio_batch.stores import PostgresStore
 from trio_batch.stores._postgres import _sql
-from trio_batch.stores._protocol import Limits, NewJob, Outcome, Stored
+from trio_batch.stores._protocol import Limits, Outcome, Stored
 
 from ...pg_support import table_locked
 from ...support import Recorder
+from ..support import new_job
 
 LIMITS = Limits(ttl=3600.0, targets_per_job=50, jobs_per_caller=100, jobs_total=100)
 NOW = 1_800_000_000.0
@@ -169,8 +170,7 @@ class TestOneBadItem:
     ) -> None:
         """A group where one outcome cannot be stored: it gets its error, the others land."""
         async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
-            targets = [Target(f"https://x.test/{i}") for i in range(3)]
-            await store.admit(NewJob("j", "c", "fleet", "k", targets, NOW), LIMITS)
+            await store.admit(new_job("j", n=3, now=NOW), LIMITS)
             ok = Outcome(TargetState.DONE, result_json=Result("fine").to_json())
             bad = Outcome(TargetState.FAILED, error="a NUL \x00 PostgreSQL text cannot hold")
             results = await store.finish_targets(
@@ -195,15 +195,14 @@ class TestCallTimeout:
         """While another session locks the jobs table, reads and writes raise StoreError after
         ``call_timeout`` and write nothing; once the lock goes, the same calls work."""
         async with PostgresStore.open(pg_dsn, schema=pg_schema, call_timeout=1.0) as store:
-            targets = [Target("https://x.test/0")]
-            await store.admit(NewJob("j", "c", "fleet", "k", targets, NOW), LIMITS)
+            await store.admit(new_job("j", n=1, now=NOW), LIMITS)
             errors: list[str] = []
             async with table_locked(pg_dsn, pg_schema, "jobs"):
                 with trio.fail_after(DEADLINE):
                     for call in (
                         lambda: store.snapshot("j"),
                         lambda: store.touch("j", NOW + 5),
-                        lambda: store.admit(NewJob("j2", "c", "fleet", "k2", targets, NOW), LIMITS),
+                        lambda: store.admit(new_job("j2", n=1, now=NOW), LIMITS),
                     ):
                         with pytest.raises(StoreError) as caught:
                             await call()
@@ -277,7 +276,7 @@ class TestCommittedWritesKeepTheirAnswer:
         "failed" held a job that ran nowhere."""
         answers: dict[str, object] = {}
         async with PostgresStore.open(pg_dsn, schema=pg_schema, call_timeout=1.0) as store:
-            job = NewJob("j", "c", "fleet", "k", [Target("https://x.test/")], NOW)
+            job = new_job("j", n=1, now=NOW)
 
             async def recover() -> None:
                 try:
@@ -332,8 +331,7 @@ class TestReplay:
         """The writer's replay after a lost reply: the group's statement, sent again with
         ``replay``, stores nothing twice and reports the job it ended once more."""
         async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
-            targets = [Target(f"https://x.test/{i}") for i in range(2)]
-            await store.admit(NewJob("j", "c", "fleet", "k", targets, NOW), LIMITS)
+            await store.admit(new_job("j", now=NOW), LIMITS)
             instance = store.instance_id
         done = Result("fine").to_json()
         items = [("j", idx, Outcome(TargetState.DONE, result_json=done)) for idx in (0, 1)]

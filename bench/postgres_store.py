@@ -3,7 +3,7 @@
 Run from the repository root::
 
     TRIO_BATCH_TEST_PG=postgresql://postgres@127.0.0.1:5432/test \\
-        python -m tests.stores.postgres.measure [--sync-off]
+        python -m bench.postgres_store [--sync-off]
 
 Prints one line per figure: admission latency (sequential submits), admission throughput
 (32 concurrent submitters), finish latency (sequential start+finish of one target, store
@@ -13,6 +13,7 @@ level), and engine throughput (100 jobs of 20 targets, instant fetch, 2 workers)
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import tempfile
 import time
@@ -25,7 +26,9 @@ from trio_batch import Caller, Config, Hooks, Result, Target, TargetState, open_
 from trio_batch.stores import PostgresStore, SQLiteStore, Store
 from trio_batch.stores._protocol import Limits, NewJob, Outcome
 
-from ...pg_support import PG_DSN, open_test_schema
+from ._harness import PG_ENV, drop_pg_schema
+
+PG_DSN = os.environ.get(PG_ENV, "")
 
 LIMITS = Limits(ttl=3600, targets_per_job=64, jobs_per_caller=10**6, jobs_total=10**6)
 
@@ -37,11 +40,15 @@ async def open_store(kind: str, sync_off: bool) -> AsyncIterator[Store]:
             async with SQLiteStore.open(os.path.join(tmp, "m.sqlite")) as sqlite:
                 yield sqlite
     else:
-        async with (
-            open_test_schema(PG_DSN) as schema,
-            PostgresStore.open(PG_DSN, schema=schema, synchronous_commit=not sync_off) as pg,
-        ):
-            yield pg
+        schema = f"tb_bench_{secrets.token_hex(6)}"  # a fresh schema per run, dropped after
+        try:
+            async with PostgresStore.open(
+                PG_DSN, schema=schema, synchronous_commit=not sync_off
+            ) as pg:
+                yield pg
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(drop_pg_schema, PG_DSN, schema)
 
 
 def pct(values: list[float], q: float) -> float:
