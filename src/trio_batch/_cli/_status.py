@@ -103,16 +103,25 @@ def with_iso_times(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _local(command: str, args: argparse.Namespace, out: IO[str]) -> None:
+async def _local_job_id(args: argparse.Namespace) -> str | None:
+    """The job ``args.id`` names in the ``--db`` file (maybe by a prefix); None if no job.
+
+    Raises:
+        _Problem: the file does not exist, or the prefix names several jobs.
+    """
     if not await trio.Path(args.db).exists():
         raise _Problem(
             f"{args.db} does not exist; pass the store with --db, or a server with --server",
             EXIT_USAGE,
         )
     try:
-        job_id = await resolve_id(args.db, args.id)
+        return await resolve_id(args.db, args.id)
     except UsageError as exc:
         raise _Problem(str(exc), EXIT_USAGE) from None
+
+
+async def _local(command: str, args: argparse.Namespace, out: IO[str]) -> None:
+    job_id = await _local_job_id(args)
     snap = None
     if job_id is not None:
         async with SQLiteStore.open(args.db, readonly=True) as store:
@@ -194,15 +203,7 @@ async def _follow(command: str, args: argparse.Namespace, out: IO[str]) -> None:
         except UsageError as exc:
             raise _Problem(str(exc), EXIT_USAGE) from None
         return
-    if not await trio.Path(args.db).exists():
-        raise _Problem(
-            f"{args.db} does not exist; pass the store with --db, or a server with --server",
-            EXIT_USAGE,
-        )
-    try:
-        job_id = await resolve_id(args.db, args.id)
-    except UsageError as exc:
-        raise _Problem(str(exc), EXIT_USAGE) from None
+    job_id = await _local_job_id(args)
     if job_id is None or not await follow_local(args.db, job_id, args.state, write):
         raise _Problem(f"no job {args.id} in {args.db} (trio-batch jobs lists them)", EXIT_MISSING)
 

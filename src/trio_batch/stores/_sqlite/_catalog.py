@@ -16,9 +16,11 @@ becomes a :class:`~trio_batch.StoreError` raised from it, as ``_schema.open_erro
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
+from collections.abc import Iterator
 
 from ..._errors import StoreError
 from ..._model import Job, JobStatus
@@ -34,15 +36,21 @@ def is_not_a_database(exc: BaseException) -> bool:
     return getattr(cause, "sqlite_errorname", "") in NOT_A_DATABASE
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+@contextlib.contextmanager
+def _reading(path: str) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to ``path`` for one view, closed after it; SQLite's errors in
+    opening or reading become :class:`~trio_batch.StoreError` raised from them."""
+    conn = None
     try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA query_only = ON")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+        yield conn
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from exc
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 def list_all_jobs(path: str, ids: list[str] | None) -> list[JobSummary]:
@@ -52,12 +60,7 @@ def list_all_jobs(path: str, ids: list[str] | None) -> list[JobSummary]:
     Raises:
         StoreError: SQLite cannot read ``path`` as a trio-batch store (raised from its error).
     """
-    try:
-        conn = _connect(path)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from exc
-
-    try:
+    with _reading(path) as conn:
         where, params = "", list(ids or [])
         if ids is not None:
             where = f"WHERE id IN ({', '.join('?' * len(ids))})" if ids else "WHERE 0"
@@ -74,10 +77,6 @@ def list_all_jobs(path: str, ids: list[str] | None) -> list[JobSummary]:
             params,
         ):
             counts.setdefault(job_id, {})[state] = n
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from exc
-    finally:
-        conn.close()
 
     return [_summary(row, counts.get(row[0], {})) for row in jobs]
 
@@ -108,20 +107,11 @@ def find_job_ids(path: str, prefix: str, limit: int) -> list[str]:
     Raises:
         StoreError: SQLite cannot read ``path`` as a trio-batch store (raised from its error).
     """
-    try:
-        conn = _connect(path)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from exc
-
-    try:
+    with _reading(path) as conn:
         rows = conn.execute(
             "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
             (prefix, prefix + "\U0010ffff", limit),
         ).fetchall()
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from exc
-    finally:
-        conn.close()
 
     return [row[0] for row in rows]
 
