@@ -9,12 +9,14 @@
         async for line in client.results(sub.id, follow=True):
             print(line["idx"], line["status"])
 
-HTTP error answers become exceptions: a refused submit raises the engine's own
-:class:`~trio_batch.SubmitError` subclasses (``CallerBusy``, ``Busy``, ``TooManyTargets``,
-``NoTargets``) with ``retry_after`` set from the answer's ``Retry-After``; anything else raises
-:class:`ClientError` with the status, the answer's ``error`` and ``hint``. A server that cannot
-be reached is a :class:`ClientError` with status 0. Needs ``httpx`` (``pip install
-'trio-batch[web]'`` has it); ``import trio_batch`` does not load this module.
+HTTP error answers become exceptions, chosen by the answer's ``code`` (never by its words): a
+refused submit raises the engine's own :class:`~trio_batch.SubmitError` subclasses
+(``CallerBusy``, ``Busy``, ``TooManyTargets``, ``NoTargets``) with ``retry_after`` set from the
+answer's ``Retry-After``; anything else raises :class:`ClientError` with the status, the
+answer's ``code``, ``error`` and ``hint``. A server that cannot be reached is a
+:class:`ClientError` with status 0. A client used after its ``async with`` block has ended
+raises :class:`trio.ClosedResourceError`. Needs ``httpx`` (``pip install 'trio-batch[web]'``
+has it); ``import trio_batch`` does not load this module.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import trio
 
 from ._errors import Busy, CallerBusy, Error, NoTargets, SubmitError, TooManyTargets
 from ._model import Submitted, Target
-from ._util import NoPublicConstructor, fixup_module_metadata as _fixup_module_metadata
+from ._util import NoPublicConstructor, backoff, fixup_module_metadata as _fixup_module_metadata
 
 __all__ = [
     "BatchClient",
@@ -40,9 +42,9 @@ __all__ = [
     "BatchSummary",
     "ClientError",
     "Counts",
+    "EventStream",
     "ResultBody",
     "ResultStream",
-    "EventStream",
     "TargetLine",
     "open_client",
 ]
@@ -113,7 +115,12 @@ class BatchEvent:
 
 @final
 class ClientError(Error):
-    """An error answer of the API (or no answer: ``status`` 0), with what to do about it."""
+    """An error answer of the API (or no answer: ``status`` 0), with what to do about it.
+
+    ``code`` is the answer's machine-readable reason (``"not_found"``, ``"not_retryable"``,
+    ``"store_unavailable"``, ...; ``docs/http.md`` lists them), or ``""`` when there was no
+    answer or it carried none. Decide on ``code``; ``error`` and ``hint`` are for people.
+    """
 
     def __init__(
         self,
@@ -121,23 +128,26 @@ class ClientError(Error):
         error: str,
         hint: str = "",
         *,
+        code: str = "",
         field: str | None = None,
         retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{status} {error}" if status else error)
         self.status = status
+        self.code = code
         self.error = error
         self.hint = hint
         self.field = field
         self.retry_after = retry_after
 
 
-_SUBMIT_ERRORS: dict[tuple[int, str], type[SubmitError]] = {
-    (429, ""): CallerBusy,
-    (503, "the server has as many live batches"): Busy,
-    (413, "targets"): TooManyTargets,
-    (400, "targets is empty"): NoTargets,
+_SUBMIT_ERRORS: dict[str, type[SubmitError]] = {
+    "caller_busy": CallerBusy,
+    "busy": Busy,
+    "too_many_targets": TooManyTargets,
+    "no_targets": NoTargets,
 }
+"""The refusals that are the engine's own exceptions, by the answer's ``code``."""
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -155,18 +165,21 @@ def error_from(response: httpx.Response) -> Error:
         body = {}
     error = str(body.get("error") or response.reason_phrase or "error")
     hint = str(body.get("hint") or "")
+    code = body.get("code")
     field = body.get("field")
     retry_after = _retry_after(response)
-    status = response.status_code
-    for (code, marker), kind in _SUBMIT_ERRORS.items():
-        if status == code and (not marker or error.startswith(marker) or field == marker):
-            exc = kind(f"{error}: {hint}" if hint else error)
-            exc.retry_after = retry_after
-            return exc
+
+    kind = _SUBMIT_ERRORS.get(code) if isinstance(code, str) else None
+    if kind is not None:
+        exc = kind(f"{error}: {hint}" if hint else error)
+        exc.retry_after = retry_after
+        return exc
+
     return ClientError(
-        status,
+        response.status_code,
         error,
         hint,
+        code=code if isinstance(code, str) else "",
         field=field if isinstance(field, str) else None,
         retry_after=retry_after,
     )
@@ -191,11 +204,17 @@ class _Resuming(AsyncIterator[T]):
     """A streamed answer read line by line, resumed where it broke off (up to 5 times in a row).
 
     Only a stream that has begun is resumed: when the first request fails, that is the error.
-    A resumed request that finds the server restarting (503) is tried again too. Leave it
+    A resumed request that finds the server restarting (503) is tried again too. Each try waits
+    1 s, 2 s, 4 s, ... up to 10 s, less a random share of up to half (``_util.backoff``). Leave it
     early with ``async with`` or :meth:`aclose`: that closes the connection at once.
     """
 
     _RETRIES = 5
+    _FIRST_WAIT = 1.0
+    _LONGEST_WAIT = 10.0
+    _JITTER = 0.5
+    """Share of a wait taken off at random: followers of one server that broke together (it
+    restarted) then come back spread over a moment, not all in the same millisecond."""
 
     def __init__(self, client: BatchClient, path: str) -> None:
         self._client = client
@@ -213,6 +232,7 @@ class _Resuming(AsyncIterator[T]):
         raise NotImplementedError
 
     async def _open(self) -> AsyncIterator[str]:
+        self._client._check_open()
         params, headers = self._request()
         http = self._client._http
         request = http.build_request("GET", self._path, params=params, headers=headers)
@@ -271,7 +291,9 @@ class _Resuming(AsyncIterator[T]):
                 "the stream kept breaking off before its end",
                 "the server is restarting or unavailable; try again later",
             )
-        await trio.sleep(min(2.0 ** (self._failures - 1), 10.0))
+        await trio.sleep(
+            backoff(self._failures, self._FIRST_WAIT, self._LONGEST_WAIT, jitter=self._JITTER)
+        )
 
     async def _close_response(self) -> None:
         response, self._response = self._response, None
@@ -378,10 +400,20 @@ class BatchClient(metaclass=NoPublicConstructor):
 
     def __init__(self, http: httpx.AsyncClient) -> None:
         self._http = http
+        self._closed = False
+
+    def _check_open(self) -> None:
+        """Raise :class:`trio.ClosedResourceError` once the client's block has ended."""
+        if self._closed:
+            raise trio.ClosedResourceError(
+                "this BatchClient's open_client() block has ended; use the client inside "
+                "`async with open_client(...) as client:`"
+            )
 
     async def _call(
         self, method: str, path: str, *, json_body: object = None, params: Mapping[str, str] = {}
     ) -> httpx.Response:
+        self._check_open()
         try:
             response = await self._http.request(
                 method, path, json=json_body, params=dict(params) or None
@@ -421,6 +453,7 @@ class BatchClient(metaclass=NoPublicConstructor):
         Pages are fetched as the loop needs them. ``status``: ``"live"`` or statuses like
         ``["done", "partial"]``.
         """
+        self._check_open()
         params = {"limit": str(page_size)}
         if status is not None:
             params["status"] = status if isinstance(status, str) else ",".join(status)
@@ -440,11 +473,13 @@ class BatchClient(metaclass=NoPublicConstructor):
         A connection that breaks is resumed after the last line read. Use it in ``async with``
         (or call ``aclose``) to stop early.
         """
+        self._check_open()
         chosen = state if isinstance(state, str) or state is None else ",".join(state)
         return ResultStream(self, job_id, chosen, follow, after)
 
     def events(self, job_id: str) -> EventStream:
         """The job's events (``target``, then ``end``), resumed with Last-Event-ID if cut."""
+        self._check_open()
         return EventStream(self, job_id)
 
     async def cancel(self, job_id: str) -> bool:
@@ -452,7 +487,7 @@ class BatchClient(metaclass=NoPublicConstructor):
         try:
             await self._call("DELETE", f"/v1/batch/{job_id}")
         except ClientError as exc:
-            if exc.status in (404, 409):
+            if exc.code in ("not_found", "not_cancellable"):
                 return False
             raise
         return True
@@ -518,7 +553,8 @@ async def open_client(
     """A :class:`BatchClient` for the server at ``base_url``, sending ``key`` as the Bearer.
 
     ``request_timeout`` bounds connecting and each request; a stream's reads are not bounded (a
-    follower may wait long for the next target). ``transport`` replaces httpx's (tests).
+    follower may wait long for the next target). ``transport`` replaces httpx's (tests). After
+    the block, every call of the client raises :class:`trio.ClosedResourceError`.
     """
     http = httpx.AsyncClient(
         base_url=base_url,
@@ -527,7 +563,11 @@ async def open_client(
         transport=transport,
     )
     async with http:
-        yield BatchClient._create(http)
+        client = BatchClient._create(http)
+        try:
+            yield client
+        finally:
+            client._closed = True
 
 
 _fixup_module_metadata(__name__, globals())

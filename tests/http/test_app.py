@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import trio
@@ -12,6 +14,7 @@ import trio.testing
 
 from trio_batch import Config, Options, Result, RetryLater, TargetError
 from trio_batch.http import openapi_document
+from trio_batch.http._errors import CODES
 from trio_batch.testing import ScriptedFetch
 
 from .conftest import ALICE, BOB, Api, auth, open_api
@@ -422,7 +425,11 @@ class TestFetchOne:
         r = await api.client.post("/v1/fetch", json={"url": A}, headers=auth())
 
         assert r.status_code == 413
-        assert r.json() == {"error": "the page is 14 MB", "hint": "ask for pages=1-5"}
+        assert r.json() == {
+            "error": "the page is 14 MB",
+            "hint": "ask for pages=1-5",
+            "code": "fetch_failed",
+        }
 
     async def test_errors_from_a_fetchers_nursery_keep_their_meaning(self, api: Api) -> None:
         """A TargetError or RetryLater inside an exception group answers as itself."""
@@ -434,7 +441,10 @@ class TestFetchOne:
         gone = await api.client.post("/v1/fetch", json={"url": A}, headers=auth())
         busy = await api.client.post("/v1/fetch", json={"url": A}, headers=auth())
 
-        assert (404, {"error": "gone", "hint": "check the URL"}) == (gone.status_code, gone.json())
+        assert (404, {"error": "gone", "hint": "check the URL", "code": "fetch_failed"}) == (
+            gone.status_code,
+            gone.json(),
+        )
         assert (503, "5") == (busy.status_code, busy.headers["retry-after"])
 
     async def test_a_busy_fetch_is_503_with_retry_after(self, api: Api) -> None:
@@ -609,3 +619,38 @@ class TestOpenAPI:
         validator.validate(
             openapi_document(with_fetch=with_fetch, max_body=256 * 1024, retry_after=5)
         )
+
+
+class TestErrorCodes:
+    def test_the_docs_list_every_code_with_its_status(self) -> None:
+        """docs/http.md's table of codes is CODES, row for row, so a program can rely on it."""
+        docs = (Path(__file__).parents[2] / "docs" / "http.md").read_text()
+        rows = re.findall(r"^\| `([a-z_]+)` \| (\d+|the fetch's) \|", docs, flags=re.MULTILINE)
+
+        assert [(code, str(status or "the fetch's")) for code, (status, _) in CODES.items()] == rows
+
+    async def test_each_refusal_says_its_code(self) -> None:
+        """The code tells apart what one status can mean; every error answer carries one."""
+        async with open_api(Config(jobs_per_caller=1, jobs_total=4)) as api:
+            done = (await api.submit(B)).json()["id"]
+            await settle()
+            gate = api.fetch.hold(A)
+            live = (await api.submit(A)).json()["id"]
+            answers = {
+                "bad_request": await api.client.post("/v1/batch", content=b"{", headers=auth()),
+                "no_targets": await api.client.post(
+                    "/v1/batch", json={"targets": []}, headers=auth()
+                ),
+                "unauthorized": await api.client.get(f"/v1/batch/{live}"),
+                "not_found": await api.get("/v1/batch/nope"),
+                "method_not_allowed": await api.client.put("/healthz"),
+                "not_cancellable": await api.client.delete(f"/v1/batch/{done}", headers=auth()),
+                "not_retryable": await api.client.post(f"/v1/batch/{live}/retry", headers=auth()),
+                "caller_busy": await api.submit(C),
+            }
+            gate.set()
+
+        assert {code: code for code in answers} == {
+            code: answer.json()["code"] for code, answer in answers.items()
+        }
+        assert [CODES[code][0] for code in answers] == [a.status_code for a in answers.values()]

@@ -241,6 +241,71 @@ class TestClient:
         assert 0 == info.value.status == stream.value.status
 
 
+class TestCodes:
+    async def test_refusals_are_chosen_by_code_not_by_words(self) -> None:
+        """A 503 is Busy only when its code is busy; the words of the error do not matter."""
+        bodies = {
+            "/v1/batch": {"error": "reworded one day", "hint": "", "code": "busy"},
+            "/v1/batch/j": {
+                "error": "the server has as many live batches as it may",
+                "hint": "",
+                "code": "store_unavailable",
+            },
+        }
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            return httpx.Response(503, json=bodies[request.url.path], headers={"Retry-After": "7"})
+
+        transport = httpx.MockTransport(handler)
+        async with open_client("http://x", ALICE, transport=transport) as client:
+            with pytest.raises(Busy) as busy:
+                await client.submit([A])
+            with pytest.raises(ClientError) as away:
+                await client.status("j")
+
+        assert 7.0 == busy.value.retry_after
+        assert ("store_unavailable", 503) == (away.value.code, away.value.status)
+
+    async def test_client_errors_carry_the_answers_code(self) -> None:
+        """A bad URL, an unknown job, a live job retried, a bad key: each ClientError's code."""
+        async with client_of() as (client, server):
+            gate = server.fetch.hold(A)
+            live = await client.submit([A])
+            with pytest.raises(ClientError) as bad_url:
+                await client.submit(["ftp://example.org/"])
+            with pytest.raises(ClientError) as unknown:
+                await client.status("0" * 32)
+            with pytest.raises(ClientError) as not_retryable:
+                await client.retry(live.id)
+            async with open_client(server.url, "tb_wrong") as wrong:
+                with pytest.raises(ClientError) as bad_key:
+                    await wrong.status("0" * 32)
+            gate.set()
+
+        assert ["bad_request", "not_found", "not_retryable", "unauthorized"] == [
+            bad_url.value.code,
+            unknown.value.code,
+            not_retryable.value.code,
+            bad_key.value.code,
+        ]
+
+
+class TestClosed:
+    async def test_a_client_used_after_its_block_raises_closed_resource_error(self) -> None:
+        """After open_client's block, a call and a stream raise trio.ClosedResourceError."""
+        transport = httpx.MockTransport(lambda request: httpx.Response(200, json={}))
+        async with open_client("http://x", ALICE, transport=transport) as client:
+            pass
+
+        message = r"^this BatchClient's open_client\(\) block has ended; use the client inside "
+        with pytest.raises(trio.ClosedResourceError, match=message):
+            await client.status("j")
+        with pytest.raises(trio.ClosedResourceError, match=message):
+            client.results("j")
+        with pytest.raises(trio.ClosedResourceError, match=message):
+            await client.cancel("j")
+
+
 class _CutStream(httpx.AsyncByteStream):
     """A body that yields ``chunks`` then breaks like a dropped connection."""
 

@@ -260,6 +260,7 @@ async def _cancel(ctx: Ctx, request: Request) -> Response:
             409,
             f"the job is {status} already; only a queued or running job can be cancelled",
             "read its results instead",
+            code="not_cancellable",
             extra={"status": status},
         )
     after = await store.read(ctx.engine.status, snap.job.id)
@@ -287,12 +288,14 @@ async def _retry(ctx: Ctx, request: Request) -> Response:
                 409,
                 f"the job is {status.value}; only a finished job can be retried",
                 f"wait for it to end (GET /v1/batch/{job_id}/events), or cancel it, then retry",
+                code="not_retryable",
                 extra={"status": status.value},
             ) from None
         raise ApiError(
             409,
             f"the job ended {status.value} with no failed target: nothing to retry",
             "read its results instead",
+            code="not_retryable",
             extra={"status": status.value},
         ) from None
     except SubmitError as exc:
@@ -332,11 +335,14 @@ async def _fetch(ctx: Ctx, request: Request) -> Response:
         if isinstance(kind, TargetError):
             status = kind.status if 400 <= kind.status <= 599 else 502
             headers = ctx.busy_headers() if status in (429, 503) else None
-            raise ApiError(status, kind.msg, kind.hint, headers=headers) from None
+            raise ApiError(
+                status, kind.msg, kind.hint, code="fetch_failed", headers=headers
+            ) from None
         raise ApiError(
             503,
             "the fetch pool or the target is busy",
             "try again after Retry-After seconds, or submit a batch (it retries by itself)",
+            code="fetch_busy",
             headers=ctx.busy_headers(kind.after),
         ) from None
     return JSONResponse(render.fetched(target.url, result))

@@ -1,8 +1,11 @@
 """Error answers: ``ApiError``, the wrapper that turns exceptions into them, and the refusals.
 
-Every error the API answers is JSON, ``{"error", "hint"}`` plus a ``field`` when an input is at
-fault (SPEC §5). A route raises :class:`ApiError`; :func:`answer_errors` turns it, a shutdown, a
-database that is down or slow, or a bug into the response.
+Every error the API answers is JSON, ``{"error", "hint", "code"}`` plus a ``field`` when an
+input is at fault (SPEC §5; ``code`` is our addition). ``error`` and ``hint`` are for people and
+may be reworded; ``code`` is for programs and stays: :data:`CODES` is the one table of them, and
+the client (``trio_batch.client``) maps its exceptions on it. A route raises :class:`ApiError`;
+:func:`answer_errors` turns it, a shutdown, a database that is down or slow, or a bug into the
+response.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import final
+from typing import Final, final
 
 import trio
 from starlette.exceptions import HTTPException
@@ -33,10 +36,56 @@ _log = logging.getLogger("trio_batch.http")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
+CODES: Final[dict[str, tuple[int, str]]] = {
+    "bad_request": (400, "the request is malformed or an input fails a check; `field` names it"),
+    "no_targets": (400, "a submit with an empty targets array"),
+    "unauthorized": (401, "no API key, or one the server does not know"),
+    "not_found": (404, "no such job (or another caller's), target or route"),
+    "method_not_allowed": (405, "the route has no such method; `Allow` lists those it has"),
+    "not_cancellable": (409, "a cancel of a job that has finished; `status` says how"),
+    "not_retryable": (
+        409,
+        "a retry of a live job, or of one with no failed target; `status` says which",
+    ),
+    "body_too_large": (413, "the request body is over the server's cap"),
+    "too_many_targets": (413, "more targets than a batch may have"),
+    "caller_busy": (429, "the caller has as many live batches as it may"),
+    "internal_error": (500, "a bug; the server log has its type"),
+    "busy": (503, "the server has as many live batches as it may"),
+    "shutting_down": (503, "the server is shutting down"),
+    "store_unavailable": (503, "the database is down, or refused the call"),
+    "store_timeout": (503, "the database did not answer within the request's deadline"),
+    "fetch_failed": (0, "POST /v1/fetch: the fetch failed; the status is the fetch's (4xx, 5xx)"),
+    "fetch_busy": (503, "POST /v1/fetch: the fetch pool or the target is busy"),
+}
+"""Every ``code`` an error answer may carry: its status (0: varies) and what it means.
+
+A program decides on ``code`` rather than on ``error``, whose words may change; one status can
+mean several things (a 503 is a full server, a shutdown or a database away), ``code`` says which.
+"""
+
+_CODE_OF_STATUS: Final[dict[int, str]] = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    500: "internal_error",
+}
+"""The code of an :class:`ApiError` that names none: a status's when it means one thing."""
+
 
 @final
 class ApiError(Exception):
-    """An error answer: status, ``{"error", "hint"}`` and optional extra fields and headers."""
+    """An error answer: status, ``{"error", "hint", "code"}`` and optional fields and headers.
+
+    ``code`` (a key of :data:`CODES`) may be left out where the status means one thing only
+    (400, 401, 404, 405, 413, 500); a status that means several (409, 429, 503, a failed
+    fetch's) must name it.
+
+    Raises:
+        ValueError: ``code`` is not in :data:`CODES`, or it is left out where it must be given.
+    """
 
     def __init__(
         self,
@@ -44,13 +93,19 @@ class ApiError(Exception):
         error: str,
         hint: str = "",
         *,
+        code: str | None = None,
         field: str | None = None,
         headers: dict[str, str] | None = None,
         extra: Mapping[str, JSONValue] | None = None,
     ) -> None:
         super().__init__(error)
+        code = code if code is not None else _CODE_OF_STATUS.get(status)
+        if code not in CODES:
+            raise ValueError(f"an error answer of status {status} needs a code from CODES")
+
         self.status = status
-        self.body: dict[str, JSONValue] = {"error": error, "hint": hint}
+        self.code = code
+        self.body: dict[str, JSONValue] = {"error": error, "hint": hint, "code": code}
         if field is not None:
             self.body["field"] = field
         if extra:
@@ -84,6 +139,7 @@ def store_unavailable(retry_after_seconds: int) -> ApiError:
         "the database is unavailable",
         "try again after Retry-After seconds; if it persists, tell the operator (the server "
         "log says what failed)",
+        code="store_unavailable",
         headers=retry_after_header(retry_after_seconds),
     )
 
@@ -100,7 +156,9 @@ def store_timed_out(exc: StoreTimeout, retry_after_seconds: int) -> ApiError:
             "; the change may still be made: repeating the same request is safe (the same "
             "batch submitted again is the same job)"
         )
-    return ApiError(503, error, hint, headers=retry_after_header(retry_after_seconds))
+    return ApiError(
+        503, error, hint, code="store_timeout", headers=retry_after_header(retry_after_seconds)
+    )
 
 
 def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
@@ -123,6 +181,7 @@ def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
                 503,
                 "the server is shutting down",
                 "try again in a moment",
+                code="shutting_down",
                 headers=retry_after_header(retry_after_seconds),
             ).response()
         except StoreTimeout as exc:
@@ -155,7 +214,9 @@ async def routing_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 405:
         error = ApiError(405, "this method is not allowed here", "see /openapi.json")
     else:
-        error = ApiError(exc.status_code, "no such route", "see /openapi.json for the routes")
+        error = ApiError(
+            exc.status_code, "no such route", "see /openapi.json for the routes", code="not_found"
+        )
     error.headers.update(exc.headers or {})
     return error.response()
 
@@ -174,6 +235,7 @@ def not_found() -> ApiError:
 @dataclass(frozen=True, slots=True)
 class _Refusal:
     status: int
+    code: str
     error: str
     """May use ``{count}`` (targets sent) and ``{limit}`` (``Config.targets_per_job``)."""
     hint: str
@@ -182,21 +244,26 @@ class _Refusal:
 
 
 _REFUSALS: dict[type[SubmitError], _Refusal] = {
-    NoTargets: _Refusal(400, "targets is empty", "send at least one target", field="targets"),
+    NoTargets: _Refusal(
+        400, "no_targets", "targets is empty", "send at least one target", field="targets"
+    ),
     TooManyTargets: _Refusal(
         413,
+        "too_many_targets",
         "{count} targets is more than the {limit} a batch may have",
         "split the targets into batches of at most {limit}",
         field="targets",
     ),
     CallerBusy: _Refusal(
         429,
+        "caller_busy",
         "you have as many live batches as you may",
         "wait for one to finish (poll it), or cancel one, then submit again",
         retry_after=True,
     ),
     Busy: _Refusal(
         503,
+        "busy",
         "the server has as many live batches as it may",
         "try again after Retry-After seconds",
         retry_after=True,
@@ -218,6 +285,7 @@ def refusal(exc: SubmitError, *, count: int, limit: int, retry_after_seconds: in
         row.status,
         row.error.format(count=count, limit=limit),
         row.hint.format(count=count, limit=limit),
+        code=row.code,
         field=row.field,
         headers=retry_after_header(retry_after_seconds) if row.retry_after else None,
     )

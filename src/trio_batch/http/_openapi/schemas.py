@@ -8,6 +8,7 @@ fields of ``trio_batch.Options`` (via the same table ``_parse`` checks requests 
 from __future__ import annotations
 
 from ..._model import JSONValue
+from .._errors import CODES
 from .._parse import OPTION_TYPES
 from .parts import JOB_STATUSES, TARGET_STATES, ref
 
@@ -42,10 +43,16 @@ SCHEMAS: dict[str, JSONValue] = {
     "Error": {
         "type": "object",
         "description": "Every error answer. `field` names the input at fault when there is one.",
-        "required": ["error", "hint"],
+        "required": ["error", "hint", "code"],
         "properties": {
             "error": {"type": "string", "description": "What was wrong."},
             "hint": {"type": "string", "description": "What to do about it."},
+            "code": {
+                "type": "string",
+                "enum": list(CODES),
+                "description": "What was wrong, for programs: it stays when `error`'s words "
+                "change (an addition to SPEC §5's error body).",
+            },
             "field": {
                 "type": "string",
                 "description": "The input at fault, like `targets[2].url` or `body`.",
