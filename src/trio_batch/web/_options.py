@@ -257,65 +257,113 @@ def check_grep(pattern: str) -> None:
     Raises:
         TargetError: status 400, naming the problem and its position.
     """
-    src = _Source(pattern)
-    sizes = [0]  # items in each open group (and the whole pattern), repeats unrolled
-    groups: list[tuple[bool, bool]] = []  # each open group: (restores flags, verbose before)
-    last = 0  # items of the atom a quantifier would repeat (0: nothing to repeat)
+    count = _GrepCount(pattern)
+    src = count.src
     while (at := src.skip(src.pos) if src.verbose else src.pos) < len(pattern):
-        c = pattern[at]
-        src.pos = at + 1
-        atom = 1
+        count.step(at)
+
+    if count.groups:
+        raise _grep_error("missing ), unterminated subpattern", len(pattern))
+
+
+class _GrepCount:
+    """What :func:`check_grep` has read of a pattern so far: where it is, the groups still
+    open, and the items each holds with its counted repeats unrolled (the size regex would
+    compile)."""
+
+    __slots__ = ("groups", "last", "sizes", "src")
+
+    def __init__(self, pattern: str) -> None:
+        self.src = _Source(pattern)
+        self.sizes = [0]
+        """Items in each open group (and the whole pattern), repeats unrolled."""
+        self.groups: list[tuple[bool, bool]] = []
+        """Each open group: (restores flags at its end, verbose before it)."""
+        self.last = 0
+        """Items of the atom a quantifier would repeat (0: nothing to repeat)."""
+
+    def step(self, at: int) -> None:
+        """Read the token at ``at`` and count the items it adds."""
+        c = self.src.pattern[at]
+        self.src.pos = at + 1
+        if c == "(":
+            self._open(at)
+            return
+        if c == "|" or c in "*+?":
+            self.last = 0 if c == "|" else self.last
+            return  # no unrolling (and *? +? ?? *+ are lazy or possessive forms)
+
+        atom = self._atom(c, at)
+        self.sizes[-1] += atom
+        if self.sizes[-1] > MAX_GREP_SIZE:
+            raise _too_big()
+        self.last = atom
+
+    def _atom(self, c: str, at: int) -> int:
+        """Read what starts with ``c`` at ``at``: a run of literals, an escape, a set, a
+        group's end or a repeat count; the items it adds (the last literal's, for a run)."""
+        src, pattern = self.src, self.src.pattern
         if c not in _SPECIAL and (plain := _PLAIN.match(pattern, at)):
             src.pos = plain.end()  # a run of literals: one item each, the last is the atom
-            sizes[-1] += src.pos - at - 1
+            self.sizes[-1] += src.pos - at - 1
         elif c == "\\":
-            if at + 1 == len(pattern):
-                raise _grep_error("the pattern ends with a lone backslash", at)
-            src.pos = at + 2  # \p{Letter}, \pL and \N{EM DASH} are one item; \p{3,9} is not
-            if pattern[at + 1] in "pP" and (prop := src.read(src.grammar.prop)):
-                src.pos = prop.end() if _has_value(prop) else at + 2
-            elif pattern[at + 1] == "N":
-                src.read(src.grammar.named)
+            self._escape(at)
         elif c == "[":
             src.pos = _class_end(pattern, at)
             if src.pos < 0:
                 raise _grep_error("missing ], unterminated character set", at)
-        elif c == "(":
-            if pattern.startswith("?", at + 1):
-                opened = _paren(src, at, groups)
-            else:
-                opened = 1  # a capture group (or a verb such as (*FAIL))
-                groups.append((True, src.verbose))
-            sizes.extend([0] * opened)
-            if len(sizes) > MAX_NESTING + 1:
-                raise _bad(f"grep nests groups more than {MAX_NESTING} deep", "flatten the pattern")
-            last = 0 if opened else last
-            continue
         elif c == ")":
-            if not groups:
-                raise _grep_error("unbalanced parenthesis", at)
-            restores, verbose = groups.pop()
-            src.verbose = verbose if restores else src.verbose
-            atom = max(sizes.pop(), 1)
-        elif c == "|" or c in "*+?":
-            last = 0 if c == "|" else last
-            continue  # no unrolling (and *? +? ?? *+ are lazy or possessive forms)
+            return self._close(at)
         elif c == "{" and (counts := src.read(src.grammar.count)):
-            count = max(_count(src.text(counts[1])), _count(src.text(counts[3])))
-            if count > MAX_GREP_REPEAT:
-                raise _bad(
-                    f"grep repeats more than {MAX_GREP_REPEAT:,} times at position {at}; the "
-                    f"limit is {MAX_GREP_REPEAT:,}",
-                    "use * or + for long runs, such as a+ instead of a{5000}",
-                )
-            sizes[-1] += last * (max(count, 1) - 1)
-            atom = 0  # nothing left to repeat
-        sizes[-1] += atom
-        if sizes[-1] > MAX_GREP_SIZE:
-            raise _too_big()
-        last = atom
-    if groups:
-        raise _grep_error("missing ), unterminated subpattern", len(pattern))
+            return self._repeat(at, counts)
+        return 1
+
+    def _escape(self, at: int) -> None:
+        src, pattern = self.src, self.src.pattern
+        if at + 1 == len(pattern):
+            raise _grep_error("the pattern ends with a lone backslash", at)
+
+        src.pos = at + 2  # \p{Letter}, \pL and \N{EM DASH} are one item; \p{3,9} is not
+        if pattern[at + 1] in "pP" and (prop := src.read(src.grammar.prop)):
+            src.pos = prop.end() if _has_value(prop) else at + 2
+        elif pattern[at + 1] == "N":
+            src.read(src.grammar.named)
+
+    def _open(self, at: int) -> None:
+        src = self.src
+        if src.pattern.startswith("?", at + 1):
+            opened = _paren(src, at, self.groups)
+        else:
+            opened = 1  # a capture group (or a verb such as (*FAIL))
+            self.groups.append((True, src.verbose))
+
+        self.sizes.extend([0] * opened)
+        if len(self.sizes) > MAX_NESTING + 1:
+            raise _bad(f"grep nests groups more than {MAX_NESTING} deep", "flatten the pattern")
+        self.last = 0 if opened else self.last
+
+    def _close(self, at: int) -> int:
+        """The end of a group: its flags end, and its items are the atom a quantifier may
+        repeat."""
+        if not self.groups:
+            raise _grep_error("unbalanced parenthesis", at)
+
+        restores, verbose = self.groups.pop()
+        self.src.verbose = verbose if restores else self.src.verbose
+        return max(self.sizes.pop(), 1)
+
+    def _repeat(self, at: int, counts: re.Match[str]) -> int:
+        """A counted repeat unrolls the atom before it; nothing is left to repeat after it."""
+        count = max(_count(self.src.text(counts[1])), _count(self.src.text(counts[3])))
+        if count > MAX_GREP_REPEAT:
+            raise _bad(
+                f"grep repeats more than {MAX_GREP_REPEAT:,} times at position {at}; the "
+                f"limit is {MAX_GREP_REPEAT:,}",
+                "use * or + for long runs, such as a+ instead of a{5000}",
+            )
+
+        self.sizes[-1] += self.last * (max(count, 1) - 1)
+        return 0
 
 
 def _count(digits: str) -> int:
