@@ -45,6 +45,7 @@ from ._guard import (
     system_resolver,
 )
 from ._isolate import ShapeLimits, Shaper, open_shaper
+from ._limits import PerCaller
 from ._net import PINS, PinnedBackend, PinnedTransport
 from ._options import validate_options
 from ._response import (
@@ -186,7 +187,6 @@ class WebFetcher:
         self._max_redirects = max_redirects
         self._user_agent = user_agent
         self._pool_size = pool_size
-        self._per_caller = per_caller
         self._slot_wait = slot_wait
         self._resolver: Resolver = resolver or system_resolver
         self._allow = tuple(allow)
@@ -203,7 +203,7 @@ class WebFetcher:
         self._max_retry_after = max_retry_after
         self._wall_clock = wall_clock
         self._pool = trio.CapacityLimiter(pool_size)
-        self._callers: dict[str, trio.CapacityLimiter] = {}
+        self._callers = PerCaller(per_caller)
         self._shape_limits = ShapeLimits(shape_workers, shape_cpu_seconds, shape_memory)
         self._shaper: Shaper | None = None
         self._stack = contextlib.AsyncExitStack()
@@ -292,14 +292,11 @@ class WebFetcher:
     def statistics(self) -> WebFetcherStatistics:
         """The pool's state now."""
         stats = self._pool.statistics()
-        waiting = stats.tasks_waiting + sum(
-            lim.statistics().tasks_waiting for lim in self._callers.values()
-        )
         return WebFetcherStatistics(
             in_flight=stats.borrowed_tokens,
-            waiting=waiting,
+            waiting=stats.tasks_waiting + self._callers.waiting,
             pool_size=self._pool_size,
-            callers=len(self._callers),
+            callers=self._callers.callers,
         )
 
     # -- the fetch function -------------------------------------------------------------------
@@ -403,30 +400,26 @@ class WebFetcher:
         self, client: httpx.AsyncClient, caller: Caller, checked: Checked
     ) -> Download:
         """Take the pool slots, then download within the deadline."""
-        limiter = self._callers.get(caller.name)
-        if limiter is None:
-            limiter = self._callers[caller.name] = trio.CapacityLimiter(self._per_caller)
         held: list[trio.CapacityLimiter] = []
-        try:
-            with trio.move_on_after(self._slot_wait):
-                await limiter.acquire()
-                held.append(limiter)
-                await self._pool.acquire()
-                held.append(self._pool)
-            if len(held) < 2:
-                which = "this caller's fetch slots are" if not held else "the fetch pool is"
-                raise RetryLater(f"{which} all in use")
+        with self._callers.limiter(caller.name) as limiter:
             try:
-                with trio.fail_after(self._timeout):
-                    return await self._download(client, checked)
-            except trio.TooSlowError:
-                raise timeout_error(self._timeout) from None
-        finally:
-            for lim in reversed(held):
-                lim.release()
-            stats = limiter.statistics()
-            if not stats.borrowed_tokens and not stats.tasks_waiting:
-                self._callers.pop(caller.name, None)
+                with trio.move_on_after(self._slot_wait):
+                    await limiter.acquire()
+                    held.append(limiter)
+                    await self._pool.acquire()
+                    held.append(self._pool)
+                if len(held) < 2:
+                    which = "this caller's fetch slots are" if not held else "the fetch pool is"
+                    raise RetryLater(f"{which} all in use")
+
+                try:
+                    with trio.fail_after(self._timeout):
+                        return await self._download(client, checked)
+                except trio.TooSlowError:
+                    raise timeout_error(self._timeout) from None
+            finally:
+                for lim in reversed(held):
+                    lim.release()
 
     async def _download(self, client: httpx.AsyncClient, first: Checked) -> Download:
         pins: dict[tuple[str, int], tuple[str, ...]] = {}

@@ -37,6 +37,7 @@ import trio_parallel  # type: ignore[import-untyped,import-not-found,unused-igno
 
 from .._errors import TargetError
 from .._model import Options
+from ._limits import PerCaller
 from ._shape import Body, kind_of, shape_body
 
 logger = logging.getLogger("trio_batch.web")
@@ -253,8 +254,7 @@ class Shaper:
         self._limits = limits
         self._threads = trio.CapacityLimiter(2)  # in-process work is short: 2 at a time
         self._workers = trio.CapacityLimiter(limits.workers)
-        self._per_caller = max(1, limits.workers - 1)
-        self._callers: dict[str, trio.CapacityLimiter] = {}
+        self._callers = PerCaller(max(1, limits.workers - 1))
         self._unlimited = trio.CapacityLimiter(math.inf)  # the slot is taken before the clock
 
     async def run(self, caller: str, body: Body, options: Options) -> tuple[str, dict[str, object]]:
@@ -274,16 +274,11 @@ class Shaper:
             return await trio.to_thread.run_sync(
                 functools.partial(shape_body, body, options), limiter=self._threads
             )
-        limiter = self._callers.get(caller)
-        if limiter is None:
-            limiter = self._callers[caller] = trio.CapacityLimiter(self._per_caller)
-        try:
+
+        with self._callers.limiter(caller) as limiter:
             async with limiter, self._workers:
                 outcome = await self._in_worker(body, options)
-        finally:
-            stats = limiter.statistics()
-            if not stats.borrowed_tokens and not stats.tasks_waiting:
-                self._callers.pop(caller, None)
+
         if isinstance(outcome, _Shaped):
             return outcome.content, outcome.meta
         if isinstance(outcome, _Failed):
