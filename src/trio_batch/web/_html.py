@@ -11,8 +11,10 @@ per code block; text that Markdown would read as markup (``# ``, ``1. ``, ``[](`
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from typing import Final, TypeAlias
 
 from ._html_tags import (
     AUTOCLOSE,
@@ -63,6 +65,14 @@ class _Mark:
 
 @dataclass
 class _Converter(HTMLParser):
+    """The parser's callbacks, writing blocks of text or Markdown as the tags arrive.
+
+    Each tag's meaning is a small handler, found by name in a table (``_TEXT_STARTS``,
+    ``_MARKDOWN_STARTS`` and their end-tag twins, after the class): the callbacks only take
+    the steps every tag takes (the title, dropped subtrees), then call the tag's handler. So
+    what ``<tr>`` or ``<pre>`` does is read in one place, and a new tag is one entry.
+    """
+
     markdown: bool
     base_url: str
     blocks: list[tuple[str, bool]] = field(default_factory=list)
@@ -107,8 +117,14 @@ class _Converter(HTMLParser):
     _layout: list[int] = field(default_factory=list)
     """Depths of the open tables found to be layout tables."""
 
+    _starts: dict[str, _Start] = field(init=False, repr=False)
+    """What each start tag does: ``_MARKDOWN_STARTS`` or ``_TEXT_STARTS``."""
+    _ends: dict[str, _End] = field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         super().__init__(convert_charrefs=True)
+        self._starts = _MARKDOWN_STARTS if self.markdown else _TEXT_STARTS
+        self._ends = _MARKDOWN_ENDS if self.markdown else _TEXT_ENDS
 
     # -- output -------------------------------------------------------------------------------
 
@@ -290,11 +306,68 @@ class _Converter(HTMLParser):
 
     # -- parser callbacks ---------------------------------------------------------------------
 
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """Steps every tag takes (the title, dropped subtrees, a table cell that turns out to
+        hold a layout block), then what this tag does: its handler in ``_starts``."""
+        attributes = dict(attrs)
+        if tag == "title":
+            self._in_title = True
+            return
+
+        if self._skipped(tag, attributes):
+            return
+
+        if self._cells is not None and (tag in LAYOUT or (tag == "p" and self._paragraphs)):
+            self._unrow()
+
+        self._starts.get(tag, _Converter._start_other)(self, tag, attributes)
+
+    def handle_endtag(self, tag: str) -> None:
+        """Steps every end tag takes (the title, dropped subtrees), then its handler in
+        ``_ends``."""
+        if tag == "title":
+            self._in_title = False
+            return
+
+        if self._drop:
+            if tag in self._drop:
+                while self._drop.pop() != tag:
+                    pass
+            return
+
+        self._ends.get(tag, _Converter._end_other)(self, tag)
+
+    def handle_data(self, data: str) -> None:
+        self._emit(data)
+
+    def close(self) -> None:
+        super().close()
+        self._flush()
+
+    # -- what is dropped ----------------------------------------------------------------------
+
+    def _skipped(self, tag: str, attributes: dict[str, str | None]) -> bool:
+        """Whether the tag is inside a dropped subtree or starts one (whose end tag then ends
+        the drop)."""
+        if self._drop == [tag] and tag in AUTOCLOSE:
+            self._drop.clear()  # a hidden <p> or <li> left open ends where the next one starts
+        elif self._drop:
+            if tag not in VOID:
+                self._drop.append(tag)
+            return True
+
+        if self._dropped(tag, attributes):
+            if tag not in VOID:
+                self._drop.append(tag)
+            return True
+        return False
+
     def _dropped(self, tag: str, attributes: dict[str, str | None]) -> bool:
         if tag in DROP or "hidden" in attributes or attributes.get("aria-hidden") == "true":
             return True
         if attributes.get("role") in DROP_ROLES or (tag == "footer" and not self._quote):
             return True
+
         classes = (attributes.get("class") or "").split()
         if not classes:
             return False
@@ -306,192 +379,317 @@ class _Converter(HTMLParser):
             and not PERMALINK_CLASSES.isdisjoint(classes)
         )
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        attributes = dict(attrs)
-        if tag == "title":
-            self._in_title = True
+    # -- start tags: the handlers of ``_starts`` ----------------------------------------------
+
+    def _start_other(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """A tag with no meaning of its own here, or the last step of one that has: inside a
+        ``<pre>`` it is counted (a ``<code>`` directly inside gives the fence its language)."""
+        if not self._pre:
             return
-        if self._drop == [tag] and tag in AUTOCLOSE:
-            self._drop.clear()  # a hidden <p> or <li> left open ends where the next one starts
-        elif self._drop:
-            if tag not in VOID:
-                self._drop.append(tag)
-            return
-        if self._dropped(tag, attributes):
-            if tag not in VOID:
-                self._drop.append(tag)
-            return
-        if tag == "br":
-            buffer = self._buffer()
-            if buffer is not None and not self._in_title:
-                buffer.append("\n" if self._pre else " " if self._code else " \x00 ")
-            return
-        if self._cells is not None and (tag in LAYOUT or (tag == "p" and self._paragraphs)):
-            self._unrow()
-        if self._in_layout() and tag in ("tr", "td", "th"):
-            self._flush()
-            return
-        if tag in ("td", "th"):
-            if self._cells is not None:
-                if self._cells:
-                    self._settle(self._cells[-1])
-                self._spanned()
-                self._cells.append([])
-                self._opener = False
-                self._paragraphs = 0
-                self._header_row = self._header_row or tag == "th"
-                column = len(self._cells) - 1
-                rows = span(attributes.get("rowspan"), 100)
-                self._pad = min(span(attributes.get("colspan"), 50) - 1, max(self._budget, 0))
-                self._budget -= self._pad
-                if rows > 1:
-                    for extra in range(self._pad + 1):
-                        self._next_spans[column + extra] = rows - 1
-            return
-        if tag == "p" and self._cells is not None:
-            self._paragraphs += 1
-            return
-        if tag == "table":
-            self._tables += 1
-            self._spans.clear()
-            self._next_spans.clear()
-        elif tag == "sup":
-            self._emit("^")
-        if tag in BLOCK:
-            self._flush()
-        if tag in HEADINGS:
-            self._heading = HEADINGS[tag]
-        elif tag in ("ul", "ol"):
-            self._lists.append(_List(ordered=tag == "ol"))
-            self._tight = True
-        elif tag == "li":
-            depth = max(len(self._lists), 1)
-            current = self._lists[-1] if self._lists else _List(ordered=False)
-            current.count += 1
-            mark = f"{current.count}. " if current.ordered else "- "
-            indent = 2 * (depth - 1)
-            if self.markdown and depth > 1:
-                indent = self._lists[-2].column  # a nested list starts at its item's content
-            self._prefix = " " * indent + mark
-            current.column = 2 * depth if not self.markdown else indent + len(mark)
-            self._tight = True
-        elif tag == "pre":
-            self._pre += 1
+
+        if not self._inside:
+            self._top_code = tag == "code"
+        if tag == "code" and not self._inside:
+            if self._codes and not self._loose:
+                self._flush()  # a second <code> in one <pre> (Node's ESM/CJS pair): a block
+            self._codes += 1
             classes = (attributes.get("class") or "").split()
             found = language(classes, ("language-", "lang-"))
-            self._language = self._highlight if found is None else found
-        elif tag == "div" and self.markdown:
-            found = language((attributes.get("class") or "").split(), ("highlight-",))
             if found is not None:
-                self._highlight = found
-        elif tag == "blockquote":
-            self._quote += 1
-        elif tag == "tr":
-            self._cells = []
-            self._pad = 0
-            self._header_row = False
-        elif tag == "hr" and self.markdown:
-            self.blocks.append(("---", False))
-        elif self._pre:
-            if not self._inside:
-                self._top_code = tag == "code"
-            if tag == "code" and not self._inside:
-                if self._codes and not self._loose:
-                    self._flush()  # a second <code> in one <pre> (Node's ESM/CJS pair): a block
-                self._codes += 1
-                classes = (attributes.get("class") or "").split()
-                found = language(classes, ("language-", "lang-"))
-                if found is not None:
-                    self._language = found
-            if tag not in VOID:
-                self._inside += 1
-        elif not self.markdown or self._code:
-            return
-        elif tag == "a":
-            href = attributes.get("href") or ""
-            if href and not href.lower().startswith(("javascript:", "data:", "#")):
-                self._open("a", "[", f"]({urllib.parse.urljoin(self.base_url, href)})")
-        elif tag == "img":
-            alt = SPACE.sub(" ", attributes.get("alt") or "").strip()
-            if alt and self._marks and self._marks[-1].tag == "a":
-                self._emit(alt)  # an image-only link keeps the image's text
-        elif sign := INLINE_MARKS.get(tag):
-            self._open(tag, sign, sign)
-            if tag == "code":
-                self._code += 1
+                self._language = found
+        if tag not in VOID:
+            self._inside += 1
 
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title":
-            self._in_title = False
+    def _start_block(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """A block with no other meaning: it ends the text before it."""
+        self._flush()
+        self._start_other(tag, attributes)
+
+    def _start_br(self, tag: str, attributes: dict[str, str | None]) -> None:
+        buffer = self._buffer()
+        if buffer is not None and not self._in_title:
+            buffer.append("\n" if self._pre else " " if self._code else " \x00 ")
+
+    def _start_paragraph(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """A paragraph, or inside a table cell a count (a second one makes a layout table)."""
+        if self._cells is not None:
+            self._paragraphs += 1
             return
-        if self._drop:
-            if tag in self._drop:
-                while self._drop.pop() != tag:
-                    pass
+
+        self._start_block(tag, attributes)
+
+    def _start_table(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._tables += 1
+        self._spans.clear()
+        self._next_spans.clear()
+        self._start_block(tag, attributes)
+
+    def _start_row(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """A row's cells gather until its end tag; a layout table's row is only a break."""
+        self._flush()
+        if self._in_layout():
             return
-        if tag in ("td", "th") or (tag == "p" and self._cells is not None):
-            return
-        if tag == "tr" and self._in_layout():
+
+        self._cells = []
+        self._pad = 0
+        self._header_row = False
+
+    def _start_cell(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """A new cell of the open row, after the empty cells that spans add before it."""
+        if self._in_layout():
             self._flush()
             return
-        if tag == "tr" and self._cells is not None:
-            self._spanned(end=True)
-            self._spans.update(self._next_spans)
-            self._next_spans.clear()
-            for cell in self._cells:
-                self._settle(cell)
-            cells = [SPACE.sub(" ", "".join(c).replace("\x00", " ")).strip() for c in self._cells]
-            if self.markdown:
-                cells = [cell.replace("|", "\\|") for cell in cells]
-            self._cells = None
-            if len(cells) == 1:  # a one-cell row is a box around a block, not a table
-                self.blocks.append((escape_lines(cells[0]) if self.markdown else cells[0], False))
-            elif any(cells):
-                line = "| " + " | ".join(cells) + " |" if self.markdown else " | ".join(cells)
-                self.blocks.append((line, True))
-                if self.markdown and self._header_row and self._rows == 0:
-                    self.blocks.append(("|" + " --- |" * len(cells), True))
-                self._rows += 1
+        if self._cells is None:
             return
-        if tag == "table":
-            if self._in_layout():
-                self._layout.pop()
-            self._tables = max(self._tables - 1, 0)
-            self._cells = None
-            self._rows = 0
-            self.blocks.append(("", False))
+
+        if self._cells:
+            self._settle(self._cells[-1])
+        self._spanned()
+        self._cells.append([])
+        self._opener = False
+        self._paragraphs = 0
+        self._header_row = self._header_row or tag == "th"
+
+        column = len(self._cells) - 1
+        rows = span(attributes.get("rowspan"), 100)
+        self._pad = min(span(attributes.get("colspan"), 50) - 1, max(self._budget, 0))
+        self._budget -= self._pad
+        if rows > 1:
+            for extra in range(self._pad + 1):
+                self._next_spans[column + extra] = rows - 1
+
+    def _start_sup(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._emit("^")
+        self._start_other(tag, attributes)
+
+    def _start_heading(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._flush()
+        self._heading = HEADINGS[tag]
+
+    def _start_list(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._flush()
+        self._lists.append(_List(ordered=tag == "ol"))
+        self._tight = True
+
+    def _start_item(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """A list item's mark, indented to its depth (in Markdown, to the content of the item
+        that holds its list)."""
+        self._flush()
+        depth = max(len(self._lists), 1)
+        current = self._lists[-1] if self._lists else _List(ordered=False)
+        current.count += 1
+        mark = f"{current.count}. " if current.ordered else "- "
+
+        indent = 2 * (depth - 1)
+        if self.markdown and depth > 1:
+            indent = self._lists[-2].column  # a nested list starts at its item's content
+        self._prefix = " " * indent + mark
+        current.column = 2 * depth if not self.markdown else indent + len(mark)
+        self._tight = True
+
+    def _start_pre(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._flush()
+        self._pre += 1
+        classes = (attributes.get("class") or "").split()
+        found = language(classes, ("language-", "lang-"))
+        self._language = self._highlight if found is None else found
+
+    def _start_quote(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._flush()
+        self._quote += 1
+
+    def _start_highlight(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """Markdown: a ``<div class="highlight-js">`` (Sphinx) names its ``<pre>``'s language."""
+        self._flush()
+        found = language((attributes.get("class") or "").split(), ("highlight-",))
+        if found is not None:
+            self._highlight = found
+
+    def _start_rule(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._flush()
+        self.blocks.append(("---", False))
+
+    def _start_link(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """Markdown: a link with a target worth keeping (made absolute) opens a mark."""
+        if self._pre or self._code:
+            self._start_other(tag, attributes)
+            return
+
+        href = attributes.get("href") or ""
+        if href and not href.lower().startswith(("javascript:", "data:", "#")):
+            self._open("a", "[", f"]({urllib.parse.urljoin(self.base_url, href)})")
+
+    def _start_image(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """Markdown: an image-only link keeps the image's text."""
+        if self._pre or self._code:
+            self._start_other(tag, attributes)
+            return
+
+        alt = SPACE.sub(" ", attributes.get("alt") or "").strip()
+        if alt and self._marks and self._marks[-1].tag == "a":
+            self._emit(alt)
+
+    def _start_mark(self, tag: str, attributes: dict[str, str | None]) -> None:
+        """Markdown: emphasis or inline code opens a mark (none inside code)."""
+        if self._pre or self._code:
+            self._start_other(tag, attributes)
+            return
+
+        self._open(tag, INLINE_MARKS[tag], INLINE_MARKS[tag])
+        if tag == "code":
+            self._code += 1
+
+    # -- end tags: the handlers of ``_ends`` --------------------------------------------------
+
+    def _end_other(self, tag: str) -> None:
+        """Any end tag's steps, and all of one with no meaning of its own: inside a ``<pre>``
+        it closes what ``_start_other`` counted; a block ends its text."""
         if self._pre and self._inside and tag != "pre":
             self._inside -= 1
-        if self.markdown and not self._pre and (tag == "a" or tag in INLINE_MARKS):
-            if tag == "code" and self._code:
-                self._code -= 1
-                self._end_mark(tag)
-            elif not self._code:
-                self._end_mark(tag)
         if tag in BLOCK:
             self._flush()
-        if tag in HEADINGS:
-            self._heading = 0
-        elif tag in ("ul", "ol") and self._lists:
-            self._lists.pop()
-            self._tight = bool(self._lists)
-            if not self._lists:
-                self.blocks.append(("", False))
-        elif tag == "pre" and self._pre:
-            self._pre -= 1
-            if not self._pre:
-                self._language = self._highlight = ""
-                self._inside = self._codes = 0
-                self._top_code = self._loose = False
-        elif tag == "blockquote" and self._quote:
+
+    def _end_cell(self, tag: str) -> None:
+        """A cell (or a paragraph in one) ends where the next starts, or with its row."""
+
+    def _end_paragraph(self, tag: str) -> None:
+        if self._cells is None:
+            self._end_other(tag)
+
+    def _end_row(self, tag: str) -> None:
+        """A row's cells become one line (a one-cell row, a block), and the header row gets
+        its rule."""
+        if self._in_layout():
+            self._flush()
+            return
+        if self._cells is None:
+            self._end_other(tag)
+            return
+
+        self._spanned(end=True)
+        self._spans.update(self._next_spans)
+        self._next_spans.clear()
+        for cell in self._cells:
+            self._settle(cell)
+        cells = [SPACE.sub(" ", "".join(c).replace("\x00", " ")).strip() for c in self._cells]
+        if self.markdown:
+            cells = [cell.replace("|", "\\|") for cell in cells]
+        self._cells = None
+
+        if len(cells) == 1:  # a one-cell row is a box around a block, not a table
+            self.blocks.append((escape_lines(cells[0]) if self.markdown else cells[0], False))
+        elif any(cells):
+            line = "| " + " | ".join(cells) + " |" if self.markdown else " | ".join(cells)
+            self.blocks.append((line, True))
+            if self.markdown and self._header_row and self._rows == 0:
+                self.blocks.append(("|" + " --- |" * len(cells), True))
+            self._rows += 1
+
+    def _end_table(self, tag: str) -> None:
+        if self._in_layout():
+            self._layout.pop()
+        self._tables = max(self._tables - 1, 0)
+        self._cells = None
+        self._rows = 0
+        self.blocks.append(("", False))
+        self._end_other(tag)
+
+    def _end_heading(self, tag: str) -> None:
+        self._end_other(tag)
+        self._heading = 0
+
+    def _end_list(self, tag: str) -> None:
+        """The end of the outermost list also ends the run of tight blocks."""
+        self._end_other(tag)
+        if not self._lists:
+            return
+
+        self._lists.pop()
+        self._tight = bool(self._lists)
+        if not self._lists:
+            self.blocks.append(("", False))
+
+    def _end_pre(self, tag: str) -> None:
+        self._end_other(tag)
+        if not self._pre:
+            return
+
+        self._pre -= 1
+        if not self._pre:
+            self._language = self._highlight = ""
+            self._inside = self._codes = 0
+            self._top_code = self._loose = False
+
+    def _end_quote(self, tag: str) -> None:
+        self._end_other(tag)
+        if self._quote:
             self._quote -= 1
 
-    def handle_data(self, data: str) -> None:
-        self._emit(data)
+    def _end_inline(self, tag: str) -> None:
+        """Markdown: a link, emphasis or inline code closes its mark (outside ``<pre>``; in
+        inline code, only the code's own end tag)."""
+        self._end_other(tag)
+        if self._pre:
+            return
 
-    def close(self) -> None:
-        super().close()
-        self._flush()
+        if tag == "code" and self._code:
+            self._code -= 1
+            self._end_mark(tag)
+        elif not self._code:
+            self._end_mark(tag)
+
+
+_Start: TypeAlias = "Callable[[_Converter, str, dict[str, str | None]], None]"
+_End: TypeAlias = "Callable[[_Converter, str], None]"
+
+_TEXT_STARTS: Final[dict[str, _Start]] = {
+    **dict.fromkeys(BLOCK, _Converter._start_block),
+    "br": _Converter._start_br,
+    "p": _Converter._start_paragraph,
+    "table": _Converter._start_table,
+    "tr": _Converter._start_row,
+    "td": _Converter._start_cell,
+    "th": _Converter._start_cell,
+    "sup": _Converter._start_sup,
+    **dict.fromkeys(HEADINGS, _Converter._start_heading),
+    "ul": _Converter._start_list,
+    "ol": _Converter._start_list,
+    "li": _Converter._start_item,
+    "pre": _Converter._start_pre,
+    "blockquote": _Converter._start_quote,
+}
+"""What a start tag does in text, after the steps every tag takes (``handle_starttag``); a tag
+not here is ``_start_other``'s. Every block ends the text before it (``_start_block``)."""
+_MARKDOWN_STARTS: Final[dict[str, _Start]] = {
+    **_TEXT_STARTS,
+    "div": _Converter._start_highlight,
+    "hr": _Converter._start_rule,
+    "a": _Converter._start_link,
+    "img": _Converter._start_image,
+    **dict.fromkeys(INLINE_MARKS, _Converter._start_mark),
+}
+"""Text's table, plus what Markdown writes: rules, code languages, links and inline marks."""
+
+_TEXT_ENDS: Final[dict[str, _End]] = {
+    "td": _Converter._end_cell,
+    "th": _Converter._end_cell,
+    "p": _Converter._end_paragraph,
+    "tr": _Converter._end_row,
+    "table": _Converter._end_table,
+    **dict.fromkeys(HEADINGS, _Converter._end_heading),
+    "ul": _Converter._end_list,
+    "ol": _Converter._end_list,
+    "pre": _Converter._end_pre,
+    "blockquote": _Converter._end_quote,
+}
+"""What an end tag does in text, after the steps every end tag takes (``handle_endtag``); a tag
+not here is ``_end_other``'s."""
+_MARKDOWN_ENDS: Final[dict[str, _End]] = {
+    **_TEXT_ENDS,
+    "a": _Converter._end_inline,
+    **dict.fromkeys(INLINE_MARKS, _Converter._end_inline),
+}
+"""Text's table, plus the ends of Markdown's links and inline marks."""
 
 
 def _join(blocks: list[tuple[str, bool]]) -> str:
