@@ -25,7 +25,8 @@ from .conftest import Api, auth, open_api
 A = "https://a.example.test/"
 B = "https://b.example.test/"
 TIMEOUT = 2.0
-READS = frozenset({"snapshot", "cache_get"})
+READS = frozenset({"snapshot", "read_job", "job_summary", "read_targets", "list_jobs", "cache_get"})
+"""The store methods that read; the others write (and a stalled write cannot be cancelled)."""
 
 
 class FaultyStore:

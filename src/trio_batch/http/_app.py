@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TypeVar
 
 import trio
 from starlette.applications import Starlette
@@ -21,8 +22,10 @@ from starlette.types import ASGIApp
 
 from .._engine import BatchEngine, FetchFunc
 from .._errors import NotRetryable, SubmitError, TargetError, classify_failure
-from .._model import Snapshot
+from .._model import Job, JobStatus, JSONValue, Submitted, TargetState, TargetStatus
 from ..metrics import PrometheusMetrics
+from ..stores import JobSummary
+from ..stores._protocol import MAX_READ
 from . import _render as render, _stream as stream
 from ._context import KEEPALIVE_SECONDS, Ctx, authenticate
 from ._deadline import StoreBudget, StoreCalls, StoreTimeout
@@ -52,6 +55,8 @@ from ._parse import (
 )
 from ._ui import ui_page
 from ._webhook_input import parse_retry_body, parse_webhook
+
+R = TypeVar("R", Job, JobSummary)
 
 
 def _default_precheck() -> PrecheckFunc:
@@ -164,21 +169,33 @@ def create_app(
 
 
 async def _owned(
-    ctx: Ctx, store: StoreBudget, request: Request, record: KeyRecord, *, touch: bool
-) -> Snapshot:
-    """The job in the path, if it is ``record``'s; ``touch`` moves its expiry, as a read does.
+    ctx: Ctx,
+    store: StoreBudget,
+    request: Request,
+    record: KeyRecord,
+    read: Callable[[str], Awaitable[R | None]],
+) -> R:
+    """The job in the path as ``read`` gives it (its row, or its summary), if it is ``record``'s.
+
+    Else 404, the same for a job that does not exist and one that is another caller's. ``read``
+    is the cheapest read the answer needs: ``engine.job`` (one row) or ``engine.summary`` (the
+    row and the targets counted by state); never a whole snapshot of every target.
+    """
+    found = await store.read(read, request.path_params["id"])
+    job = found if isinstance(found, Job) else found.job if found is not None else None
+    if found is None or job is None or job.caller != record.name:
+        raise not_found()
+    return found
+
+
+async def _touch(ctx: Ctx, store: StoreBudget, job_id: str) -> float:
+    """Move the job's expiry, as a read by its owner does; the time the answer shows as lease.
 
     The touch is a write, and a read must not wait for the writer: it runs in the background
     (at most one per job at a time) and the answer shows the lease it sets.
     """
-    job_id = request.path_params["id"]
-    snap = await store.read(ctx.engine.status, job_id)
-    if snap is None or snap.job.caller != record.name:
-        raise not_found()
-    if touch:
-        await store.write_soon(ctx.engine.touch, job_id, key=("touch", job_id))
-        snap = render.with_lease(snap, ctx.wall_clock())
-    return snap
+    await store.write_soon(ctx.engine.touch, job_id, key=("touch", job_id))
+    return ctx.wall_clock()
 
 
 # -- routes -------------------------------------------------------------------------------------
@@ -195,6 +212,7 @@ async def _submit(ctx: Ctx, request: Request) -> Response:
     submit = functools.partial(
         ctx.engine.submit, webhook=parse_webhook(body, record, precheck=ctx.precheck)
     )
+
     store = ctx.calls.request()
     try:
         sub = await store.write(submit, record.caller(), record.caller_class, targets)
@@ -205,15 +223,27 @@ async def _submit(ctx: Ctx, request: Request) -> Response:
             limit=ctx.engine.config.targets_per_job,
             retry_after_seconds=ctx.retry_after,
         ) from None
-    if sub.reused:
-        await store.write_soon(ctx.engine.touch, sub.id, key=("touch", sub.id))
-    snap = await store.read(ctx.engine.status, sub.id)
-    if snap is None:  # evicted or swept in between: vanishingly rare
+
+    return await _answer_submitted(ctx, store, sub)
+
+
+async def _answer_submitted(
+    ctx: Ctx, store: StoreBudget, sub: Submitted, **extra: JSONValue
+) -> Response:
+    """The answer to a submit or a retry that made (202) or reused (200) the job ``sub``.
+
+    It reads the job's row alone (status, targets_total, lease), not the job back with its
+    targets. A reused job is touched, as a read by its owner would.
+    """
+    lease = await _touch(ctx, store, sub.id) if sub.reused else None
+    job = await store.read(ctx.engine.job, sub.id)
+    if job is None:  # evicted or swept in between: vanishingly rare
         raise not_found()
-    if sub.reused:
-        snap = render.with_lease(snap, ctx.wall_clock())
+    if lease is not None:
+        job = render.with_lease(job, lease)
+
     return JSONResponse(
-        render.submitted(sub, snap, ctx.ttl),
+        {**render.submitted(sub, job, ctx.ttl), **extra},
         status_code=200 if sub.reused else 202,
         headers={"Location": f"/v1/batch/{sub.id}"},
     )
@@ -225,37 +255,115 @@ async def _get_batch(ctx: Ctx, request: Request) -> Response:
     states = query_states(request)
     offset = query_int(request, "offset", 0, 0) or 0
     limit = query_int(request, "limit", None, 1)
-    snap = await _owned(ctx, ctx.calls.request(), request, record, touch=True)
-    body = render.summary(snap, ctx.ttl)
+
+    store = ctx.calls.request()
+    summary = await _owned(ctx, store, request, record, ctx.engine.summary)
+    lease = await _touch(ctx, store, summary.job.id)
+    body = render.summary_of(summary, ctx.ttl, lease=lease)
     if results:
-        chosen = [t for t in snap.targets if states is None or t.status.value in states]
-        end = len(chosen) if limit is None else min(len(chosen), offset + limit)
-        body["targets"] = [render.target(t) for t in chosen[offset:end]]
-        body["targets_matched"] = len(chosen)
-        body["next_offset"] = end if end < len(chosen) else None
+        matched = _count_in(summary, states)
+        end = matched if limit is None else min(matched, offset + limit)
+        page = await _targets_page(ctx, store, summary.job.id, states, offset, end - offset)
+        body["targets"] = [render.target(t) for t in page]
+        body["targets_matched"] = matched
+        body["next_offset"] = end if end < matched else None
     return JSONResponse(body)
+
+
+def _count_in(summary: JobSummary, states: Collection[str] | None) -> int:
+    """How many of the job's targets are in ``states`` (all of them when None)."""
+    counts = {
+        TargetState.PENDING.value: summary.pending,
+        TargetState.RUNNING.value: summary.running,
+        TargetState.DONE.value: summary.done,
+        TargetState.FAILED.value: summary.failed,
+    }
+    return sum(n for state, n in counts.items() if states is None or state in states)
+
+
+async def _targets_page(
+    ctx: Ctx,
+    store: StoreBudget,
+    job_id: str,
+    states: Collection[str] | None,
+    offset: int,
+    count: int,
+) -> list[TargetStatus]:
+    """``count`` targets in ``states`` after the first ``offset`` of them, in input order.
+
+    Read in chunks of at most ``MAX_READ``. Without ``states`` the offset is an index, so the
+    page starts there; with them, the skipped targets are read without their results first.
+    """
+    if count <= 0:
+        return []
+
+    wanted = None if states is None else [TargetState(s) for s in sorted(states)]
+    after = offset - 1
+    if wanted is not None and offset > 0:
+        skipped = await _read_targets(ctx, store, job_id, -1, offset, wanted, results=False)
+        if len(skipped) < offset:
+            return []
+        after = skipped[-1].idx
+
+    return await _read_targets(ctx, store, job_id, after, count, wanted, results=True)
+
+
+async def _read_targets(
+    ctx: Ctx,
+    store: StoreBudget,
+    job_id: str,
+    after: int,
+    count: int,
+    states: Sequence[TargetState] | None,
+    *,
+    results: bool,
+) -> list[TargetStatus]:
+    """Up to ``count`` targets in ``states`` after index ``after``, read ``MAX_READ`` at a time."""
+    chosen: list[TargetStatus] = []
+    while len(chosen) < count:
+        read = functools.partial(
+            ctx.engine.targets,
+            job_id,
+            after=after,
+            limit=min(MAX_READ, count - len(chosen)),
+            states=states,
+            results=results,
+        )
+        chunk = await store.read(read)
+        if not chunk:
+            break
+
+        chosen += chunk
+        after = chunk[-1].idx
+    return chosen
 
 
 async def _get_target(ctx: Ctx, request: Request) -> Response:
     record = authenticate(ctx, request)
-    snap = await _owned(ctx, ctx.calls.request(), request, record, touch=True)
+    store = ctx.calls.request()
+    job = await _owned(ctx, store, request, record, ctx.engine.job)
+    await _touch(ctx, store, job.id)
+
     idx: int = request.path_params["idx"]
-    if not 0 <= idx < len(snap.targets):
+    found = await store.read(functools.partial(ctx.engine.targets, job.id, after=idx - 1, limit=1))
+    if not 0 <= idx < job.targets_total or not found or found[0].idx != idx:
         raise ApiError(
             404,
             f"the job has no target {idx}",
-            f"targets are numbered from 0 to {len(snap.targets) - 1}",
+            f"targets are numbered from 0 to {job.targets_total - 1}",
         )
-    return JSONResponse(render.target(snap.targets[idx]))
+    return JSONResponse(render.target(found[0]))
 
 
 async def _cancel(ctx: Ctx, request: Request) -> Response:
     record = authenticate(ctx, request)
     store = ctx.calls.request()
-    snap = await _owned(ctx, store, request, record, touch=False)
-    if not await store.write(ctx.engine.cancel, snap.job.id):
-        now = await store.read(ctx.engine.status, snap.job.id)
-        status = (now or snap).job.status.value
+    before = await _owned(ctx, store, request, record, ctx.engine.summary)
+
+    job_id = before.job.id
+    if not await store.write(ctx.engine.cancel, job_id):
+        now = await store.read(ctx.engine.job, job_id)
+        status = (now or before.job).status.value
         raise ApiError(
             409,
             f"the job is {status} already; only a queued or running job can be cancelled",
@@ -263,8 +371,9 @@ async def _cancel(ctx: Ctx, request: Request) -> Response:
             code="not_cancellable",
             extra={"status": status},
         )
-    after = await store.read(ctx.engine.status, snap.job.id)
-    return JSONResponse(render.summary(after or snap, ctx.ttl))
+
+    after = await store.read(ctx.engine.summary, job_id)
+    return JSONResponse(render.summary_of(after or before, ctx.ttl))
 
 
 async def _retry(ctx: Ctx, request: Request) -> Response:
@@ -273,31 +382,15 @@ async def _retry(ctx: Ctx, request: Request) -> Response:
     retry = functools.partial(
         ctx.engine.retry, webhook=parse_retry_body(body, record, precheck=ctx.precheck)
     )
+
     store = ctx.calls.request()
-    job_id = request.path_params["id"]
-    summary = await store.read(ctx.engine.summary, job_id)
-    if summary is None or summary.job.caller != record.name:
-        raise not_found()
+    summary = await _owned(ctx, store, request, record, ctx.engine.summary)
+    job_id = summary.job.id
     try:
         sub = await store.write(retry, record.caller(), record.caller_class, job_id)
     except NotRetryable:
-        now = await store.read(ctx.engine.summary, job_id)
-        status = (now or summary).job.status
-        if status.live:
-            raise ApiError(
-                409,
-                f"the job is {status.value}; only a finished job can be retried",
-                f"wait for it to end (GET /v1/batch/{job_id}/events), or cancel it, then retry",
-                code="not_retryable",
-                extra={"status": status.value},
-            ) from None
-        raise ApiError(
-            409,
-            f"the job ended {status.value} with no failed target: nothing to retry",
-            "read its results instead",
-            code="not_retryable",
-            extra={"status": status.value},
-        ) from None
+        now = await store.read(ctx.engine.job, job_id)
+        raise _not_retryable(job_id, (now or summary.job).status) from None
     except SubmitError as exc:
         raise refusal(
             exc,
@@ -307,17 +400,26 @@ async def _retry(ctx: Ctx, request: Request) -> Response:
         ) from None
     if sub is None:  # swept in between
         raise not_found()
-    if sub.reused:
-        await store.write_soon(ctx.engine.touch, sub.id, key=("touch", sub.id))
-    snap = await store.read(ctx.engine.status, sub.id)
-    if snap is None:
-        raise not_found()
-    body = render.submitted(sub, snap, ctx.ttl)
-    body["retry_of"] = job_id
-    return JSONResponse(
-        body,
-        status_code=200 if sub.reused else 202,
-        headers={"Location": f"/v1/batch/{sub.id}"},
+
+    return await _answer_submitted(ctx, store, sub, retry_of=job_id)
+
+
+def _not_retryable(job_id: str, status: JobStatus) -> ApiError:
+    """The 409 of a retry of a live job, or of a finished one with no failed target."""
+    if status.live:
+        return ApiError(
+            409,
+            f"the job is {status.value}; only a finished job can be retried",
+            f"wait for it to end (GET /v1/batch/{job_id}/events), or cancel it, then retry",
+            code="not_retryable",
+            extra={"status": status.value},
+        )
+    return ApiError(
+        409,
+        f"the job ended {status.value} with no failed target: nothing to retry",
+        "read its results instead",
+        code="not_retryable",
+        extra={"status": status.value},
     )
 
 

@@ -13,9 +13,7 @@ from .._model import (
     Job,
     JSONValue,
     Result,
-    Snapshot,
     Submitted,
-    TargetState,
     TargetStatus,
     target_json,
 )
@@ -50,34 +48,24 @@ def links(job_id: str) -> dict[str, JSONValue]:
     }
 
 
-def expires_at(snap: Snapshot | Job, ttl: float) -> float:
+def expires_at(job: Job, ttl: float) -> float:
     """Unix seconds after which a finished job may be gone: ``ttl`` after its last touch."""
-    job = snap if isinstance(snap, Job) else snap.job
     return max(job.lease, job.created_at) + ttl
 
 
-def summary(snap: Snapshot, ttl: float) -> dict[str, JSONValue]:
-    """A job's summary: status, counts by target state, times and links."""
-    job = snap.job
-    counts = {state.value: 0 for state in TargetState}
-    for t in snap.targets:
-        counts[t.status.value] += 1
-    total = max(job.targets_total, len(snap.targets))
-    # Targets a snapshot did not list have not run: count them pending, so counts sum to total.
-    counts[TargetState.PENDING.value] += total - len(snap.targets)
-    return _summary(job, total, counts, ttl)
-
-
 def summary_of(js: JobSummary, ttl: float, *, lease: float | None = None) -> dict[str, JSONValue]:
-    """The same summary from a store's counts (a listing, an events stream's ``end``).
+    """A job's summary from a store's counts: status, counts by target state, times and links.
 
-    ``lease``, when given, is a touch at that time that the store may not show yet.
+    Every answer with a summary (a job read, a cancel, a listing, an events stream's ``end``, a
+    webhook's ``end``) makes it from these counts, so they all agree. ``lease``, when given, is
+    a touch at that time that the store may not show yet.
     """
     job = js.job
     if lease is not None:
         job = dataclasses.replace(job, lease=max(job.lease, lease))
     counts = {"pending": js.pending, "running": js.running, "done": js.done, "failed": js.failed}
     total = max(job.targets_total, sum(counts.values()))
+    # Targets the store did not count have not run: count them pending, so counts sum to total.
     counts["pending"] += total - sum(counts.values())
     return _summary(job, total, counts, ttl)
 
@@ -96,22 +84,24 @@ def _summary(job: Job, total: int, counts: dict[str, int], ttl: float) -> dict[s
     }
 
 
-def submitted(sub: Submitted, snap: Snapshot, ttl: float) -> dict[str, JSONValue]:
-    """The answer to a submit: the job's id, whether it was reused, and where to poll it."""
+def submitted(sub: Submitted, job: Job, ttl: float) -> dict[str, JSONValue]:
+    """The answer to a submit: the job's id, whether it was reused, and where to poll it.
+
+    Made from the job's row alone (``engine.job``): the answer needs no target.
+    """
     return {
         "id": sub.id,
         "reused": sub.reused,
-        "status": snap.job.status.value,
-        "targets_total": snap.job.targets_total,
-        "expires_at": expires_at(snap, ttl),
+        "status": job.status.value,
+        "targets_total": job.targets_total,
+        "expires_at": expires_at(job, ttl),
         "links": links(sub.id),
     }
 
 
-def with_lease(snap: Snapshot, now: float) -> Snapshot:
-    """``snap`` as a touch at ``now`` leaves it, without reading the store again."""
-    job = dataclasses.replace(snap.job, lease=max(snap.job.lease, now))
-    return Snapshot(job, snap.targets)
+def with_lease(job: Job, now: float) -> Job:
+    """``job`` as a touch at ``now`` leaves it, without reading the store again."""
+    return dataclasses.replace(job, lease=max(job.lease, now))
 
 
 def health(stats: EngineStatistics, problem: tuple[str, str] | None) -> dict[str, JSONValue]:
