@@ -19,7 +19,7 @@ import trio.testing
 
 from tests.http.conftest import auth, make_keys
 from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
-from tests.web.test_cache_wait import URL, StalledCache, stalled_fetcher
+from tests.web.support import URL, StalledCache, stalled_fetcher
 from trio_batch import Config, Target, open_engine
 from trio_batch.http import create_app
 from trio_batch.stores import MemoryStore, ResponseCache, Store

@@ -6,75 +6,14 @@ from __future__ import annotations
 
 import logging
 
-import httpx
 import pytest
 import trio
 import trio.testing
 
-from tests.web.conftest import PUBLIC_IP, FakeDNS
-from trio_batch import Caller, Target
-from trio_batch.stores import CacheEntry, ResponseCache
+from tests.web.support import CALLER, URL, StalledCache, stalled_fetcher
+from trio_batch import Target
 from trio_batch.web import WebFetcher
 from trio_batch.web._cache import CACHE_WAIT, MAX_LEFT_BEHIND
-
-CALLER = Caller("agent")
-URL = "http://site.example/private-path?token=s3cret"
-
-
-class StalledCache:
-    """The cache calls of a store, each of which may hang until its gate opens.
-
-    A read waits cancellably (a PostgreSQL read stops its query on cancel). A write waits as
-    a queued SQLite or PostgreSQL write does, ``shielded``: a cancel does not end it, it
-    lands once its gate opens. Either records how it ended.
-    """
-
-    def __init__(self, *, read: bool = False, write: bool = False, shielded: bool = True):
-        self.read_gate = trio.Event() if read else None
-        self.write_gate = trio.Event() if write else None
-        self.shielded = shielded
-        self.entries: dict[str, CacheEntry] = {}
-        self.ended: list[str] = []
-
-    async def cache_get(self, key: str) -> CacheEntry | None:
-        try:
-            await trio.lowlevel.checkpoint()
-            if self.read_gate is not None:
-                await self.read_gate.wait()
-        except trio.Cancelled:
-            self.ended.append("read cancelled")
-            raise
-        self.ended.append("read")
-        return self.entries.get(key)
-
-    async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
-        await trio.lowlevel.checkpoint()  # a cancel already pending: nothing is queued
-        try:
-            with trio.CancelScope(shield=self.shielded):
-                if self.write_gate is not None:
-                    await self.write_gate.wait()
-        finally:
-            self.ended.append(
-                "write"
-                if self.write_gate is None or self.write_gate.is_set()
-                else "write cancelled"
-            )
-        self.entries[key] = entry  # one step: the entry lands whole, or not at all
-
-
-def stalled_fetcher(cache: StalledCache | ResponseCache, **settings: object) -> WebFetcher:
-    """A fetcher whose response cache lives in ``cache``; the site answers "fresh" at once."""
-
-    async def handler(request: httpx.Request) -> httpx.Response:
-        await trio.lowlevel.checkpoint()
-        return httpx.Response(200, text="fresh", headers={"content-type": "text/plain"})
-
-    return WebFetcher(
-        store=cache,
-        resolver=FakeDNS({"site.example": [[PUBLIC_IP]]}),
-        transport=httpx.MockTransport(handler),
-        **settings,  # type: ignore[arg-type]
-    )
 
 
 async def timed_fetch(fetch: WebFetcher) -> tuple[str, bool, float]:

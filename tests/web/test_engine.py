@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 
 from tests.support import Recorder
-from tests.web.conftest import (
+from tests.web.support import (
     ARTICLE_HTML,
     DATA_JSON,
     LOOPBACK,

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import trio_batch.web
-from tests.web.conftest import LOOPBACK, PUBLIC_IP, FakeDNS, LocalServer, Reply
+from tests.web.support import LOOPBACK, PUBLIC_IP, FakeDNS, LocalServer, Reply
 from trio_batch import Caller, Target, TargetError
 from trio_batch.web import WebFetcher
 

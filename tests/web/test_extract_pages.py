@@ -8,8 +8,8 @@ import re
 import httpx
 import pytest
 
-from tests.web.conftest import PUBLIC_IP, FakeDNS
 from tests.web.pages import MODES, Page, pages
+from tests.web.support import PUBLIC_IP, FakeDNS
 from trio_batch import Caller, Options, Target
 from trio_batch.web import WebFetcher, shape
 

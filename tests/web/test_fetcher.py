@@ -12,10 +12,14 @@ import trio
 
 import trio_batch.web._fetcher
 from tests.support import WallClock
-from tests.web.conftest import (
+from tests.web.support import (
     ARTICLE_HTML,
+    CALLER,
+    HTML,
     LOOPBACK,
     PUBLIC_IP,
+    SITE,
+    TEXT,
     FakeDNS,
     Handler,
     LocalServer,
@@ -26,11 +30,6 @@ from trio_batch import Caller, Options, Result, RetryLater, Target, TargetError
 from trio_batch.stores import CacheEntry, MemoryStore, ResponseCache
 from trio_batch.web import WebFetcher
 from trio_batch.web._shape import Body
-
-CALLER = Caller("agent")
-HTML = [("content-type", "text/html; charset=utf-8")]
-TEXT = [("content-type", "text/plain")]
-SITE = "http://site.example"
 
 
 def mock_fetcher(handler: Handler, **settings: object) -> WebFetcher:

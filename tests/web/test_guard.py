@@ -6,7 +6,8 @@ import ipaddress
 
 import pytest
 
-from tests.web.conftest import (
+from tests.web.support import (
+    CALLER,
     LOOPBACK,
     PUBLIC_IP,
     FakeDNS,
@@ -24,8 +25,6 @@ from trio_batch.web._guard import (
     parse_ipv4_spelling,
     redact_url,
 )
-
-CALLER = Caller("agent")
 
 
 class TestPrecheck:
@@ -186,6 +185,8 @@ class TestRedaction:
         assert url == redact_url(url)
 
     def test_only_the_secret_values_change(self) -> None:
+        """Redaction drops the credentials and a secret's value, and keeps every other byte of
+        the URL (its escapes, separators and fragment) as it was."""
         url = "https://u@example.com/a%2Fb?x=1;y&token=abc%2Fdef&q=a+b#top"
 
         assert "https://example.com/a%2Fb?x=1;y&token=REDACTED&q=a+b#top" == redact_url(url)

@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from tests.support import Recorder
-from tests.web.conftest import LOOPBACK, LocalServer, Reply
+from tests.web.support import JSON, LOOPBACK, TEXT, LocalServer, Reply
 from trio_batch import Config, open_engine
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key, serve
 from trio_batch.stores import MemoryStore
@@ -37,8 +37,6 @@ RESPONSIVE = 1.0
 """Seconds within which bob's /healthz and small fetch must answer while an attack runs."""
 SERVICE_GROWTH = 200 * 2**20
 """Most the test process (client, service and site in one) may grow during an attack."""
-TEXT = [("content-type", "text/plain")]
-JSON = [("content-type", "application/json")]
 HTML = [("content-type", "text/html")]
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 

@@ -10,14 +10,12 @@ import pytest
 import trio
 import trio.testing
 
-from tests.web.conftest import ARTICLE_HTML, PUBLIC_IP, FakeDNS, make_pdf
+from tests.web.support import ARTICLE_HTML, CALLER, PUBLIC_IP, SITE, FakeDNS, make_pdf
 from trio_batch import Caller, Options, Target, TargetError
 from trio_batch.web import WebFetcher
 from trio_batch.web._isolate import IN_PROCESS_BYTES, MIN_MEMORY, ShapeLimits, in_process
 from trio_batch.web._shape import Body
 
-CALLER = Caller("agent")
-SITE = "http://site.example"
 PAGES: dict[str, tuple[bytes, str]] = {
     "/data.json": (b'{"items": [1, 2, 3]}', "application/json"),
     "/page.html": (ARTICLE_HTML, "text/html"),

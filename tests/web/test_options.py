@@ -6,23 +6,22 @@ import json
 
 import pytest
 
-from tests.web.conftest import (
+from tests.web.support import (
     ARTICLE_HTML,
+    CALLER,
     DATA_JSON,
+    HTML,
+    JSON,
     LOOPBACK,
+    PDF,
     REPORT_PAGES,
     LocalServer,
     Reply,
     make_pdf,
 )
-from trio_batch import Caller, Options, Result, Target, TargetError
+from trio_batch import Options, Result, Target, TargetError
 from trio_batch.web import WebFetcher, validate_options
 from trio_batch.web._shape import Body, shape_body
-
-CALLER = Caller("agent")
-HTML = [("content-type", "text/html; charset=utf-8")]
-JSON = [("content-type", "application/json")]
-PDF = [("content-type", "application/pdf")]
 
 
 def html_body(data: bytes = ARTICLE_HTML) -> Body:

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web.conftest import LOOPBACK, LocalServer, Reply
-from trio_batch import Caller, Target, TargetError
+from tests.web.support import CALLER, LOOPBACK, TEXT, LocalServer, Reply
+from trio_batch import Target, TargetError
 from trio_batch.web import WebFetcher
-
-CALLER = Caller("agent")
-TEXT = [("content-type", "text/plain")]
 
 
 class TestRedirectFailures:

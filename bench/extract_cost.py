@@ -1,10 +1,10 @@
-"""CPU per page of the extractor on the fixture pages (issue 13: before and after).
+"""CPU per page of the extractor on the fixture pages (issues 13 and 21: before and after).
 
 Run from the repository root::
 
-    python -m tests.web.extract_cost                  # this checkout
+    python -m bench.extract_cost                  # this checkout
     git show HEAD:src/trio_batch/web/_html.py > /tmp/old_html.py && \\
-        python -m tests.web.extract_cost /tmp/old_html.py   # another _html.py, same pages
+        python -m bench.extract_cost /tmp/old_html.py   # another _html.py, same pages
 
 Each page is decoded once, then converted ``ROUNDS`` times in each mode with
 ``html_to_text`` (the PDF with ``shape``); the best round's ``time.process_time`` is printed,
@@ -13,6 +13,7 @@ in milliseconds per page. An argument names another ``_html.py`` to measure inst
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib.util
 import sys
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from tests.web.pages import pages
+
 from trio_batch import Options
 from trio_batch.web import shape
 from trio_batch.web._shape import Body, decode
@@ -35,7 +37,8 @@ def _converter(path: str | None) -> Convert:
         return html_to_text
     # a name inside trio_batch.web, so that its relative imports resolve (to this checkout)
     spec = importlib.util.spec_from_file_location("trio_batch.web._html_under_test", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -53,7 +56,16 @@ def _best(work: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    convert = _converter(sys.argv[1] if len(sys.argv) > 1 else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.extract_cost",
+        description="CPU per page of the HTML extractor on the fixture pages of tests/web.",
+    )
+    parser.add_argument(
+        "html_py",
+        nargs="?",
+        help="another _html.py to measure instead of this checkout's (same pages, same tables)",
+    )
+    convert = _converter(parser.parse_args().html_py)
     totals = {"text": 0.0, "markdown": 0.0}
     print(f"{'page':32} {'KiB':>6} {'text ms':>8} {'md ms':>8}")
     for page in pages():

@@ -2,9 +2,9 @@
 
 Run from the repository root::
 
-    python -m tests.web.shaping_cost            # this checkout
+    python -m bench.shaping_cost            # this checkout
     git archive HEAD~N src | tar -x -C /tmp/old && \\
-        PYTHONPATH=/tmp/old/src:. python -m tests.web.shaping_cost   # an older one
+        PYTHONPATH=/tmp/old/src:. python -m bench.shaping_cost   # an older one
 
 Each page is fetched through a ``WebFetcher`` (fake DNS, an in-process ``MockTransport``, no
 cache), after a warm-up that starts the shaping workers. For each page it prints the wall time
@@ -15,6 +15,7 @@ version.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -23,8 +24,8 @@ from pathlib import Path
 
 import httpx
 import trio
+from tests.web.support import ARTICLE_HTML
 
-from tests.web.conftest import ARTICLE_HTML
 from trio_batch import Caller, Options, Target
 from trio_batch.web import WebFetcher
 
@@ -129,4 +130,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        prog="python -m bench.shaping_cost",
+        description="Wall and CPU time per fetch through WebFetcher's shaping path, per page.",
+    ).parse_args()
     trio.run(main)
