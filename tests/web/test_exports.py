@@ -19,10 +19,13 @@ class TestSurface:
     def test_public_names(self) -> None:
         """The module exports exactly its documented names."""
         assert sorted(trio_batch.web.__all__) == [
+            "AddressRefused",
             "DEFAULT_USER_AGENT",
+            "Network",
             "Resolver",
             "WebFetcher",
             "WebFetcherStatistics",
+            "guarded_transport",
             "precheck",
             "shape",
             "validate_options",
@@ -30,7 +33,12 @@ class TestSurface:
 
     def test_classes_are_final_and_report_the_public_module(self) -> None:
         """Public classes are final and live in trio_batch.web."""
-        for cls in (trio_batch.web.WebFetcher, trio_batch.web.WebFetcherStatistics):
+        classes = (
+            trio_batch.web.AddressRefused,
+            trio_batch.web.WebFetcher,
+            trio_batch.web.WebFetcherStatistics,
+        )
+        for cls in classes:
             assert cls.__module__ == "trio_batch.web"
             assert getattr(cls, "__final__", False)
         assert typing.get_type_hints(trio_batch.web.precheck)["return"] is type(None)

@@ -12,6 +12,8 @@ Needs the ``web`` extra (``pip install trio-batch[web]``)::
 :func:`precheck` and :func:`validate_options` are the submit-time checks the HTTP API runs;
 :class:`WebFetcher` repeats them and adds the fetch-time guard (every resolved address must be
 public; the connection goes to the checked address), busy handling, limits, options and cache.
+:func:`guarded_transport` is that fetch-time guard as an httpx transport, for the service's
+own requests to URLs a caller chose (webhooks); it raises :class:`AddressRefused`.
 """
 
 from __future__ import annotations
@@ -23,14 +25,18 @@ from ._fetcher import (
     WebFetcher as WebFetcher,
     WebFetcherStatistics as WebFetcherStatistics,
 )
-from ._guard import Resolver as Resolver, precheck as precheck
+from ._guard import Network as Network, Resolver as Resolver, precheck as precheck
 from ._options import validate_options as validate_options
+from ._outbound import AddressRefused as AddressRefused, guarded_transport as guarded_transport
 
 __all__ = [
     "DEFAULT_USER_AGENT",
+    "AddressRefused",
+    "Network",
     "Resolver",
     "WebFetcher",
     "WebFetcherStatistics",
+    "guarded_transport",
     "precheck",
     "shape",
     "validate_options",

@@ -22,6 +22,8 @@ from .._errors import TargetError
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
+"""An IP network the guard lets through although it is not public (the ``allow`` settings):
+``ipaddress.ip_network("10.1.0.0/16")``."""
 Resolver: TypeAlias = Callable[[str, int], Awaitable[list[str]]]
 """An async DNS lookup: ``await resolver(host, port)`` -> the host's IP addresses as strings."""
 
