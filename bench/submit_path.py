@@ -10,10 +10,11 @@ own cost of a submit. The fetch function never returns: the engine admits each j
 workers hold their first targets, so no result is written while the submits are timed, and
 what is measured is admission, the write, and whatever the route reads to answer.
 
-It reports the median time per submit (wall clock, ``time.perf_counter``) and the store reads
-each submit made, by method (``snapshot`` reads a whole job with every target; ``read_job``
-one row; ``job_summary`` one row and the targets' counts; ``read_targets`` a page). The reads
-are counted by wrapping the store's read methods on the instance.
+It reports the median time per submit (wall clock, ``time.perf_counter``), the store reads
+each submit made, by method, and the rows they returned (``snapshot`` reads a whole job with
+every target; ``read_job`` one row; ``job_summary`` one row and the targets' counts;
+``read_targets`` a page). The reads are counted by wrapping the store's read methods on the
+instance.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class SubmitRun:
     """The median wall-clock time of one submit, from request to answer."""
     reads: dict[str, int]
     """Store reads made by all the submits, by method."""
+    rows: int
+    """Rows those reads returned (a job row, a target row)."""
 
     @property
     def reads_per_submit(self) -> float:
@@ -67,13 +70,28 @@ async def _never(caller: Caller, target: Target) -> Result:
     raise AssertionError("unreachable")
 
 
+def _rows(answer: object) -> int:
+    """How many rows a read returned: a job, a job and its targets, a page of targets."""
+    if answer is None:
+        return 0
+    if isinstance(answer, list):
+        return len(answer)
+    targets = getattr(answer, "targets", None)  # a Snapshot: the job and every target
+    return 1 + len(targets) if isinstance(targets, (list, tuple)) else 1
+
+
 def _count_reads(store: object, counts: Counter[str]) -> None:
-    """Count the store's reads by method (an instance attribute hides each method)."""
+    """Count the store's reads by method, and the rows they return under ``"rows"``.
+
+    An instance attribute hides each method.
+    """
 
     def counted(name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def read(*args: Any, **kwargs: Any) -> Any:
             counts[name] += 1
-            return await method(*args, **kwargs)
+            answer = await method(*args, **kwargs)
+            counts["rows"] += _rows(answer)
+            return answer
 
         return read
 
@@ -115,7 +133,8 @@ async def submit_run(kind: str, submits: int, targets: int, pg_dsn: str = "") ->
                     if answer.status_code != 202:
                         raise RuntimeError(f"submit {n} answered {answer.status_code}")
 
-    return SubmitRun(kind, submits, targets, statistics.median(times), dict(counts))
+    rows = counts.pop("rows", 0)
+    return SubmitRun(kind, submits, targets, statistics.median(times), dict(counts), rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{run.store}: {run.submits} submits of {run.targets} targets: "
             f"{run.seconds_per_submit * 1e3:.2f} ms a submit (median), "
-            f"{run.reads_per_submit:g} store reads a submit ({reads})"
+            f"{run.reads_per_submit:g} store reads a submit ({reads}), "
+            f"{run.rows / run.submits:g} rows read a submit"
         )
     return 0
 
