@@ -171,42 +171,8 @@ class KeyRing:
         entries = data.get("keys", [])
         if not isinstance(entries, list):
             raise KeysFileError(f"{source}: 'keys' must be an array of tables ([[keys]])")
-        records = []
-        for i, entry in enumerate(entries):
-            where = f"{source}: keys[{i}]"
-            if not isinstance(entry, dict):
-                raise KeysFileError(f"{where} must be a table")
-            extra = sorted(set(entry) - set(_FIELDS))
-            if extra:
-                raise KeysFileError(f"{where} has an unknown field {extra[0]!r}; fields: {_FIELDS}")
-            for field in ("name", "sha256"):
-                if not isinstance(entry.get(field), str):
-                    raise KeysFileError(f"{where}.{field} is missing or not a string")
-            workspace = entry.get("workspace", "")
-            if not isinstance(workspace, str):
-                raise KeysFileError(f"{where}.workspace must be a string")
-            caller_class = entry.get("class", "fleet")
-            if caller_class not in CALLER_CLASSES:
-                raise KeysFileError(
-                    f"{where}.class must be 'fleet' or 'restricted' (got {caller_class!r})"
-                )
-            sha = entry["sha256"].lower()
-            if not _SHA256.match(sha):
-                raise KeysFileError(f"{where}.sha256 must be 64 hex digits (the key's SHA-256)")
-            try:
-                name = check_name(entry["name"])
-            except KeysFileError as exc:
-                raise KeysFileError(f"{where}.name: {exc}") from None
-            secret = entry.get("webhook_secret", "")
-            if not isinstance(secret, str):
-                raise KeysFileError(f"{where}.webhook_secret must be a string")
-            if secret:
-                try:
-                    webhook_key(secret)
-                except KeysFileError as exc:
-                    raise KeysFileError(f"{where}.webhook_secret: {exc}") from None
-            klass = cast("CallerClass", caller_class)
-            records.append(KeyRecord(name, workspace, klass, sha, secret))
+
+        records = [_record(entry, f"{source}: keys[{i}]") for i, entry in enumerate(entries)]
         try:
             return cls(records)
         except KeysFileError as exc:
@@ -230,6 +196,48 @@ class KeyRing:
             if r.webhook_secret:
                 lines.append(f"webhook_secret = {_toml_str(r.webhook_secret)}")
         return "\n".join(lines) + "\n"
+
+
+def _record(entry: object, where: str) -> KeyRecord:
+    """One ``[[keys]]`` entry of the keys file, checked field by field.
+
+    Raises:
+        KeysFileError: a field is missing, unknown or has a bad value; the message starts with
+            ``where`` (the file and the entry's index) and names the field.
+    """
+    if not isinstance(entry, dict):
+        raise KeysFileError(f"{where} must be a table")
+    extra = sorted(set(entry) - set(_FIELDS))
+    if extra:
+        raise KeysFileError(f"{where} has an unknown field {extra[0]!r}; fields: {_FIELDS}")
+    for field in ("name", "sha256"):
+        if not isinstance(entry.get(field), str):
+            raise KeysFileError(f"{where}.{field} is missing or not a string")
+
+    workspace = entry.get("workspace", "")
+    if not isinstance(workspace, str):
+        raise KeysFileError(f"{where}.workspace must be a string")
+    caller_class = entry.get("class", "fleet")
+    if caller_class not in CALLER_CLASSES:
+        raise KeysFileError(f"{where}.class must be 'fleet' or 'restricted' (got {caller_class!r})")
+    sha = entry["sha256"].lower()
+    if not _SHA256.match(sha):
+        raise KeysFileError(f"{where}.sha256 must be 64 hex digits (the key's SHA-256)")
+    try:
+        name = check_name(entry["name"])
+    except KeysFileError as exc:
+        raise KeysFileError(f"{where}.name: {exc}") from None
+
+    secret = entry.get("webhook_secret", "")
+    if not isinstance(secret, str):
+        raise KeysFileError(f"{where}.webhook_secret must be a string")
+    if secret:
+        try:
+            webhook_key(secret)
+        except KeysFileError as exc:
+            raise KeysFileError(f"{where}.webhook_secret: {exc}") from None
+
+    return KeyRecord(name, workspace, cast("CallerClass", caller_class), sha, secret)
 
 
 def _toml_str(value: str) -> str:
