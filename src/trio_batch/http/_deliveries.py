@@ -13,8 +13,9 @@ engine's path and never raises into it: a store error is logged and tried again 
 poll. Logs carry the job id, the event, the attempt and the status code; never the URL or host.
 
 Any 2xx is delivered. Anything else (another status, a timeout, a refusal by the guard) is tried
-again after ``first_wait`` seconds, doubling up to ``max_wait``, until ``give_up_after`` seconds
-have passed since the event's first attempt; then the event is given up and the next one goes.
+again after ``first_wait`` seconds, doubling up to ``max_wait`` (each wait shortened at random by
+up to ``jitter`` of itself), until ``give_up_after`` seconds have passed since the event's first
+attempt; then the event is given up and the next one goes.
 The clock of a run of failures goes on across the events it gives up (until one is delivered),
 so a receiver that is down gets one attempt of each later event, not another hour of each.
 """
@@ -35,11 +36,11 @@ import trio
 from .._engine import BatchEngine
 from .._errors import TargetError
 from .._model import Webhook
+from .._util import backoff
 from ..metrics import PrometheusMetrics
 from ..stores import ServiceStore
 from ..stores._protocol import HookDue
-from ..web._guard import Network, Resolver, check_url
-from ..web._outbound import AddressRefused, guarded_transport
+from ..web import AddressRefused, Network, Resolver, guarded_transport, precheck
 from . import _render as render
 from ._keys import KeyRing
 from ._webhooks import signed_headers
@@ -57,6 +58,9 @@ class DeliveryPolicy:
     first_wait: float = 5.0
     """Seconds before the first retry; each retry waits twice the last, up to ``max_wait``."""
     max_wait: float = 600.0
+    jitter: float = 0.25
+    """Share of each wait (0 to 1) taken off at random: when one receiver fails many jobs'
+    deliveries at once (it restarts), their retries then reach it spread out, not together."""
     give_up_after: float = 3600.0
     """Seconds after an event's first attempt past which a failed attempt gives it up."""
     concurrency: int = 8
@@ -66,9 +70,13 @@ class DeliveryPolicy:
     min_gap: float = 0.05
     """Shortest time between two reads of the store: engine changes in between coalesce."""
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"DeliveryPolicy.jitter must be from 0 to 1 (got {self.jitter})")
+
     def wait(self, attempts: int) -> float:
-        """Seconds before the next attempt, after ``attempts`` failed ones."""
-        return float(min(self.first_wait * 2 ** (attempts - 1), self.max_wait))
+        """Seconds before the next attempt, after ``attempts`` failed ones (the house backoff)."""
+        return backoff(attempts, self.first_wait, self.max_wait, jitter=self.jitter)
 
 
 @contextlib.asynccontextmanager
@@ -295,7 +303,7 @@ class Dispatcher:
     ) -> int | None:
         """POST one attempt; its status code, or None when it got no answer (or was refused)."""
         try:
-            check_url(url, self._allow)
+            precheck(url, allow=self._allow)
         except TargetError:
             return None
         headers = signed_headers(secret, msg_id, int(self._clock()), body)
