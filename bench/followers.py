@@ -25,9 +25,8 @@ run at once with an error that says so, and so does a wave that is not watching 
 
 :func:`measure` runs each repeat in a fresh process (``python -m bench.followers --json``): in a
 process that has already freed a run's followers, the next run's followers reuse that memory
-and the RSS shows little. ``python -m bench.followers`` (also ``python -m tests.http.follow_cost``)
-prints one store's figures; ``python -m bench.run --only W6`` puts them in
-``bench/results/latest.*``.
+and the RSS shows little. ``python -m bench.followers`` prints one store's figures;
+``python -m bench.run --only W6`` puts them in ``bench/results/latest.*``.
 """
 
 from __future__ import annotations

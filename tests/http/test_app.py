@@ -17,7 +17,7 @@ from trio_batch.http import openapi_document
 from trio_batch.http._errors import CODES
 from trio_batch.testing import ScriptedFetch
 
-from .conftest import ALICE, BOB, Api, auth, open_api
+from .support import ALICE, BOB, Api, auth, open_api
 
 A = "https://a.example.test/"
 B = "https://b.example.test/"

@@ -32,7 +32,7 @@ from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
-from .conftest import ALICE, auth, make_keys
+from .support import ALICE, auth, make_keys
 
 A, B, C = "https://a.example.test/", "https://b.example.test/", "https://c.example.test/"
 

@@ -17,7 +17,6 @@ import pytest
 import trio
 import trio.testing
 
-from tests.http.conftest import auth, make_keys
 from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
 from tests.web.support import URL, StalledCache, stalled_fetcher
 from trio_batch import Config, Target, open_engine
@@ -25,6 +24,8 @@ from trio_batch.http import create_app
 from trio_batch.stores import MemoryStore, ResponseCache, Store
 from trio_batch.testing import asgi_lifespan
 from trio_batch.web._cache import CACHE_WAIT
+
+from .support import auth, make_keys
 
 SLACK = 2.0
 """Seconds over 2 * CACHE_WAIT that /v1/fetch may take on a loaded 2-core machine (real time)."""

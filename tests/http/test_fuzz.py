@@ -20,7 +20,7 @@ from trio_batch.http import create_app, serve
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 
-from .conftest import ALICE, make_keys
+from .support import ALICE, make_keys
 
 pytest.importorskip("schemathesis")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import Api, auth
+from .support import Api, auth
 
 
 @pytest.mark.parametrize("url", ["http://10.1.2.3/", "http://127.0.0.1:8080/", "http://[::1]/"])

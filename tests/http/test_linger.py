@@ -25,7 +25,7 @@ from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
-from .conftest import ALICE, make_keys
+from .support import ALICE, make_keys
 
 OVER_CAP = 300 * 1024
 FAST_ROUNDS = 20

@@ -9,7 +9,7 @@ import trio.testing
 from trio_batch import Config
 from trio_batch.http._listing import decode_cursor, encode_cursor
 
-from .conftest import ALICE, BOB, Api, open_api
+from .support import ALICE, BOB, Api, open_api
 
 A, B = "https://a.example.test/", "https://b.example.test/"
 

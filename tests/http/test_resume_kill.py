@@ -201,12 +201,14 @@ async def until_all_end(client: httpx.AsyncClient, job_ids: list[str]) -> list[d
 
 @pytest.mark.slow
 async def test_sqlite_kill_9_and_resume(tmp_path: Path) -> None:
+    """A server on SQLite killed with SIGKILL mid-job resumes it on restart; no target lost."""
     seed = random.randrange(2**32)
     await kill_and_resume([f"--db={tmp_path / 'jobs.sqlite'}"], tmp_path, seed)
 
 
 @pytest.mark.slow
 async def test_postgres_kill_9_and_resume(tmp_path: Path) -> None:
+    """The same on PostgreSQL: a SIGKILLed server's jobs are resumed by the next one."""
     if not PG_DSN:
         pytest.skip(SKIP_REASON)
     seed = random.randrange(2**32)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trio_batch import Config, Job, TargetError
 
-from .conftest import BOB, Api, auth, open_api
+from .support import BOB, Api, auth, open_api
 
 OK = "https://ok.example.test/"
 BAD = "https://bad.example.test/"
@@ -28,6 +28,7 @@ async def retry(api: Api, job_id: str, key: str | None = None) -> tuple[int, dic
 
 
 async def test_retry_makes_a_linked_job_of_the_failed_targets(api: Api) -> None:
+    """A retry is a new job of exactly the failed targets, in order, naming the old job."""
     api.fetch.script(BAD, TargetError("upstream failed", hint="later"))
     api.fetch.script(BAD2, TargetError("upstream failed", hint="later"))
     submitted = await api.client.post(
@@ -61,6 +62,7 @@ async def test_retry_makes_a_linked_job_of_the_failed_targets(api: Api) -> None:
 
 
 async def test_a_live_job_or_one_without_failures_is_409(api: Api) -> None:
+    """A running job, or a finished one with no failed target, cannot be retried: 409."""
     gate = api.fetch.hold(OK)
     job = (await api.submit(OK)).json()["id"]
 
@@ -76,6 +78,7 @@ async def test_a_live_job_or_one_without_failures_is_409(api: Api) -> None:
 
 
 async def test_another_callers_job_or_an_unknown_one_is_404(api: Api) -> None:
+    """Another caller's job is as unknown as an id that never existed: 404 for both."""
     api.fetch.script(BAD, TargetError("upstream failed"))
     job = (await api.submit(BAD)).json()["id"]
     await ended(api, job)
@@ -87,6 +90,7 @@ async def test_another_callers_job_or_an_unknown_one_is_404(api: Api) -> None:
 
 
 async def test_a_retry_is_capped_like_a_submit() -> None:
+    """A retry counts against the caller's live jobs: 429 with Retry-After when full."""
     async with open_api(Config(ttl=3600, jobs_per_caller=1)) as api:
         api.fetch.script(BAD, TargetError("upstream failed"))
         job = (await api.submit(BAD)).json()["id"]

@@ -1,6 +1,6 @@
 """A retry's own webhook (SPEC §7): the body of ``POST .../retry`` may name where its events go.
 
-A real receiver on 127.0.0.1 and the real clock, as in ``test_webhooks``.
+A real receiver on 127.0.0.1 and the ``io_clock``, as in ``test_webhooks``.
 """
 
 from __future__ import annotations
@@ -8,13 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio.testing
 
-from tests.http.conftest import ALICE, BOB, auth
-from tests.http.test_webhooks import Service, open_service
 from trio_batch import Caller, TargetError, Webhook, open_engine
 from trio_batch.client import open_client
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
+
+from .support import ALICE, BOB, Service, auth, open_service
+
+Clock = trio.testing.MockClock
 
 BAD = "https://example.org/1"
 
@@ -27,7 +30,7 @@ async def ended_with_a_failure(svc: Service, **webhook: Any) -> str:
     return job_id
 
 
-async def test_the_client_retries_with_a_webhook_of_its_own() -> None:
+async def test_the_client_retries_with_a_webhook_of_its_own(io_clock: Clock) -> None:
     """The retry job's end reaches the URL given with the retry, signed, under its own id."""
     async with open_service() as svc:
         old = await ended_with_a_failure(svc, url=svc.receiver.url(path="/old"))
@@ -44,7 +47,7 @@ async def test_the_client_retries_with_a_webhook_of_its_own() -> None:
     )
 
 
-async def test_a_retry_without_a_body_has_no_webhook() -> None:
+async def test_a_retry_without_a_body_has_no_webhook(io_clock: Clock) -> None:
     """The old job's webhook is not carried over: nothing is left to deliver for the retry."""
     store = MemoryStore()
     async with open_service(store) as svc:
@@ -76,7 +79,10 @@ async def test_a_retry_without_a_body_has_no_webhook() -> None:
         ({"webhook": {"url": "https://x.org/", "events": ["start"]}}, "webhook.events"),
     ],
 )
-async def test_a_malformed_retry_body_is_400_naming_its_field(body: object, field: str) -> None:
+async def test_a_malformed_retry_body_is_400_naming_its_field(
+    body: object, field: str, io_clock: Clock
+) -> None:
+    """A retry body that is not an object, or a malformed webhook: 400 naming it, no new job."""
     async with open_service() as svc:
         old = await ended_with_a_failure(svc)
         r = await svc.client.post(f"/v1/batch/{old}/retry", json=body, headers=auth())
@@ -87,7 +93,8 @@ async def test_a_malformed_retry_body_is_400_naming_its_field(body: object, fiel
     assert [old] == [j["id"] for j in jobs]  # nothing was admitted
 
 
-async def test_a_caller_without_a_secret_cannot_give_a_retry_a_webhook() -> None:
+async def test_a_caller_without_a_secret_cannot_give_a_retry_a_webhook(io_clock: Clock) -> None:
+    """A retry's webhook needs the caller's secret, as a submit's does: 400 naming webhook."""
     async with open_service() as svc:
         svc.fetch.script(BAD, TargetError("gone"))
         old = (
@@ -103,6 +110,7 @@ async def test_a_caller_without_a_secret_cannot_give_a_retry_a_webhook() -> None
 
 
 async def test_the_engine_checks_the_webhooks_type() -> None:
+    """BatchEngine.retry takes a trio_batch.Webhook only; an unknown job is None whatever it is."""
     async with open_engine(MemoryStore(), ScriptedFetch()) as engine:
         with pytest.raises(TypeError, match=r"trio_batch\.Webhook"):
             await engine.retry(Caller("a"), "fleet", "0" * 32, webhook="https://x.org/")  # type: ignore[arg-type]

@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -25,7 +27,7 @@ from trio_batch.stores import MemoryStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
-from .conftest import ALICE, auth, make_keys
+from .support import ALICE, auth, make_keys
 
 SLOW = "https://slow.example.test/"
 
@@ -117,10 +119,73 @@ async def _read_port(stream: trio.abc.ReceiveStream, log: bytearray) -> int:
             return int(found.group(1))
 
 
+@asynccontextmanager
+async def _serve_command(
+    nursery: trio.Nursery, db: Path, keys_file: Path, log: bytearray
+) -> AsyncIterator[tuple[trio.Process, int]]:
+    """``trio-batch serve`` in a child process on a free port; its stderr goes into ``log``.
+
+    Killed on the way out if it is still running (a test that failed before its SIGTERM).
+    """
+    cmd = [
+        sys.executable,
+        "-c",
+        "from trio_batch._cli import entry; entry()",
+        "serve",
+        "--port=0",
+        f"--db={db}",
+        f"--keys={keys_file}",
+        "--allow-net=127.0.0.0/8",
+        "--workers=2",
+        "--shape-cpu-seconds=1",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
+    proc = await trio.lowlevel.open_process(cmd, stderr=subprocess.PIPE, env=env)
+    try:
+        assert proc.stderr is not None
+        with trio.fail_after(30):
+            port = await _read_port(proc.stderr, log)
+
+        async def drain() -> None:
+            assert proc.stderr is not None
+            async for chunk in proc.stderr:
+                log.extend(chunk)
+
+        nursery.start_soon(drain)
+        yield proc, port
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+
+
+async def _run_job(
+    port: int, key: str, targets: list[dict[str, Any]]
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Submit ``targets``, follow the job's events to its end; its id, summary and results."""
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}
+    ) as client:
+        sub = await client.post("/v1/batch", json={"targets": targets})
+        assert sub.status_code == 202, sub.text
+        job_id = sub.json()["id"]
+
+        with trio.fail_after(30):
+            async with client.stream("GET", f"/v1/batch/{job_id}/events", timeout=None) as events:
+                async for line in events.aiter_lines():
+                    if line.startswith("event: end"):
+                        break
+
+        summary = (await client.get(f"/v1/batch/{job_id}")).json()
+        results = (await client.get(f"/v1/batch/{job_id}?results=1")).json()
+    return job_id, summary, results
+
+
 @pytest.mark.slow
 class TestServeCommand:
     async def test_end_to_end_submit_poll_results_sigterm(self, tmp_path: Path) -> None:
-        """The real service: submit pages of a local site, poll to done, read, SIGTERM, exit 0.
+        """The real service: submit pages of a local site, follow to done, read, SIGTERM, exit 0.
 
         A fourth target's jq never ends: --shape-cpu-seconds bounds it, and it fails alone.
         """
@@ -129,65 +194,25 @@ class TestServeCommand:
         _, key = add_key(keys_file, "alice")
         site_stop = trio.Event()
         log = bytearray()
+
         async with trio.open_nursery() as nursery:
             site_port: int = await nursery.start(
                 lambda task_status: serve(
                     _site(), port=0, shutdown_trigger=site_stop.wait, task_status=task_status
                 )
             )
-            cmd = [
-                sys.executable,
-                "-c",
-                "from trio_batch._cli import entry; entry()",
-                "serve",
-                "--port=0",
-                f"--db={db}",
-                f"--keys={keys_file}",
-                "--allow-net=127.0.0.0/8",
-                "--workers=2",
-                "--shape-cpu-seconds=1",
-            ]
-            env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
-            proc = await trio.lowlevel.open_process(cmd, stderr=subprocess.PIPE, env=env)
-            try:
-                assert proc.stderr is not None
-                with trio.fail_after(30):
-                    port = await _read_port(proc.stderr, log)
-
-                async def drain() -> None:
-                    assert proc.stderr is not None
-                    async for chunk in proc.stderr:
-                        log.extend(chunk)
-
-                nursery.start_soon(drain)
-                urls = [f"http://127.0.0.1:{site_port}/page/{i}" for i in range(3)]
-                async with httpx.AsyncClient(
-                    base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}
-                ) as client:
-                    forever = {
-                        "url": f"http://127.0.0.1:{site_port}/data.json",
-                        "options": {"jq": "def f: f; f"},
-                    }
-                    sub = await client.post(
-                        "/v1/batch", json={"targets": [*({"url": u} for u in urls), forever]}
-                    )
-                    assert sub.status_code == 202, sub.text
-                    job_id = sub.json()["id"]
-                    with trio.fail_after(30):
-                        for _ in range(3000):
-                            summary = (await client.get(f"/v1/batch/{job_id}")).json()
-                            if summary["status"] not in ("queued", "running"):
-                                break
-                            await trio.sleep(0.01)
-                    results = (await client.get(f"/v1/batch/{job_id}?results=1")).json()
+            urls = [f"http://127.0.0.1:{site_port}/page/{i}" for i in range(3)]
+            forever = {
+                "url": f"http://127.0.0.1:{site_port}/data.json",
+                "options": {"jq": "def f: f; f"},
+            }
+            async with _serve_command(nursery, db, keys_file, log) as (proc, port):
+                job_id, summary, results = await _run_job(
+                    port, key, [*({"url": u} for u in urls), forever]
+                )
                 proc.send_signal(signal.SIGTERM)
                 with trio.fail_after(30):
                     code = await proc.wait()
-            finally:
-                if proc.returncode is None:
-                    proc.kill()
-                    with trio.CancelScope(shield=True):
-                        await proc.wait()
             site_stop.set()
 
         text = log.decode()

@@ -20,7 +20,7 @@ from trio_batch import StoreError
 from trio_batch.http._deadline import StoreCalls, StoreTimeout
 from trio_batch.stores import MemoryStore, Store
 
-from .conftest import Api, auth, open_api
+from .support import Api, auth, open_api
 
 A = "https://a.example.test/"
 B = "https://b.example.test/"
@@ -346,5 +346,6 @@ class TestStoreCalls:
         assert calls.pending_writes == 0
 
     def test_the_timeout_must_be_positive(self) -> None:
+        """A store_timeout of 0 is refused at once, naming the value."""
         with pytest.raises(ValueError, match=r"^store_timeout must be > 0 \(got 0\)$"):
             StoreCalls(0)

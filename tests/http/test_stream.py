@@ -13,8 +13,8 @@ from trio_batch import Config, TargetError, TargetStatus
 from trio_batch.http._stream import CHUNK
 from trio_batch.stores import MemoryStore
 
-from .conftest import ALICE, BOB, Api, auth, open_api
 from .streaming import open_stream
+from .support import ALICE, BOB, Api, auth, open_api
 
 A, B, C = "https://a.example.test/", "https://b.example.test/", "https://c.example.test/"
 

@@ -9,8 +9,8 @@ import trio.testing
 
 from trio_batch.stores import JobSummary, MemoryStore
 
-from .conftest import ALICE, open_api
 from .streaming import open_stream
+from .support import ALICE, open_api
 
 A, B = "https://a.example.test/", "https://b.example.test/"
 

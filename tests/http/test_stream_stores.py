@@ -18,8 +18,8 @@ from trio_batch.http import create_app
 from trio_batch.stores import Store
 from trio_batch.testing import ScriptedFetch
 
-from .conftest import ALICE, lifespan, make_keys, open_api
 from .streaming import open_stream
+from .support import ALICE, lifespan, make_keys, open_api
 
 A, B = "https://a.example.test/", "https://b.example.test/"
 

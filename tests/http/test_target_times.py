@@ -6,7 +6,7 @@ import trio.testing
 
 from trio_batch import TargetError
 
-from .conftest import Api
+from .support import Api
 
 A = "https://a.example.test/"
 B = "https://b.example.test/"

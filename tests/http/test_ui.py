@@ -24,7 +24,7 @@ from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
-from .conftest import ALICE, auth, make_keys
+from .support import ALICE, auth, make_keys
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

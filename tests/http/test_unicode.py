@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from .conftest import Api, auth
+from .support import Api, auth
 
 SURROGATE = "\ud800"
 URL = "https://example.org/page"

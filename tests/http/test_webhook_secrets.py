@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 
-from trio_batch.http import KeysFileError, add_key, load_keys
-from trio_batch.http._keys import set_webhook_secret
+from trio_batch.http import KeysFileError, add_key, load_keys, set_webhook_secret
 from trio_batch.http._webhooks import signature, signed_headers
+
+from .support import docs_verifier
 
 
 def test_the_standard_webhooks_test_vector() -> None:
@@ -62,6 +60,7 @@ class TestKeysSecret:
         assert secret not in repr(ring["alice"])
 
     def test_a_second_call_replaces_the_secret(self, tmp_path: Path) -> None:
+        """A new secret replaces the old one: the old one no longer signs anything."""
         keys = tmp_path / "keys.toml"
         add_key(keys, "alice")
 
@@ -72,6 +71,7 @@ class TestKeysSecret:
         assert [r.webhook_secret for r in load_keys(keys)] == [second]
 
     def test_an_unknown_caller_is_refused_with_the_command_to_add_it(self, tmp_path: Path) -> None:
+        """A secret for a caller the file lacks is refused with the command that adds it."""
         keys = tmp_path / "keys.toml"
         add_key(keys, "alice")
 
@@ -80,6 +80,7 @@ class TestKeysSecret:
 
     @pytest.mark.parametrize("bad", ["s3cret", "whsec_", "whsec_!!!", "whsec_c2hvcnQ="])
     def test_a_bad_secret_in_the_file_names_the_field(self, tmp_path: Path, bad: str) -> None:
+        """A malformed webhook_secret in the file fails the load naming the entry's field."""
         keys = tmp_path / "keys.toml"
         add_key(keys, "alice")
         keys.write_text(keys.read_text() + f'webhook_secret = "{bad}"\n')
@@ -88,6 +89,7 @@ class TestKeysSecret:
             load_keys(keys)
 
     def test_the_command_prints_the_secret_once_on_its_last_line(self, tmp_path: Path) -> None:
+        """`keys secret` prints the secret once, last, for scripts; an unknown name exits 2."""
         keys = tmp_path / "keys.toml"
         add_key(keys, "alice")
         cmd = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
@@ -111,17 +113,6 @@ class TestKeysSecret:
         assert done.stdout.count(last) == 1
         assert (missing.returncode, missing.stdout) == (2, "")
         assert "no caller named 'nobody'" in missing.stderr
-
-
-def docs_verifier() -> Callable[..., bool]:
-    """The receiver's verifier exactly as docs/operations.md shows it."""
-    page = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
-    code = next(
-        b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "def verify_webhook" in b
-    )
-    namespace: dict[str, Any] = {}
-    exec(compile(code, "docs/operations.md", "exec"), namespace)
-    return cast("Callable[..., bool]", namespace["verify_webhook"])
 
 
 def test_the_documented_verifier_accepts_what_we_sign_and_nothing_else() -> None:

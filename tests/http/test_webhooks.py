@@ -1,183 +1,49 @@
 """Webhook deliveries (SPEC §7): what a receiver gets, signed, in order, retried, guarded.
 
-These tests run a real receiver on 127.0.0.1 and the real clock, with the retry waits made
-short through :class:`DeliveryPolicy` (a socket wait would let a mock clock jump past them).
+These tests run a real receiver on 127.0.0.1 on the ``io_clock`` (a mock clock that jumps only
+after 50 ms of real idleness, so an answer on its way over the socket is not jumped past). They
+wait for the receiver's requests and for the outcomes the dispatcher records (``Outbox``), never
+for a time; the retry waits are short and without jitter (``FAST``).
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import functools
-import ipaddress
-import itertools
-import json
 import logging
 import os
-from collections import deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
-import httpx
 import pytest
 import trio
 import trio.testing
 
-from tests.http.conftest import ALICE, BOB, auth, lifespan
-from tests.http.test_webhook_secrets import docs_verifier
-from trio_batch import (
-    BatchEngine,
-    Caller,
-    Config,
-    JobStatus,
-    Target,
-    TargetError,
-    Webhook,
-    open_engine,
-)
-from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
-from trio_batch.http._deliveries import DeliveryPolicy, Dispatcher, open_deliveries
+from trio_batch import Caller, JobStatus, Target, TargetError, Webhook, open_engine
+from trio_batch.http import DeliveryPolicy, hash_key, open_deliveries
 from trio_batch.metrics import PrometheusMetrics
 from trio_batch.stores import MemoryStore, ServiceStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
-from trio_batch.web import precheck
 
-SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
-LOOPBACK = [ipaddress.ip_network("127.0.0.1/32")]
-FAST = DeliveryPolicy(first_wait=0.05, max_wait=0.2, poll=0.2, min_gap=0.005, timeout=2.0)
+from .support import (
+    ALICE,
+    BOB,
+    FAST,
+    LOOPBACK,
+    SECRET,
+    Outbox,
+    auth,
+    delivery_count,
+    docs_verifier,
+    open_receiver,
+    open_service,
+    webhook_keys,
+)
 
-
-def make_keys() -> KeyRing:
-    return KeyRing(
-        [
-            KeyRecord("alice", "lab", "fleet", hash_key(ALICE), webhook_secret=SECRET),
-            KeyRecord("bob", "", "fleet", hash_key(BOB)),
-        ]
-    )
-
-
-@dataclass
-class Delivery:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-class Receiver:
-    """A tiny HTTP/1.1 server that records each request and answers the scripted statuses."""
-
-    def __init__(self) -> None:
-        self.got: list[Delivery] = []
-        self.statuses: deque[int] = deque()
-        self.port = 0
-
-    async def handle(self, stream: trio.SocketStream) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = await stream.receive_some(65536)
-            if not chunk:
-                return
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        first, *lines = head.decode().split("\r\n")
-        headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in lines)}
-        while len(body) < int(headers.get("content-length", "0")):
-            body += await stream.receive_some(65536)
-        self.got.append(Delivery(first.split()[1], headers, body))
-        status = self.statuses.popleft() if self.statuses else 200
-        answer = f"HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-        await stream.send_all(answer.encode())
-        await stream.aclose()
-
-    def url(self, host: str = "127.0.0.1", path: str = "/hook") -> str:
-        return f"http://{host}:{self.port}{path}"
-
-    async def wait_for(self, n: int) -> list[Delivery]:
-        await until(lambda: len(self.got) >= n)
-        return self.got
-
-
-async def until(check: Callable[[], object]) -> None:
-    """Wait (real time, at most 10 s) until ``check()`` is true."""
-    with trio.fail_after(10):
-        for _ in itertools.count():
-            if check():
-                return
-            await trio.sleep(0.01)
-
-
-@dataclass
-class Service:
-    client: httpx.AsyncClient
-    fetch: ScriptedFetch
-    metrics: PrometheusMetrics
-    dispatcher: Dispatcher
-    receiver: Receiver
-    transport: httpx.AsyncBaseTransport
-    engine: BatchEngine
-
-    async def submit(self, n: int = 2, key: str = ALICE, **webhook: Any) -> httpx.Response:
-        webhook.setdefault("url", self.receiver.url())
-        targets = [{"url": f"https://example.org/{i}"} for i in range(n)]
-        body = {"targets": targets, "webhook": webhook}
-        return await self.client.post("/v1/batch", json=body, headers=auth(key))
-
-    def count(self, outcome: str) -> float:
-        value = self.metrics.registry.get_sample_value(
-            "trio_batch_webhook_deliveries_total", {"outcome": outcome}
-        )
-        return value or 0.0
-
-
-@contextlib.asynccontextmanager
-async def open_receiver() -> AsyncIterator[Receiver]:
-    receiver = Receiver()
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, receiver.handle, 0, host="127.0.0.1")
-        )
-        receiver.port = listeners[0].socket.getsockname()[1]
-        yield receiver
-        nursery.cancel_scope.cancel()
-
-
-@contextlib.asynccontextmanager
-async def open_service(
-    store: ServiceStore | None = None,
-    *,
-    allow: Any = LOOPBACK,
-    policy: DeliveryPolicy = FAST,
-    **kwargs: Any,
-) -> AsyncIterator[Service]:
-    store = store if store is not None else MemoryStore()
-    fetch = ScriptedFetch()
-    metrics = PrometheusMetrics()
-    keys = make_keys()
-    async with (
-        open_receiver() as receiver,
-        open_engine(store, fetch, Config(ttl=3600, hooks=metrics.hooks())) as engine,
-    ):
-        app = create_app(
-            engine, keys, precheck=functools.partial(precheck, allow=LOOPBACK), metrics=metrics
-        )
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            lifespan(app),
-            httpx.AsyncClient(transport=transport, base_url="http://api.test") as client,
-            open_deliveries(
-                store, engine, keys, allow=allow, metrics=metrics, policy=policy, **kwargs
-            ) as dispatcher,
-        ):
-            yield Service(client, fetch, metrics, dispatcher, receiver, transport, engine)
+Clock = trio.testing.MockClock
 
 
 class TestDeliveries:
-    async def test_the_end_event_is_signed_for_the_documented_verifier(self) -> None:
+    async def test_the_end_event_is_signed_for_the_documented_verifier(
+        self, io_clock: Clock
+    ) -> None:
         """One POST of batch.end with the job's summary, signed with the caller's secret."""
         verify = docs_verifier()
         async with open_service() as svc:
@@ -204,7 +70,7 @@ class TestDeliveries:
         }
         assert 1 == svc.count("delivered")
 
-    async def test_target_events_come_in_order_then_the_end(self) -> None:
+    async def test_target_events_come_in_order_then_the_end(self, io_clock: Clock) -> None:
         """events: target and end: one batch.target a target, by index, then batch.end."""
         async with open_service() as svc:
             svc.fetch.script("https://example.org/1", TargetError("gone", hint="h", status=404))
@@ -223,29 +89,34 @@ class TestDeliveries:
             d.headers["webhook-id"] for d in got
         ]
 
-    async def test_a_failing_receiver_gets_the_same_id_until_it_answers_2xx(self) -> None:
+    async def test_a_failing_receiver_gets_the_same_id_until_it_answers_2xx(
+        self, io_clock: Clock
+    ) -> None:
         """500, 500, then 200: three attempts of one message, each signed anew."""
         verify = docs_verifier()
         async with open_service() as svc:
             svc.receiver.statuses.extend([500, 500, 200])
             r = await svc.submit(1)
             got = await svc.receiver.wait_for(3)
-            await trio.sleep(0.3)
+            await svc.outbox.wait_recorded(3)
 
         assert 3 == len(got)
         assert {f"{r.json()['id']}.end"} == {d.headers["webhook-id"] for d in got}
         assert all(verify(SECRET, d.headers, d.body) for d in got)
         assert (2, 1, 0) == (svc.count("retried"), svc.count("delivered"), svc.count("given_up"))
 
-    async def test_an_event_is_given_up_after_its_time(self) -> None:
+    async def test_an_event_is_given_up_after_its_time(self, io_clock: Clock) -> None:
         """A receiver that never answers 2xx is tried until give_up_after, then left alone.
 
         The later events of the job get one attempt each: the hour runs across them.
         """
-        policy = DeliveryPolicy(first_wait=0.05, max_wait=0.05, poll=0.1, give_up_after=0.3)
+        policy = DeliveryPolicy(
+            first_wait=0.05, max_wait=0.05, jitter=0.0, poll=0.1, give_up_after=0.3
+        )
         async with open_receiver() as receiver:
             receiver.statuses.extend([503] * 1000)
             store = MemoryStore()
+            outbox = Outbox(store)
             metrics = PrometheusMetrics()
             async with open_engine(store, ScriptedFetch()) as engine:
                 await engine.submit(
@@ -255,18 +126,16 @@ class TestDeliveries:
                     webhook=Webhook(receiver.url(), ("target", "end")),
                 )
                 async with open_deliveries(
-                    store, engine, make_keys(), allow=LOOPBACK, metrics=metrics, policy=policy
+                    cast("ServiceStore", outbox),
+                    engine,
+                    webhook_keys(),
+                    allow=LOOPBACK,
+                    metrics=metrics,
+                    policy=policy,
                 ):
-                    await until(
-                        lambda: (
-                            metrics.registry.get_sample_value(
-                                "trio_batch_webhook_deliveries_total", {"outcome": "given_up"}
-                            )
-                            == 3
-                        )
-                    )
+                    await outbox.wait_until(lambda: delivery_count(metrics, "given_up") == 3)
                     ids = [d.headers["webhook-id"] for d in receiver.got]
-                    await trio.sleep(0.3)
+                    await trio.sleep(1.0)  # on the mock clock: past every retry wait
 
         first = ids.count(ids[0])
         assert first >= 3
@@ -284,7 +153,7 @@ class TestRefused:
     @pytest.mark.parametrize(
         "host", ["127.0.0.2", "10.0.0.1", "169.254.169.254", "[::1]", "0x7f000002"]
     )
-    async def test_a_private_address_is_refused_at_submit(self, host: str) -> None:
+    async def test_a_private_address_is_refused_at_submit(self, host: str, io_clock: Clock) -> None:
         """The webhook URL gets a target's pre-check: 400 naming webhook.url, no job."""
         async with open_service() as svc:
             r = await svc.submit(1, url=svc.receiver.url(host))
@@ -296,7 +165,7 @@ class TestRefused:
         assert [] == svc.receiver.got
 
     async def test_a_name_that_resolves_to_a_refused_address_is_never_contacted(
-        self, caplog: pytest.LogCaptureFixture
+        self, caplog: pytest.LogCaptureFixture, io_clock: Clock
     ) -> None:
         """The guard refuses at connect time; the event is retried, the receiver never hit."""
         _log_everything(caplog)
@@ -306,14 +175,14 @@ class TestRefused:
 
         async with open_service(allow=(), resolver=resolver) as svc:
             r = await svc.submit(1, url=svc.receiver.url("hooks.example.org"))
-            await until(lambda: svc.count("retried") >= 2)
+            await svc.outbox.wait_until(lambda: svc.count("retried") >= 2)
 
         assert 202 == r.status_code
         assert [] == svc.receiver.got
         _assert_no_address_logged(caplog, "hooks.example.org", "127.0.0.1", f":{svc.receiver.port}")
 
     async def test_no_log_record_holds_the_url_or_host(
-        self, caplog: pytest.LogCaptureFixture
+        self, caplog: pytest.LogCaptureFixture, io_clock: Clock
     ) -> None:
         """Deliveries, retries and give-ups log the job id, event, attempt and status only."""
         _log_everything(caplog)
@@ -344,7 +213,8 @@ def _assert_no_address_logged(caplog: pytest.LogCaptureFixture, *needles: str) -
 
 
 class TestSubmit:
-    async def test_a_caller_without_a_secret_gets_400_naming_webhook(self) -> None:
+    async def test_a_caller_without_a_secret_gets_400_naming_webhook(self, io_clock: Clock) -> None:
+        """A webhook from a caller with no secret cannot be signed: 400 naming webhook."""
         async with open_service() as svc:
             r = await svc.submit(1, key=BOB)
 
@@ -365,8 +235,9 @@ class TestSubmit:
         ],
     )
     async def test_a_malformed_webhook_is_400_naming_its_field(
-        self, webhook: object, field: str
+        self, webhook: object, field: str, io_clock: Clock
     ) -> None:
+        """Each malformed part of webhook is a 400 whose field names it, with a hint."""
         async with open_service() as svc:
             r = await svc.client.post(
                 "/v1/batch",
@@ -378,12 +249,12 @@ class TestSubmit:
         assert r.json()["hint"]
 
 
-async def test_every_store_delivers_in_order(store: ServiceStore) -> None:
+async def test_every_store_delivers_in_order(store: ServiceStore, io_clock: Clock) -> None:
     """Target events then the end, on MemoryStore, SQLite and (when set up) PostgreSQL."""
     async with open_service(store) as svc:
         r = await svc.submit(3, events=["target", "end"])
         got = await svc.receiver.wait_for(4)
-        await trio.sleep(0.3)
+        await svc.outbox.wait_recorded(4)
 
     job_id = r.json()["id"]
     assert [f"{job_id}.t0", f"{job_id}.t1", f"{job_id}.t2", f"{job_id}.end"] == [
@@ -393,7 +264,7 @@ async def test_every_store_delivers_in_order(store: ServiceStore) -> None:
 
 
 async def test_deliveries_left_in_the_store_are_sent_after_a_restart(
-    tmp_path: os.PathLike[str],
+    tmp_path: os.PathLike[str], io_clock: Clock
 ) -> None:
     """A job finished while nothing delivered; the next service's dispatcher delivers it."""
     path = os.path.join(tmp_path, "jobs.sqlite")
@@ -405,18 +276,15 @@ async def test_deliveries_left_in_the_store_are_sent_after_a_restart(
                 [_target(), _target()],
                 webhook=Webhook(receiver.url(), ("target", "end")),
             )
-            with trio.fail_after(10):
-                for _ in itertools.count():
-                    snap = await engine.status(sub.id)
-                    if snap is not None and not snap.job.status.live:
-                        break
-                    await trio.sleep(0.01)
+            with engine.watch(sub.id) as watch:
+                while (snap := await engine.status(sub.id)) is not None and snap.job.status.live:
+                    await watch.wait()
         assert snap is not None
         assert JobStatus.DONE == snap.job.status
         async with (
             SQLiteStore.open(path) as store,
             open_engine(store, ScriptedFetch()) as engine,
-            open_deliveries(store, engine, make_keys(), allow=LOOPBACK, policy=FAST),
+            open_deliveries(store, engine, webhook_keys(), allow=LOOPBACK, policy=FAST),
         ):
             got = await receiver.wait_for(3)
 
@@ -425,7 +293,7 @@ async def test_deliveries_left_in_the_store_are_sent_after_a_restart(
     ]
 
 
-async def test_the_python_client_submits_a_webhook() -> None:
+async def test_the_python_client_submits_a_webhook(io_clock: Clock) -> None:
     """``client.submit(targets, webhook=...)`` reaches the route: the receiver gets the end."""
     from trio_batch.client import open_client
 
@@ -442,19 +310,19 @@ async def test_the_python_client_submits_a_webhook() -> None:
     assert [f"{sub.id}.t0", f"{sub.id}.end"] == [d.headers["webhook-id"] for d in got]
 
 
-async def test_jobs_without_a_webhook_never_wake_the_deliveries() -> None:
+async def test_jobs_without_a_webhook_never_wake_the_deliveries(io_clock: Clock) -> None:
     """A busy engine whose jobs have no webhook costs the dispatcher no store read."""
     quiet = DeliveryPolicy(poll=3600.0, min_gap=0.0)
     async with open_service(policy=quiet) as svc:
         await trio.testing.wait_all_tasks_blocked()  # its first look at the store is done
-        before = svc.dispatcher.reads
+        before = svc.reads()
         for i in range(5):
             body = {"targets": [{"url": f"https://example.org/{i}/{j}"} for j in range(3)]}
             job = (await svc.client.post("/v1/batch", json=body, headers=auth())).json()["id"]
             with svc.engine.watch(job) as watch:
                 while (state := await svc.engine.job(job)) is None or state.status.live:
                     await watch.wait()
-        quiet_reads = svc.dispatcher.reads - before
+        quiet_reads = svc.reads() - before
         hooked = await svc.submit(1)
         await svc.receiver.wait_for(1)
 

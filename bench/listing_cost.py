@@ -1,6 +1,6 @@
 """How fast ``GET /v1/batch`` is with 100,000 finished jobs, per store (a measurement).
 
-    python -m tests.http.listing_cost [--jobs 100000] [--store memory sqlite postgres]
+    python -m bench.listing_cost [--jobs 100000] [--store memory sqlite postgres]
 
 Fills a store with ``--jobs`` finished jobs of one caller (one target each; plus as many of
 another caller), written straight into the tables for the SQL stores (admitting them one by

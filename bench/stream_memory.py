@@ -1,6 +1,6 @@
 """Streaming a big job's results keeps memory flat (a measurement, not a test).
 
-    python -m tests.http.stream_memory [--targets 10000] [--kib 64]
+    python -m bench.stream_memory [--targets 10000] [--kib 64]
 
 Writes one finished job of ``--targets`` targets with ``--kib`` KiB results into a SQLite file
 (straight into the tables: the engine would take as long as the fetches), then streams
@@ -19,14 +19,15 @@ import tracemalloc
 from pathlib import Path
 
 import trio
+from tests.http.streaming import open_stream
 
 from trio_batch import Config, Result, open_engine
-from trio_batch.http import create_app
+from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key
 from trio_batch.stores import SQLiteStore
-from trio_batch.testing import ScriptedFetch
+from trio_batch.testing import ScriptedFetch, asgi_lifespan
 
-from .conftest import ALICE, lifespan, make_keys
-from .streaming import open_stream
+ALICE = "tb_alice-bench-key"
+KEYS = KeyRing([KeyRecord("alice", "lab", "fleet", hash_key(ALICE))])
 
 
 async def measure(targets: int, kib: int) -> None:
@@ -53,8 +54,8 @@ async def measure(targets: int, kib: int) -> None:
             filled = time.perf_counter() - t0
             config = Config(ttl=1e13, max_bytes=2**62)
             async with open_engine(store, ScriptedFetch(), config) as engine:
-                app = create_app(engine, make_keys(), access_log_enabled=False)
-                async with lifespan(app):
+                app = create_app(engine, KEYS, access_log_enabled=False)
+                async with asgi_lifespan(app):
                     tracemalloc.start()
                     t0 = time.perf_counter()
                     size = lines = 0
