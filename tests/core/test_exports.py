@@ -118,11 +118,3 @@ def test_every_public_name_is_in_the_api_reference(module: str) -> None:
     missing = [f"{module}.{name}" for name in names]
 
     assert [] == [name for name in missing if name not in documented_names()]
-
-
-@pytest.mark.parametrize("module", PUBLIC_MODULES)
-def test_public_all_is_sorted(module: str) -> None:
-    """Every public ``__all__`` is sorted, so a reader finds a name where it should be."""
-    names = list(importlib.import_module(module).__all__)
-
-    assert sorted(names) == names
