@@ -50,6 +50,7 @@ class TestDeliveries:
             r = await svc.submit(2)
             job_id = r.json()["id"]
             (got,) = await svc.receiver.wait_for(1)
+            await svc.outbox.wait_recorded(1)
             summary = (await svc.client.get(f"/v1/batch/{job_id}", headers=auth())).json()
 
         assert 202 == r.status_code
