@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from trio_batch import (
     Caller,
@@ -111,3 +112,56 @@ async def test_retry_is_capped_like_a_submit(store: Store) -> None:
         with pytest.raises(CallerBusy):
             await engine.retry(ALICE, "fleet", first.id)
         gate.set()
+
+
+class TestUnfinished:
+    """An amendment to SPEC §7 (docs/spec.md): a retry runs an ended job's unfinished targets."""
+
+    async def test_an_interrupted_job_retries_its_unfinished_targets(self, store: Store) -> None:
+        """A job closed mid-way (interrupted) retries its failed, running and pending targets,
+        in input order; its done targets stay done."""
+        fetch = failing_fetch()
+        gate = fetch.hold(TARGETS[2].url)
+        held = [*TARGETS, Target("https://ok.example.test/4")]
+        async with open_engine(store, fetch) as engine:
+            first = await engine.submit(ALICE, "fleet", held)
+            while TARGETS[2].url not in fetch.calls:
+                await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+
+        ends = Ends()
+        async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
+            old = await engine.status(first.id)
+            retried = await engine.retry(ALICE, "fleet", first.id)
+            assert retried is not None
+            await ends.wait_for(1)
+            snap = await engine.status(retried.id)
+
+        assert old is not None and (JobStatus.FAILED, "interrupted") == (
+            old.job.status,
+            old.job.error,
+        )
+        assert snap is not None and snap.job.retry_of == first.id
+        assert [t.url for t in held[1:]] == [t.url for t in snap.targets]
+
+    async def test_a_cancelled_job_retries_its_pending_targets(self, store: Store) -> None:
+        """Cancel stops a job after its in-flight target: the pending ones are in the retry."""
+        ends = Ends()
+        fetch = ScriptedFetch()
+        urls = [f"https://ok.example.test/{i}" for i in range(4)]
+        gate = fetch.hold(urls[1])
+        async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
+            first = await engine.submit(ALICE, "fleet", [Target(u) for u in urls])
+            while urls[1] not in fetch.calls:
+                await trio.testing.wait_all_tasks_blocked()
+            assert await engine.cancel(first.id)
+            gate.set()
+            await ends.wait_for(1)
+            await trio.testing.wait_all_tasks_blocked()  # the in-flight target is stored
+            retried = await engine.retry(ALICE, "fleet", first.id)
+            assert retried is not None
+            await ends.wait_for(2)
+            snap = await engine.status(retried.id)
+
+        assert snap is not None and JobStatus.DONE is snap.job.status
+        assert urls[2:] == [t.url for t in snap.targets]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from trio_batch import Config, Job, TargetError
+import trio
+import trio.testing
+
+from trio_batch import Config, Job, TargetError, TargetState
 
 from .support import BOB, Api, auth, open_api
 
@@ -104,3 +107,29 @@ async def test_a_retry_is_capped_like_a_submit() -> None:
 
     assert 429 == status and body["hint"]
     assert response.headers["Retry-After"]
+
+
+async def test_a_cancelled_job_retries_its_unfinished_targets(api: Api) -> None:
+    """Amending SPEC §7: a cancelled job's targets that never ran are in its retry with the
+    failed ones, in input order; the 409 of a job with nothing left names its results."""
+    api.fetch.script(BAD, TargetError("upstream failed", hint="later"))
+    gate = api.fetch.hold(OK)
+    job = (await api.submit(BAD, OK, OK + "2", OK + "3")).json()["id"]
+    while OK not in api.fetch.calls:
+        await trio.testing.wait_all_tasks_blocked()
+    cancelled = await api.client.delete(f"/v1/batch/{job}", headers=auth())
+    gate.set()
+    while OK in [t.url for t in await api.engine.targets(job, states=[TargetState.RUNNING])]:
+        await trio.testing.wait_all_tasks_blocked()
+
+    status, body = await retry(api, job)
+    assert isinstance(body["id"], str)
+    await ended(api, body["id"])
+    new = await api.get(f"/v1/batch/{body['id']}", results=1)
+    nothing_status, nothing = await retry(api, body["id"])
+
+    assert (200, "cancelled") == (cancelled.status_code, cancelled.json()["status"])
+    assert (202, 3) == (status, body["targets_total"])
+    assert [BAD, OK + "2", OK + "3"] == [t["url"] for t in new.json()["targets"]]
+    assert (409, "done") == (nothing_status, nothing["status"])
+    assert "/results" in str(nothing["hint"])
