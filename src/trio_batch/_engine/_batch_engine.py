@@ -113,6 +113,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._closing = False
         self._stopping = trio.Event()  # set as closing begins: outcomes stop waiting for the store
         self._closed = trio.Event()
+        # The last failed store write (error type, trio time) until an outcome is stored again.
+        self._store_failure: tuple[str, float] | None = None
         # Who waits on which job: polling once a second on a store other engines share.
         self._watchers = watchers_for(store)
 
@@ -375,6 +377,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
             workers=self._workers,
             queued_jobs=self._recv.statistics().current_buffer_used,
             retrying_jobs=self._retrying,
+            store_error=None if self._store_failure is None else self._store_failure[0],
+            store_error_at=None if self._store_failure is None else self._store_failure[1],
         )
 
     async def aclose(self) -> None:
@@ -582,9 +586,18 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     async def _store_group(self, group: list[Fetched]) -> Sequence[Stored | Exception]:
         items = [(live.id, idx, outcome) for live, idx, outcome, _, _ in group]
-        return await store_outcomes(
-            self._store, items, self._wall, self._config.max_bytes, self._stopping, self._log
+        results = await store_outcomes(
+            self._store,
+            items,
+            self._wall,
+            self._config.max_bytes,
+            self._stopping,
+            self._log,
+            failed=self._store_failed,
         )
+        if any(not isinstance(stored, Exception) for stored in results):
+            self._store_failure = None
+        return results
 
     async def _acknowledge_group(
         self, group: list[Fetched], results: Sequence[Stored | Exception]
@@ -652,7 +665,11 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if (hook := self._hooks.inflight) is not None:
             hook(self._inflight)
 
+    def _store_failed(self, exc: Exception) -> None:
+        self._store_failure = (type(exc).__name__, trio.current_time())
+
     def _store_error(self, op: str, job_id: str, exc: Exception) -> None:
+        self._store_failed(exc)
         self._log.warning(
             "store %s failed with %s",
             op,

@@ -28,6 +28,11 @@ class EngineStatistics:
     """Jobs waiting in the rotation for a worker."""
     retrying_jobs: int
     """Jobs waiting out ``Config.retry_wait`` after a busy target."""
+    store_error: str | None = None
+    """The error type of the engine's last failed store write, until an outcome is stored
+    again (None while writes work): what ``/healthz`` reads to see the engine's own writes."""
+    store_error_at: float | None = None
+    """When (``trio.current_time()``) that write failed; None with ``store_error``."""
 
 
 class LiveJob:

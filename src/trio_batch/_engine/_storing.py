@@ -32,11 +32,14 @@ async def store_outcomes(
     max_bytes: int,
     stopping: trio.Event,
     log: logging.Logger,
+    *,
+    failed: Callable[[Exception], None] | None = None,
 ) -> list[Stored | Exception]:
     """``store.finish_targets(items)``, an outage tried again until ``stopping`` is set.
 
     Returns one result per item, in order, as ``finish_targets`` does; an exception is left
     only for an outage that outlasted the engine, or an item refused even as a failure.
+    ``failed`` is told of each outage as it happens (``/healthz`` reads it from the engine).
     """
     todo = list(items)
     results = await _finish(store, todo, wall(), max_bytes)
@@ -59,6 +62,8 @@ async def store_outcomes(
         if not again or stopping.is_set():
             return results
         if outage is not None:
+            if failed is not None:
+                failed(outage)
             outages += 1
             wait = backoff(outages, RETRY_FIRST, RETRY_MAX)
             error = type(outage).__name__

@@ -13,7 +13,9 @@ back, a second cancel answers 409, a touch is a touch).
 Writes that nobody waits for are bounded: at most :data:`MAX_PENDING_WRITES` at once, and a
 background touch of a job that is already being touched is not started again. ``/healthz``
 waits (within its own deadline) for the writes that have been pending longer than
-``store_timeout``: if they do not finish, the write path is stuck.
+``store_timeout``: if they do not finish, the write path is stuck. How each write ends is told
+to :attr:`StoreCalls.health` (``_health``), so ``/healthz`` also sees writes that fail at once
+(a full disk), and a background write that fails is logged once a spell, not once a request.
 
 Without a lifespan (an app driven by ``httpx.ASGITransport``, or by a server that does not
 send lifespan events) the calls run inline under the deadline: reads still end in time, but a
@@ -23,7 +25,6 @@ write the store has queued is waited for until the store answers.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TypeVar, TypeVarTuple, Unpack, cast, final
@@ -32,8 +33,7 @@ import outcome
 import trio
 
 from .._errors import SubmitError
-
-_log = logging.getLogger("trio_batch.http")
+from ._health import WriteHealth, outage_type
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -81,6 +81,8 @@ class StoreCalls:
         self._nursery: trio.Nursery | None = None
         self._writes: set[_Call] = set()
         self._keys: set[Hashable] = set()
+        self.health = WriteHealth()
+        """How the API's writes end lately: ``/healthz`` reads it."""
 
     @property
     def running_lifespan(self) -> bool:
@@ -132,7 +134,13 @@ class StoreCalls:
         nursery = self._nursery
         if nursery is None:
             with trio.move_on_at(deadline):
-                return await fn()
+                try:
+                    value = await fn()
+                except Exception as exc:
+                    self._ended(outcome.Error(exc), write=write)
+                    raise
+                self._ended(outcome.Value(value), write=write)
+                return value
             raise StoreTimeout(self.timeout, write=write)
         if trio.current_time() >= deadline:  # the request's earlier calls used the budget up
             await trio.lowlevel.checkpoint()
@@ -185,14 +193,29 @@ class StoreCalls:
             if call.key is not None:
                 self._keys.discard(call.key)
             call.done.set()
+        if call.result is not None:
+            self._ended(call.result, write=call.write)
         if not call.waited and isinstance(call.result, outcome.Error):
             error = call.result.error
-            if not isinstance(error, (SubmitError, trio.ClosedResourceError)):
-                _log.warning(
+            if outage_type(error) is None and not isinstance(
+                error, (SubmitError, trio.ClosedResourceError)
+            ):
+                kind = type(error).__name__
+                self.health.throttle.warning(
                     "a store call nobody waited for failed with %s",
-                    type(error).__name__,
-                    extra={"error_type": type(error).__name__},
+                    kind,
+                    kind=f"background {kind}",
+                    error_type=kind,
                 )
+
+    def _ended(self, result: outcome.Outcome[object], *, write: bool) -> None:
+        """Tell :attr:`health` how a write ended: landed, or failed for the database's sake."""
+        if not write:
+            return
+        if isinstance(result, outcome.Value):
+            self.health.succeeded()
+        elif isinstance(result, outcome.Error) and (kind := outage_type(result.error)):
+            self.health.failed(kind)
 
 
 @final

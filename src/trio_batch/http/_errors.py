@@ -31,6 +31,7 @@ from .._errors import (
 )
 from .._model import JSONValue
 from ._deadline import StoreTimeout
+from ._health import LogThrottle
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -161,15 +162,19 @@ def store_timed_out(exc: StoreTimeout, retry_after_seconds: int) -> ApiError:
     )
 
 
-def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
+def answer_errors(
+    endpoint: Endpoint, *, retry_after_seconds: int, throttle: LogThrottle | None = None
+) -> Endpoint:
     """``endpoint``, answering every exception it raises with a JSON error.
 
     An :class:`ApiError` is its own answer; a closed engine is 503 with ``Retry-After``; so is a
     store call that failed because the database is down (:func:`store_failure`) or that did not
     finish within the request's deadline (:class:`StoreTimeout`); a client that hangs up
     mid-body is 400; anything else is a bug: 500. Failures are logged by type only (never the
-    message, which may hold a URL, a key or a DSN).
+    message, which may hold a URL, a key or a DSN). With ``throttle``, the warnings of a
+    database that is down or slow are logged once per kind every few seconds, not per request.
     """
+    warn = throttle.warning if throttle is not None else _warning
 
     async def answered(request: Request) -> Response:
         try:
@@ -185,11 +190,12 @@ def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
                 headers=retry_after_header(retry_after_seconds),
             ).response()
         except StoreTimeout as exc:
-            _log.warning(
+            warn(
                 "request gave up on the store after %g s%s",
                 exc.seconds,
                 " (too many writes waiting)" if exc.backlog else "",
-                extra={"error_type": "StoreTimeout"},
+                kind=f"StoreTimeout {exc.backlog}",
+                error_type="StoreTimeout",
             )
             return store_timed_out(exc, retry_after_seconds).response()
         except ClientDisconnect:
@@ -198,7 +204,7 @@ def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
             failure = store_failure(exc)
             kind = type(failure if failure is not None else exc).__name__
             if failure is not None:
-                _log.warning("store unavailable: %s", kind, extra={"error_type": kind})
+                warn("store unavailable: %s", kind, kind=f"unavailable {kind}", error_type=kind)
                 return store_unavailable(retry_after_seconds).response()
             _log.error("request failed with %s", kind, extra={"error_type": kind})
             return ApiError(
@@ -206,6 +212,10 @@ def answer_errors(endpoint: Endpoint, *, retry_after_seconds: int) -> Endpoint:
             ).response()
 
     return answered
+
+
+def _warning(message: str, *args: object, kind: str, error_type: str) -> None:
+    _log.warning(message, *args, extra={"error_type": error_type})
 
 
 async def routing_error(request: Request, exc: Exception) -> Response:
