@@ -137,7 +137,11 @@ def create_app(
     )
 
     def route(path: str, fn: Callable[[Ctx, Request], Awaitable[Response]], method: str) -> Route:
-        endpoint = answer_errors(functools.partial(fn, ctx), retry_after_seconds=retry_after)
+        endpoint = answer_errors(
+            functools.partial(fn, ctx),
+            retry_after_seconds=retry_after,
+            throttle=ctx.calls.health.throttle,
+        )
         return Route(path, endpoint, methods=[method], name=f"{method} {path}")
 
     async def openapi(request: Request) -> Response:
@@ -451,11 +455,12 @@ async def _fetch(ctx: Ctx, request: Request) -> Response:
 
 
 async def _healthz(ctx: Ctx, request: Request) -> Response:
-    """200 when the store answers a read, and the API's writes are not stuck, in time; else 503.
+    """200 when the store answers a read, and writes are neither stuck nor failing; else 503.
 
     The check writes nothing: it reads a job that does not exist, then waits for the writes the
     API started longer than ``store_timeout`` ago, if any (a writer stuck behind a lock shows
-    there).
+    there), then asks how the API's and the engine's latest writes ended (a full disk fails
+    them at once while reads still answer: ``_health``).
     """
     stats = ctx.engine.statistics()
     store = ctx.calls.request()
@@ -467,6 +472,8 @@ async def _healthz(ctx: Ctx, request: Request) -> Response:
                 f"writes to the database have not finished for over {ctx.calls.timeout:g} s",
                 "the database is slow or a lock holds the writer; requests get 503 meanwhile",
             )
+        else:
+            problem = ctx.calls.health.problem(stats)
     except StoreTimeout:
         problem = (
             f"the database did not answer within {ctx.calls.timeout:g} s",
