@@ -45,6 +45,7 @@ __all__ = [
     "EventStream",
     "ResultBody",
     "ResultStream",
+    "TargetEvent",
     "TargetLine",
     "open_client",
 ]
@@ -100,12 +101,26 @@ class TargetLine(TypedDict):
     result: ResultBody | None
 
 
+class TargetEvent(TypedDict):
+    """The data of a ``target`` event (and of a ``batch.target`` webhook): a target ended.
+
+    Enough to act on a failure without another request; the content is in the results.
+    """
+
+    idx: int
+    url: str
+    status: str
+    error: str
+    hint: str
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class BatchEvent:
     """One event of ``GET /v1/batch/{id}/events``.
 
-    ``target``: ``data`` is ``{"idx", "status"}``; ``end``: ``data`` is the job's summary.
+    ``target``: ``data`` is a :class:`TargetEvent` (``{"idx", "url", "status", "error",
+    "hint"}``, never the content); ``end``: ``data`` is the job's summary.
     """
 
     id: str

@@ -131,7 +131,7 @@ class TestClient:
                 got = [event async for event in stream]
 
         assert [("0", "target"), ("1", "target"), ("end", "end")] == [(e.id, e.event) for e in got]
-        assert {"idx": 1, "status": "done"} == got[1].data
+        assert {"idx": 1, "url": B, "status": "done", "error": "", "hint": ""} == got[1].data
         assert "done" == got[2].data["status"]
 
     async def test_jobs_walks_every_page(self) -> None:

@@ -269,9 +269,9 @@ class TestEvents:
 
         assert r.headers["content-type"].startswith("text/event-stream")
         assert [
-            ("0", "target", {"idx": 0, "status": "done"}),
-            ("1", "target", {"idx": 1, "status": "failed"}),
-            ("2", "target", {"idx": 2, "status": "done"}),
+            ("0", "target", {"idx": 0, "url": A, "status": "done", "error": "", "hint": ""}),
+            ("1", "target", {"idx": 1, "url": B, "status": "failed", "error": "gone", "hint": ""}),
+            ("2", "target", {"idx": 2, "url": C, "status": "done", "error": "", "hint": ""}),
         ] == got[:3]
         end_id, end, data = got[3]
         assert ("end", "end") == (end_id, end)
@@ -289,7 +289,9 @@ class TestEvents:
             gate.set()
             await s.read_all()
 
-        assert [("0", "target", {"idx": 0, "status": "done"})] == early
+        assert [
+            ("0", "target", {"idx": 0, "url": A, "status": "done", "error": "", "hint": ""})
+        ] == early
         assert ["0", "1", "end"] == [e[0] for e in events(s.body)]
         assert s.complete
 

@@ -80,9 +80,36 @@ class TestDeliveries:
             got = await svc.receiver.wait_for(4)
 
         assert [
-            ("batch.target", {"idx": 0, "status": "done"}),
-            ("batch.target", {"idx": 1, "status": "failed"}),
-            ("batch.target", {"idx": 2, "status": "done"}),
+            (
+                "batch.target",
+                {
+                    "idx": 0,
+                    "url": "https://example.org/0",
+                    "status": "done",
+                    "error": "",
+                    "hint": "",
+                },
+            ),
+            (
+                "batch.target",
+                {
+                    "idx": 1,
+                    "url": "https://example.org/1",
+                    "status": "failed",
+                    "error": "gone",
+                    "hint": "h",
+                },
+            ),
+            (
+                "batch.target",
+                {
+                    "idx": 2,
+                    "url": "https://example.org/2",
+                    "status": "done",
+                    "error": "",
+                    "hint": "",
+                },
+            ),
         ] == [(d.json["type"], d.json["data"]) for d in got[:3]]
         assert "batch.end" == got[3].json["type"]
         assert "partial" == got[3].json["data"]["status"]

@@ -43,6 +43,7 @@ from ..stores._protocol import HookDue
 from ..web import AddressRefused, Network, Resolver, guarded_transport, precheck
 from . import _render as render
 from ._keys import KeyRing
+from ._stream import target_event
 from ._webhooks import signed_headers
 
 _log = logging.getLogger("trio_batch.http.webhooks")
@@ -291,7 +292,7 @@ class Dispatcher:
         found = await self._store.read_targets(due.job_id, idx - 1, 1, None, results=False)
         if not found or found[0].idx != idx:
             return None
-        return {"idx": idx, "status": found[0].status.value}
+        return dict(target_event(found[0]))
 
     async def _send(
         self,

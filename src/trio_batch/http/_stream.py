@@ -128,11 +128,24 @@ def ndjson_lines(found: list[TargetStatus]) -> bytes:
     return b"".join(ndjson_line(t) for t in found)
 
 
+def target_event(t: TargetStatus) -> dict[str, JSONValue]:
+    """The data of a ``target`` event, in the events stream and in a webhook delivery alike.
+
+    ``{idx, url, status, error, hint}``: enough for a follower to act on a failure without
+    fetching the target; never the content, which may be large (read it from the results).
+    """
+    return {
+        "idx": t.idx,
+        "url": t.url,
+        "status": t.status.value,
+        "error": t.error,
+        "hint": t.hint,
+    }
+
+
 def target_events(found: list[TargetStatus]) -> bytes:
-    """A ``target`` event per target: id = its index, data = ``{idx, status}``."""
-    return b"".join(
-        sse("target", str(t.idx), {"idx": t.idx, "status": t.status.value}) for t in found
-    )
+    """A ``target`` event per target: id = its index, data = :func:`target_event`."""
+    return b"".join(sse("target", str(t.idx), target_event(t)) for t in found)
 
 
 def _dumps(value: JSONValue) -> bytes:

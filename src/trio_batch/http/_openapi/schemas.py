@@ -245,11 +245,15 @@ SCHEMAS: dict[str, JSONValue] = {
     },
     "TargetEvent": {
         "type": "object",
-        "description": "The data of a `target` event: a target ended.",
-        "required": ["idx", "status"],
+        "description": "The data of a `target` event (SSE and webhook alike): a target ended. "
+        "Never its content: read that from the results.",
+        "required": ["idx", "url", "status", "error", "hint"],
         "properties": {
             "idx": {"type": "integer", "minimum": 0},
+            "url": {"type": "string", "description": "The target's URL, as submitted."},
             "status": {"type": "string", "enum": ["done", "failed"]},
+            "error": {"type": "string", "description": "Why it failed; empty when done."},
+            "hint": {"type": "string", "description": "What to do about it; may be empty."},
         },
         "additionalProperties": False,
     },
@@ -268,7 +272,8 @@ SCHEMAS: dict[str, JSONValue] = {
                 "type": "string",
                 "contentMediaType": "application/json",
                 "contentSchema": {"oneOf": [ref("TargetEvent"), ref("Batch")]},
-                "description": "JSON: `{idx, status}` for `target`, the summary for `end`.",
+                "description": "JSON: `{idx, url, status, error, hint}` for `target`, the summary "
+                "for `end`.",
             },
         },
     },

@@ -65,8 +65,9 @@ def stream_events() -> dict[str, JSONValue]:
     return {
         "operationId": "streamEvents",
         "summary": "The job's progress as Server-Sent Events",
-        "description": "`event: target` (data `{idx, status}`, id = the index) each time a "
-        "target ends done or failed, in input order; then `event: end` (data = the summary, "
+        "description": "`event: target` (data `{idx, url, status, error, hint}`, never the "
+        "content; id = the index) each time a target ends done or failed, in input order; "
+        "then `event: end` (data = the summary, "
         "id `end`) and the stream closes. A comment line at least every 15 s. A job already "
         "terminal answers its target events and `end` at once. Reading moves the job's expiry.",
         "parameters": [
