@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import trio
@@ -22,10 +22,9 @@ from starlette.types import ASGIApp
 
 from .._engine import BatchEngine, FetchFunc
 from .._errors import NotRetryable, SubmitError, TargetError, classify_failure
-from .._model import Job, JobStatus, JSONValue, Submitted, TargetState, TargetStatus
+from .._model import Job, JobStatus, JSONValue, Submitted
 from ..metrics import PrometheusMetrics
 from ..stores import JobSummary
-from ..stores._protocol import MAX_READ
 from . import _render as render, _stream as stream
 from ._context import KEEPALIVE_SECONDS, Ctx, authenticate
 from ._deadline import StoreBudget, StoreCalls, StoreTimeout
@@ -53,6 +52,7 @@ from ._parse import (
     query_states,
     read_json,
 )
+from ._results import with_targets
 from ._ui import ui_page
 from ._webhook_input import parse_retry_body, parse_webhook
 
@@ -264,82 +264,9 @@ async def _get_batch(ctx: Ctx, request: Request) -> Response:
     summary = await _owned(ctx, store, request, record, ctx.engine.summary)
     lease = await _touch(ctx, store, summary.job.id)
     body = render.summary_of(summary, ctx.ttl, lease=lease)
-    if results:
-        matched = _count_in(summary, states)
-        end = matched if limit is None else min(matched, offset + limit)
-        page = await _targets_page(ctx, store, summary.job.id, states, offset, end - offset)
-        body["targets"] = [render.target(t) for t in page]
-        body["targets_matched"] = matched
-        body["next_offset"] = end if end < matched else None
+    if results:  # streamed: memory bounded by a page of results, not the job's (_results)
+        return await with_targets(ctx, store, summary, body, states, offset, limit)
     return JSONResponse(body)
-
-
-def _count_in(summary: JobSummary, states: Collection[str] | None) -> int:
-    """How many of the job's targets are in ``states`` (all of them when None)."""
-    counts = {
-        TargetState.PENDING.value: summary.pending,
-        TargetState.RUNNING.value: summary.running,
-        TargetState.DONE.value: summary.done,
-        TargetState.FAILED.value: summary.failed,
-    }
-    return sum(n for state, n in counts.items() if states is None or state in states)
-
-
-async def _targets_page(
-    ctx: Ctx,
-    store: StoreBudget,
-    job_id: str,
-    states: Collection[str] | None,
-    offset: int,
-    count: int,
-) -> list[TargetStatus]:
-    """``count`` targets in ``states`` after the first ``offset`` of them, in input order.
-
-    Read in chunks of at most ``MAX_READ``. Without ``states`` the offset is an index, so the
-    page starts there; with them, the skipped targets are read without their results first.
-    """
-    if count <= 0:
-        return []
-
-    wanted = None if states is None else [TargetState(s) for s in sorted(states)]
-    after = offset - 1
-    if wanted is not None and offset > 0:
-        skipped = await _read_targets(ctx, store, job_id, -1, offset, wanted, results=False)
-        if len(skipped) < offset:
-            return []
-        after = skipped[-1].idx
-
-    return await _read_targets(ctx, store, job_id, after, count, wanted, results=True)
-
-
-async def _read_targets(
-    ctx: Ctx,
-    store: StoreBudget,
-    job_id: str,
-    after: int,
-    count: int,
-    states: Sequence[TargetState] | None,
-    *,
-    results: bool,
-) -> list[TargetStatus]:
-    """Up to ``count`` targets in ``states`` after index ``after``, read ``MAX_READ`` at a time."""
-    chosen: list[TargetStatus] = []
-    while len(chosen) < count:
-        read = functools.partial(
-            ctx.engine.targets,
-            job_id,
-            after=after,
-            limit=min(MAX_READ, count - len(chosen)),
-            states=states,
-            results=results,
-        )
-        chunk = await store.read(read)
-        if not chunk:
-            break
-
-        chosen += chunk
-        after = chunk[-1].idx
-    return chosen
 
 
 async def _get_target(ctx: Ctx, request: Request) -> Response:
