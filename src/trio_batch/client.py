@@ -1,4 +1,4 @@
-"""A Trio client for the trio-batch HTTP API (SPEC §7), on httpx.
+"""A client for the trio-batch HTTP API (SPEC §7), on httpx: Trio, asyncio, or blocking.
 
 ::
 
@@ -9,26 +9,38 @@
         async for line in client.results(sub.id, follow=True):
             print(line["idx"], line["status"])
 
+The same code runs under ``trio.run`` and ``asyncio.run``: it waits and shields through AnyIO
+(which httpx itself runs on), never through one loop's own calls. For a script without an event
+loop, :class:`BlockingClient` has the same methods, blocking::
+
+    with BlockingClient("http://127.0.0.1:8080", key) as client:
+        sub = client.submit(["https://example.org/"])
+        print(client.wait(sub.id)["status"])
+
 HTTP error answers become exceptions, chosen by the answer's ``code`` (never by its words): a
 refused submit raises the engine's own :class:`~trio_batch.SubmitError` subclasses
 (``CallerBusy``, ``Busy``, ``TooManyTargets``, ``NoTargets``) with ``retry_after`` set from the
 answer's ``Retry-After``; anything else raises :class:`ClientError` with the status, the
 answer's ``code``, ``error`` and ``hint``. A server that cannot be reached is a
 :class:`ClientError` with status 0. A client used after its ``async with`` block has ended
-raises :class:`trio.ClosedResourceError`. Needs ``httpx`` (``pip install 'trio-batch[web]'``
+raises :class:`trio.ClosedResourceError` (whatever the loop: it is only an exception class).
+Needs ``httpx`` (``pip install 'trio-batch[web]'``
 has it); ``import trio_batch`` does not load this module.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self, TypedDict, TypeVar, cast, final
 
+import anyio
+import anyio.from_thread
 import httpx
 import trio
 
@@ -40,6 +52,8 @@ __all__ = [
     "BatchClient",
     "BatchEvent",
     "BatchSummary",
+    "BlockingClient",
+    "BlockingStream",
     "ClientError",
     "Counts",
     "EventStream",
@@ -306,20 +320,20 @@ class _Resuming(AsyncIterator[T]):
                 "the stream kept breaking off before its end",
                 "the server is restarting or unavailable; try again later",
             )
-        await trio.sleep(
+        await anyio.sleep(
             backoff(self._failures, self._FIRST_WAIT, self._LONGEST_WAIT, jitter=self._JITTER)
         )
 
     async def _close_response(self) -> None:
         response, self._response = self._response, None
         lines, self._lines = self._lines, None
-        with trio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
             if response is not None:
                 await response.aclose()
             if lines is not None:
                 # httpx's line reader is a stack of generators that do not close each other;
                 # read on to the end the closed response gives them, so none is left to the GC.
-                with trio.move_on_after(1), contextlib.suppress(Exception):
+                with anyio.move_on_after(1), contextlib.suppress(Exception):
                     async for _ in lines:
                         pass
 
@@ -508,10 +522,11 @@ class BatchClient(metaclass=NoPublicConstructor):
         return True
 
     async def retry(self, job_id: str, *, webhook: Mapping[str, object] | None = None) -> Submitted:
-        """A new job with the failed targets of a finished one (``POST /v1/batch/{id}/retry``).
+        """A new job with the failed targets of a finished one, and the targets an interrupted
+        or cancelled one left unfinished (``POST /v1/batch/{id}/retry``).
 
-        A repeat returns the same new job (``reused``). A job still live, or one without a
-        failed target, is a :class:`ClientError` with status 409; an unknown job 404.
+        A repeat returns the same new job (``reused``). A job still live, or one whose every
+        target is done, is a :class:`ClientError` with status 409; an unknown job 404.
         ``webhook`` is the new job's, as :meth:`submit`'s (the old job's is not carried over).
 
         Raises:
@@ -583,6 +598,162 @@ async def open_client(
             yield client
         finally:
             client._closed = True
+
+
+_U = TypeVar("_U")
+
+
+@final
+class BlockingStream(Iterator[T]):
+    """A stream of :class:`BlockingClient` (``results``, ``events``, ``jobs``), read blocking.
+
+    Each ``next`` runs one step of the async stream in the client's event loop thread. Leave it
+    early with ``with`` (or :meth:`close`): that closes the connection at once.
+    """
+
+    def __init__(self, portal: anyio.from_thread.BlockingPortal, stream: AsyncIterator[T]) -> None:
+        self._portal = portal
+        self._stream = stream
+
+    def __iter__(self) -> BlockingStream[T]:
+        return self
+
+    def __next__(self) -> T:
+        try:
+            return self._portal.call(self._stream.__anext__)
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        """Close the connection; the iterator then ends. Closing twice is harmless."""
+        aclose = getattr(self._stream, "aclose", None)
+        if aclose is not None:
+            self._portal.call(aclose)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@final
+class BlockingClient:
+    """The blocking twin of :func:`open_client`, for scripts without an event loop.
+
+    ``with BlockingClient(server, key) as client:`` gives the methods of :class:`BatchClient`,
+    each blocking until its answer: ``submit``, ``status``, ``jobs``, ``results``, ``events``,
+    ``cancel``, ``retry``, ``wait``. Each stream is a :class:`BlockingStream`. The block runs
+    one event loop in a thread of its own (AnyIO's blocking portal, on asyncio) with one
+    :class:`BatchClient` in it, so the answers, errors and resuming are exactly the async
+    client's. Outside the block every call raises :class:`trio.ClosedResourceError`. Do not
+    use it from inside a running event loop: there, use :func:`open_client`.
+    """
+
+    def __init__(
+        self,
+        server: str,
+        key: str,
+        *,
+        request_timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._open = functools.partial(
+            open_client, server, key, request_timeout=request_timeout, transport=transport
+        )
+        self._stack: contextlib.ExitStack | None = None
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._client: BatchClient | None = None
+
+    def __enter__(self) -> Self:
+        if self._stack is not None:
+            raise RuntimeError("this BlockingClient is already open; use one `with` at a time")
+        with contextlib.ExitStack() as stack:
+            portal = stack.enter_context(anyio.from_thread.start_blocking_portal("asyncio"))
+            client = stack.enter_context(portal.wrap_async_context_manager(self._open()))
+            self._stack = stack.pop_all()
+        self._portal, self._client = portal, client
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        self._portal = self._client = None
+        if stack is not None:
+            stack.close()
+
+    def _call(self, fn: Callable[[BatchClient], Awaitable[_U]]) -> _U:
+        """Run ``fn(client)`` in the loop's thread and wait for it."""
+        portal, client = self._open_parts()
+
+        async def step() -> _U:
+            return await fn(client)
+
+        return portal.call(step)
+
+    def _stream(self, make: Callable[[BatchClient], AsyncIterator[_U]]) -> BlockingStream[_U]:
+        portal, client = self._open_parts()
+        return BlockingStream(portal, make(client))
+
+    def _open_parts(self) -> tuple[anyio.from_thread.BlockingPortal, BatchClient]:
+        if self._portal is None or self._client is None:
+            raise trio.ClosedResourceError(
+                "this BlockingClient is not open; use it inside "
+                "`with BlockingClient(server, key) as client:`"
+            )
+        return self._portal, self._client
+
+    def submit(
+        self, targets: Sequence[Target | str], *, webhook: Mapping[str, object] | None = None
+    ) -> Submitted:
+        """:meth:`BatchClient.submit`, blocking."""
+        return self._call(lambda c: c.submit(targets, webhook=webhook))
+
+    def status(self, job_id: str) -> BatchSummary:
+        """:meth:`BatchClient.status`, blocking."""
+        return self._call(lambda c: c.status(job_id))
+
+    def jobs(
+        self, *, status: str | Sequence[str] | None = None, page_size: int = 100
+    ) -> BlockingStream[BatchSummary]:
+        """:meth:`BatchClient.jobs`, as a blocking iterator (pages fetched as it is read)."""
+        return self._stream(lambda c: c.jobs(status=status, page_size=page_size))
+
+    def results(
+        self,
+        job_id: str,
+        *,
+        state: str | Sequence[str] | None = None,
+        follow: bool = False,
+        after: int | None = None,
+    ) -> BlockingStream[TargetLine]:
+        """:meth:`BatchClient.results`, as a blocking iterator; use it in ``with``."""
+        return self._stream(lambda c: c.results(job_id, state=state, follow=follow, after=after))
+
+    def events(self, job_id: str) -> BlockingStream[BatchEvent]:
+        """:meth:`BatchClient.events`, as a blocking iterator; use it in ``with``."""
+        return self._stream(lambda c: c.events(job_id))
+
+    def cancel(self, job_id: str) -> bool:
+        """:meth:`BatchClient.cancel`, blocking."""
+        return self._call(lambda c: c.cancel(job_id))
+
+    def retry(self, job_id: str, *, webhook: Mapping[str, object] | None = None) -> Submitted:
+        """:meth:`BatchClient.retry`, blocking."""
+        return self._call(lambda c: c.retry(job_id, webhook=webhook))
+
+    def wait(self, job_id: str) -> BatchSummary:
+        """:meth:`BatchClient.wait`, blocking until the job is terminal."""
+        return self._call(lambda c: c.wait(job_id))
 
 
 _fixup_module_metadata(__name__, globals())
