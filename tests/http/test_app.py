@@ -606,6 +606,7 @@ class TestOpenAPI:
             "/v1/batch/{id}/events",
             "/v1/batch/{id}/retry",
             "/v1/fetch",
+            "/v1/me",
             "/healthz",
             "/metrics",
             "/ui",

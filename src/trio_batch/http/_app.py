@@ -155,6 +155,7 @@ def create_app(
         route("/v1/batch/{id}", _get_batch, "GET"),
         route("/v1/batch/{id}", _cancel, "DELETE"),
         route("/v1/batch/{id}/retry", _retry, "POST"),
+        route("/v1/me", _me, "GET"),
         route("/v1/batch/{id}/{idx:int}", _get_target, "GET"),
         route("/healthz", _healthz, "GET"),
         route("/metrics", _metrics, "GET"),
@@ -325,7 +326,7 @@ async def _retry(ctx: Ctx, request: Request) -> Response:
     except SubmitError as exc:
         raise refusal(
             exc,
-            count=summary.failed,
+            count=summary.failed + summary.pending + summary.running,
             limit=ctx.engine.config.targets_per_job,
             retry_after_seconds=ctx.retry_after,
         ) from None
@@ -335,8 +336,25 @@ async def _retry(ctx: Ctx, request: Request) -> Response:
     return await _answer_submitted(ctx, store, sub, retry_of=job_id)
 
 
+async def _me(ctx: Ctx, request: Request) -> Response:
+    """``GET /v1/me``: who the key is (its caller's name, workspace and class); no store call.
+
+    What the ``/ui`` shows after a key is pasted, and what a script checks before it submits.
+    The key itself and its hash are never in the answer.
+    """
+    record = authenticate(ctx, request)
+    return JSONResponse(
+        {
+            "name": record.name,
+            "workspace": record.workspace,
+            "class": record.caller_class,
+        }
+    )
+
+
 def _not_retryable(job_id: str, status: JobStatus) -> ApiError:
-    """The 409 of a retry of a live job, or of a finished one with no failed target."""
+    """The 409 of a retry of a live job, or of a finished one with no failed or unfinished
+    target (an interrupted or cancelled job's unfinished targets are retried: docs/spec.md)."""
     if status.live:
         return ApiError(
             409,
@@ -347,8 +365,8 @@ def _not_retryable(job_id: str, status: JobStatus) -> ApiError:
         )
     return ApiError(
         409,
-        f"the job ended {status.value} with no failed target: nothing to retry",
-        "read its results instead",
+        f"the job ended {status.value} with no failed target and none unfinished: nothing to retry",
+        f"every target is done: read its results (GET /v1/batch/{job_id}/results)",
         code="not_retryable",
         extra={"status": status.value},
     )

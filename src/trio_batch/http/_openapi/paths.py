@@ -184,8 +184,9 @@ def _retry_batch() -> dict[str, JSONValue]:
     return {
         "operationId": "retryBatch",
         "summary": "Retry a finished batch's failed targets as a new batch",
-        "description": "A new job of the same caller with exactly the targets that ended "
-        "`failed`, same URLs and options, in input order; `retry_of` names the old job. A "
+        "description": "A new job of the same caller with the targets that ended `failed` "
+        "and those an interrupted or cancelled job left unfinished (`pending`, `running`), "
+        "same URLs and options, in input order; `retry_of` names the old job. A "
         "repeat returns the same new job (200, reused) while it may be reused. Caps apply. "
         "The body is optional: a `webhook` for the new job's events (the old job's is not "
         "carried over).",
@@ -203,7 +204,7 @@ def _retry_batch() -> dict[str, JSONValue]:
             "401": AUTH_401,
             "404": NO_JOB_404,
             "409": error(
-                "The job is still queued or running, or none of its targets failed; "
+                "The job is still queued or running, or every target of it is done; "
                 "`status` says which."
             ),
             "429": error("You have your maximum of live batches.", retry_after=True),
@@ -212,6 +213,20 @@ def _retry_batch() -> dict[str, JSONValue]:
                 f"The server has its maximum of live batches. {DATABASE}. {SHUTTING_DOWN}.",
                 retry_after=True,
             ),
+        },
+    }
+
+
+def _me() -> dict[str, JSONValue]:
+    """``GET /v1/me``: who the key is, for the status page and for scripts."""
+    return {
+        "operationId": "me",
+        "summary": "Who this key is: its caller's name, workspace and class",
+        "description": "Reads no database. Never answers the key or its hash.",
+        "responses": {
+            "200": json_answer(ref("Me"), "The key's caller."),
+            "401": AUTH_401,
+            "500": INTERNAL_500,
         },
     }
 
@@ -322,5 +337,6 @@ def paths(*, kib: int, with_fetch: bool) -> dict[str, JSONValue]:
     routes["/v1/batch/{id}/results"] = {"parameters": [JOB_ID], "get": stream_results()}
     routes["/v1/batch/{id}/events"] = {"parameters": [JOB_ID], "get": stream_events()}
     routes["/v1/batch/{id}/retry"] = {"parameters": [JOB_ID], "post": _retry_batch()}
+    routes["/v1/me"] = {"get": _me()}
     routes["/ui"] = {"get": _status_page()}
     return routes

@@ -243,6 +243,21 @@ SCHEMAS: dict[str, JSONValue] = {
         },
         "additionalProperties": False,
     },
+    "Me": {
+        "type": "object",
+        "description": "The caller a key belongs to (`GET /v1/me`).",
+        "required": ["name", "workspace", "class"],
+        "properties": {
+            "name": {"type": "string", "description": "The caller's name in the keys file."},
+            "workspace": {"type": "string"},
+            "class": {
+                "type": "string",
+                "enum": ["fleet", "restricted"],
+                "description": "`fleet` shares the response cache; `restricted` has its own.",
+            },
+        },
+        "additionalProperties": False,
+    },
     "TargetEvent": {
         "type": "object",
         "description": "The data of a `target` event (SSE and webhook alike): a target ended. "
