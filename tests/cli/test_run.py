@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import ipaddress
 import json
@@ -19,6 +20,7 @@ from trio_batch._cli import main
 from trio_batch._cli._demo_site import DemoSite
 from trio_batch._cli._run import UsageError, parse_targets, run_batch
 from trio_batch.stores import SQLiteStore
+from trio_batch.testing import ScriptedFetch
 
 from .support import CLI
 
@@ -235,6 +237,38 @@ class TestHints:
         hint = json.loads(lines[0])["hint"]
         assert flag in hint
         assert "WebFetcher" not in hint
+
+
+class TestStreaming:
+    async def test_a_line_is_written_while_later_targets_of_its_job_still_run(
+        self, tmp_path: Path
+    ) -> None:
+        """`run` writes a target's line once it and the earlier ones are stored, not when its
+        whole job ends: the last target of the one job waits for the first line."""
+        urls = [f"https://a.example/{n}" for n in range(3)]
+        fetch = ScriptedFetch()
+        last_gate = fetch.hold(urls[-1])
+        lines: list[str] = []
+
+        def out(line: str) -> None:
+            lines.append(line)
+            last_gate.set()
+
+        with trio.fail_after(30):  # a bound for a broken run, not a wait: the gate opens it
+            code = await run_batch(
+                [Target(url) for url in urls],
+                db=str(tmp_path / "run.sqlite"),
+                out=out,
+                err=io.StringIO(),
+                job_size=32,
+                fetch_factory=lambda store, allow: contextlib.nullcontext(fetch),
+                progress="off",
+                handle_sigint=False,
+            )
+
+        assert code == 0
+        assert [json.loads(line)["url"] for line in lines] == urls
+        assert fetch.calls == urls
 
 
 class TestIds:

@@ -1,12 +1,16 @@
 """The ``trio-batch`` command line: one module a subcommand, each with ``register()``.
 
-Exit codes: 0 success, 1 the work ran but some of it failed, 2 a usage error.
+Exit codes: 0 success, 1 the work ran but some of it failed, 2 a usage error, 141 the reader of
+the output went away (``trio-batch results ID | head -1``: the status a shell reports for a
+command that SIGPIPE ended, without a traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -45,4 +49,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()  # the last lines may still be buffered: a closed pipe shows here
+    except BaseException as exc:
+        if not _closed_pipe(exc):
+            raise
+        code = _after_closed_pipe()
+    sys.exit(code)
+
+
+EXIT_CLOSED_PIPE = 128 + getattr(signal, "SIGPIPE", 13)
+
+
+def _closed_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write to a closed pipe, alone or as the only kind in a group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_closed_pipe(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
+
+
+def _after_closed_pipe() -> int:
+    """End quietly after the reader of our output went away, as ``head`` expects of a writer.
+
+    Python ignores SIGPIPE, so the write raised instead of ending the process. Pointing stdout
+    and stderr at the null device keeps the interpreter's last flush from reporting the same
+    closed pipe again; the status is the one a shell shows for a command SIGPIPE ended.
+    """
+    null = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(null, stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            continue
+    os.close(null)
+    return EXIT_CLOSED_PIPE

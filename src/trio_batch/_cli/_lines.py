@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
@@ -29,23 +29,29 @@ class Job:
         self.targets.append(target)
 
 
+ReadStored = Callable[[str, int], Awaitable[Sequence[TargetStatus]]]
+"""``read_stored(job_id, after)``: a page of the job's targets after position ``after``."""
+
 Item = dict[str, JSONValue] | Job
 """What an input index holds: its ready line (a refused target), or the job holding it."""
 
 
 @final
 class LineWriter:
-    """Writes one line per input index, in input order, as the jobs holding them finish.
+    """Writes one line per input index, in input order, once it and every earlier one are stored.
 
     Refused targets (ready lines) may sit between the targets of a job: the writer walks every
-    index, so each gets its line whatever holds it. ``done`` and ``failed`` count the lines
-    written, which is what the exit status and the summary report.
+    index, so each gets its line whatever holds it. A live job's stored targets are read a page
+    at a time after the last one written, so a line waits for its own target and the ones
+    before it, never for the rest of its job. ``done`` and ``failed`` count the lines written,
+    which is what the exit status and the summary report.
     """
 
     def __init__(self, out: Callable[[str], None], items: list[Item]) -> None:
         self._out = out
         self._items = items
         self._snapshots: dict[int, dict[int, TargetStatus] | None] = {}  # id(job) -> targets
+        self._stored: dict[int, dict[int, TargetStatus]] = {}  # id(job) -> its stored targets
         self.next = 0
         self.done = 0
         self.failed = 0
@@ -64,34 +70,85 @@ class LineWriter:
         self._out(dump_line(line))
 
     async def flush(
-        self, read: Callable[[str], Awaitable[Snapshot | None]], *, partial: bool = False
+        self,
+        read: Callable[[str], Awaitable[Snapshot | None]],
+        *,
+        partial: bool = False,
+        read_stored: ReadStored | None = None,
     ) -> None:
         """Write every line that is ready, in input order.
 
-        A job's lines are ready when it has finished. With ``partial`` (after an interrupt),
-        write the finished targets of every submitted job and skip the rest.
+        A finished job's lines are ready. With ``read_stored(job_id, after)`` (the targets of a
+        live job after position ``after``, in order), so is each stored target of a live job
+        whose earlier lines are written. With ``partial`` (after an interrupt), write the
+        finished targets of every submitted job and skip the rest.
         """
+        read_live: set[int] = set()  # the live jobs read in this flush: one page each
         while self.next < len(self._items):
             idx = self.next
             item = self._items[idx]
             if isinstance(item, dict):
                 self._emit(item)
-            else:
-                if not item.finished and not partial:
+            elif not item.finished and not partial:
+                if read_stored is None or not item.id or id(item) in read_live:
                     return
-                targets = await self._targets(item, read)
-                target = None if targets is None else targets.get(item.place[idx])
-                if target is not None and target.status in (TargetState.DONE, TargetState.FAILED):
-                    line = target_line(idx, target)
-                    line["hint"] = allow_net_hint(target.url, target.error, target.hint)
-                    self._emit(line)
-                elif partial:
-                    self.skipped += 1
-                else:
-                    self._emit(_lost_line(idx, item.targets[item.place[idx]]))
-                if idx == item.idxs[-1]:
-                    self._snapshots.pop(id(item), None)
+                read_live.add(id(item))
+                if not await self._write_stored(item, read_stored):
+                    return
+                continue
+            else:
+                await self._write_finished(idx, item, read, partial=partial)
             self.next = idx + 1
+
+    async def _write_stored(self, job: Job, read_stored: ReadStored) -> bool:
+        """Write the lines of ``job``'s stored targets from ``self.next``; False if none was."""
+        stored = self._stored.setdefault(id(job), {})
+        position = job.place[self.next]
+        if position not in stored:
+            for read in await read_stored(job.id, position - 1):
+                if read.status in (TargetState.DONE, TargetState.FAILED):
+                    stored[read.idx] = read
+        written = False
+        while self.next < len(self._items):
+            item = self._items[self.next]
+            if isinstance(item, dict):
+                self._emit(item)
+            elif item is not job or (target := stored.pop(job.place[self.next], None)) is None:
+                break
+            else:
+                self._emit(self._line(self.next, target))
+                written = True
+                if self.next == job.idxs[-1]:
+                    self._stored.pop(id(job), None)
+            self.next += 1
+        return written
+
+    async def _write_finished(
+        self,
+        idx: int,
+        job: Job,
+        read: Callable[[str], Awaitable[Snapshot | None]],
+        *,
+        partial: bool,
+    ) -> None:
+        """Write the line of ``idx`` of the finished (or, with ``partial``, stopped) ``job``."""
+        targets = await self._targets(job, read)
+        target = None if targets is None else targets.get(job.place[idx])
+        if target is not None and target.status in (TargetState.DONE, TargetState.FAILED):
+            self._emit(self._line(idx, target))
+        elif partial:
+            self.skipped += 1
+        else:
+            self._emit(_lost_line(idx, job.targets[job.place[idx]]))
+        if idx == job.idxs[-1]:
+            self._snapshots.pop(id(job), None)
+            self._stored.pop(id(job), None)
+
+    @staticmethod
+    def _line(idx: int, target: TargetStatus) -> dict[str, JSONValue]:
+        line = target_line(idx, target)
+        line["hint"] = allow_net_hint(target.url, target.error, target.hint)
+        return line
 
     async def _targets(
         self, job: Job, read: Callable[[str], Awaitable[Snapshot | None]]

@@ -13,6 +13,9 @@ progress lines every few seconds otherwise. ``rich`` is imported only for the li
 from __future__ import annotations
 
 import math
+import os
+import stat
+import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -300,10 +303,29 @@ def _is_terminal(stream: IO[str]) -> bool:
         return False
 
 
+def _stdout_is_pipe() -> bool:
+    """Whether stdout is a pipe or a socket: what we write there may reach the screen later.
+
+    ``trio-batch run urls.txt | jq .`` on a terminal: jq prints our lines on the terminal the
+    live display redraws, and a redraw would overwrite them. A file, a terminal (the display
+    prints the lines above itself) or no stdout at all is safe.
+    """
+    try:
+        mode = os.fstat(sys.stdout.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
 def _resolve_mode(mode: ProgressMode, stream: IO[str], console: Console | None) -> ProgressMode:
-    """``auto`` made ``rich`` or ``plain``; ``rich`` made ``plain`` (saying so) without rich."""
+    """``auto`` made ``rich`` or ``plain``; ``rich`` made ``plain`` (saying so) without rich.
+
+    ``auto`` is ``plain`` when stdout is a pipe: plain lines never move the cursor, so they
+    cannot overwrite what the pipe's reader prints on the same terminal.
+    """
     if mode == "auto":
-        mode = "rich" if console is not None or _is_terminal(stream) else "plain"
+        live = console is not None or (_is_terminal(stream) and not _stdout_is_pipe())
+        mode = "rich" if live else "plain"
     if mode == "rich" and not _have_rich():
         stream.write("trio-batch: pip install 'trio-batch[cli]' for the live progress display\n")
         mode = "plain"
@@ -345,8 +367,9 @@ async def show_progress(
 ) -> AsyncIterator[None]:
     """Draw ``tracker`` on ``stream`` while the block runs, and once more at the end.
 
-    ``mode="auto"`` is ``rich`` when ``stream`` is a terminal, else ``plain`` (a line every
-    ``every`` seconds, 5 by default); without ``rich`` installed it is ``plain`` too.
+    ``mode="auto"`` is ``rich`` when ``stream`` is a terminal and stdout is no pipe, else
+    ``plain`` (a line every ``every`` seconds, 5 by default); without ``rich`` installed it is
+    ``plain`` too.
     ``console`` replaces the rich console (tests record with one); ``redirect_stdout`` prints
     what is written to stdout above the live display. Polling stops when the block exits; the
     last frame shows the final counts. With ``engine=None`` it polls ``tracker.engine`` once

@@ -26,7 +26,7 @@ import trio
 from .._config import Config
 from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import Busy, CallerBusy, TargetError
-from .._model import Caller, JSONValue, Target
+from .._model import Caller, JSONValue, Target, TargetStatus
 from .._util import plural, raise_single_exception_from_group
 from ..stores import ServiceStore
 from ._arguments import (
@@ -68,6 +68,7 @@ __all__ = [  # the names other commands and the tests take from here
 
 CALLER = Caller("cli")
 _FLUSH_SECONDS = 30.0  # writing the finished lines after an interrupt: bounded, never stuck
+_STORED_PAGE = 1000  # a live job's targets read at once to write their lines (the engine's most)
 _CHECK_CHUNK = 2000  # targets pre-checked between checkpoints, so the display and Ctrl-C work
 
 
@@ -195,15 +196,20 @@ async def _run_jobs(
         tracker.phase = "running"
         event = changed()
         for job in list(live):
-            snap = await engine.status(job.id)
-            if snap is None or not snap.job.status.live:
+            row = await engine.job(job.id)
+            if row is None or not row.status.live:
                 job.finished = True
                 live.remove(job)
-        await writer.flush(engine.status)
+        await writer.flush(engine.status, read_stored=functools.partial(_stored, engine))
         if live and not any(job.finished for job in live):
             with trio.move_on_after(1.0):
                 await event.wait()
     await writer.flush(engine.status)  # the refused targets after the last job
+
+
+async def _stored(engine: BatchEngine, job_id: str, after: int) -> list[TargetStatus]:
+    """A page of the job's targets after position ``after``, with their results."""
+    return await engine.targets(job_id, after=after, limit=_STORED_PAGE)
 
 
 def _refused_line(idx: int, url: str, refused: TargetError) -> dict[str, JSONValue]:
@@ -250,6 +256,46 @@ async def _plan(
     return items, jobs
 
 
+def _config_waking_on_change(
+    tracker: ProgressTracker, *, job_size: int, jobs: int, workers: int
+) -> tuple[Config, Callable[[], trio.Event]]:
+    """The run's engine config, and ``changed()``: an event set when a job or a target changes.
+
+    The run loop waits on it: a job that ended frees a slot for the next, and a stored target
+    may be the next line to write.
+    """
+    event = trio.Event()
+
+    def changed() -> trio.Event:
+        nonlocal event
+        if event.is_set():
+            event = trio.Event()
+        return event
+
+    def on_job(status: str) -> None:
+        event.set()
+
+    tracker_hooks = tracker.hooks()
+    count_target = tracker_hooks.target
+
+    def on_target(error: BaseException | None, seconds: float, size: int) -> None:
+        if count_target is not None:
+            count_target(error, seconds, size)
+        event.set()
+
+    config = Config(
+        targets_per_job=job_size,
+        jobs_per_caller=jobs,
+        jobs_total=jobs,
+        workers=workers,
+        max_workers=workers,
+        # Every result stays until this run has written it: no eviction for bytes.
+        max_bytes=sys.maxsize,
+        hooks=dataclasses.replace(tracker_hooks, job=on_job, target=on_target),
+    )
+    return config, changed
+
+
 async def run_batch(
     targets: list[Target],
     *,
@@ -291,26 +337,8 @@ async def run_batch(
         check = precheck
     tracker = ProgressTracker(total=len(targets))
     tracker.phase = "checking"
-    event = trio.Event()
-
-    def changed() -> trio.Event:
-        nonlocal event
-        if event.is_set():
-            event = trio.Event()
-        return event
-
-    def on_job(status: str) -> None:
-        event.set()
-
-    config = Config(
-        targets_per_job=job_size,
-        jobs_per_caller=jobs,
-        jobs_total=jobs,
-        workers=workers,
-        max_workers=workers,
-        # Every result stays until this run has written it: no eviction for bytes.
-        max_bytes=sys.maxsize,
-        hooks=dataclasses.replace(tracker.hooks(), job=on_job),
+    config, changed = _config_waking_on_change(
+        tracker, job_size=job_size, jobs=jobs, workers=workers
     )
     batch: list[Job] = []
     writer: LineWriter | None = None
