@@ -13,6 +13,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -50,10 +51,39 @@ class TestPage:
         assert 'class: "retry"' in r.text
 
 
+def _elsewhere(page: Any, partial: Any, submit: Callable[[], str]) -> dict[str, object]:
+    """On the loaded page: who the key is, a job's failures, a job submitted elsewhere shows
+    within the one-second poll and is cancelled at once, and the actions fit 400 px."""
+    from playwright.sync_api import expect
+
+    found: dict[str, object] = {}
+    expect(page.locator("#who")).to_contain_text("alice")
+    found["who"] = page.locator("#who").text_content()
+    failure = partial.locator(".failures li").first
+    expect(failure).to_contain_text("https://b.example.test/")
+    found["failure"] = failure.text_content()
+    later = submit()  # from elsewhere: the one-second poll brings it
+    row = page.locator(f'tr[data-job-id="{later}"]')
+    expect(row).to_have_attribute("data-status", "running", timeout=3_000)
+    row.get_by_role("button", name="Cancel").click()
+    expect(row).to_have_attribute("data-status", "cancelled", timeout=1_000)
+    found["retry_after_cancel"] = row.get_by_role("button", name="Retry").is_enabled()
+    page.set_viewport_size({"width": 400, "height": 800})
+    box = row.get_by_role("button", name="Cancel").bounding_box()
+    found["cancel_right_edge"] = None if box is None else box["x"] + box["width"]
+    found["page_width"] = page.evaluate("document.documentElement.scrollWidth")
+    return found
+
+
 def _drive(
-    base: str, job_ids: list[str], release: Callable[[], None], screenshot: Path
+    base: str,
+    job_ids: list[str],
+    release: Callable[[], None],
+    screenshot: Path,
+    submit: Callable[[], str],
 ) -> dict[str, object]:
-    """In a thread: load the page, use the key, watch the live job move to done."""
+    """In a thread: load the page, use the key, watch the live job move to done; then a job
+    submitted elsewhere shows, is cancelled, and the page still works at 400 px."""
     from playwright.sync_api import expect, sync_playwright
 
     seen: dict[str, object] = {"errors": []}
@@ -99,6 +129,8 @@ def _drive(
             expect(newest).to_have_attribute("data-status", "done", timeout=10_000)
             expect(newest.locator(".counts")).to_contain_text("1 done, 0 failed")
             seen["retried_as"] = newest.get_attribute("data-job-id")
+
+            seen.update(_elsewhere(page, partial, submit))
         finally:
             browser.close()
     seen["errors"] = errors
@@ -114,6 +146,7 @@ class TestInChromium:
         fetch = ScriptedFetch()
         fetch.script("https://b.example.test/", TargetError("gone", status=404))
         gate = fetch.hold("https://held.example.test/")
+        fetch.hold("https://slow.example.test/")  # never released: cancelled on the page
         stop = trio.Event()
         config = Config(jobs_per_caller=5, jobs_total=5, targets_per_job=40)
         shot = Path(os.environ.get("TRIO_BATCH_UI_SCREENSHOT") or tmp_path / "ui.png")
@@ -141,9 +174,23 @@ class TestInChromium:
                         ids.append(r.json()["id"])
                         if len(ids) < len(batches):
                             await http.get(f"/v1/batch/{ids[-1]}/events")  # until it ends
-                seen = await trio.to_thread.run_sync(
-                    _drive, base, ids, lambda: trio.from_thread.run_sync(gate.set), shot
-                )
+
+                    async def submit_later() -> str:
+                        urls = ["https://slow.example.test/", "https://d.example.test/"]
+                        r = await http.post(
+                            "/v1/batch", json={"targets": [{"url": u} for u in urls]}
+                        )
+                        job_id: str = r.json()["id"]
+                        return job_id
+
+                    seen = await trio.to_thread.run_sync(
+                        _drive,
+                        base,
+                        ids,
+                        lambda: trio.from_thread.run_sync(gate.set),
+                        shot,
+                        lambda: trio.from_thread.run(submit_later),
+                    )
                 stop.set()
 
         assert [] == seen["errors"]
@@ -158,3 +205,11 @@ class TestInChromium:
         assert seen["retried_as"] not in ids
         assert isinstance(seen["shot_bytes"], int)
         assert seen["shot_bytes"] > 0
+        assert "alice" in str(seen["who"]) and "fleet" in str(seen["who"])
+        assert "https://b.example.test/" in str(seen["failure"])
+        assert "gone" in str(seen["failure"])
+        assert seen["retry_after_cancel"] is True
+        assert isinstance(seen["cancel_right_edge"], float)
+        assert seen["cancel_right_edge"] <= 400
+        assert isinstance(seen["page_width"], int)
+        assert seen["page_width"] <= 400

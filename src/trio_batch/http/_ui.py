@@ -5,9 +5,15 @@ lets in exactly this script and this style (by their SHA-256) and requests to th
 The key the user pastes is kept in ``sessionStorage`` (gone with the tab) and sent as the Bearer
 header; the page reads ``GET /v1/batch`` for the list and follows each live job's events stream
 (``fetch`` with the header, since ``EventSource`` cannot send one), resuming with
-``Last-Event-ID`` after a dropped connection. Each job has Cancel (while live), Retry failed
-(once finished with failed targets: ``POST /v1/batch/{id}/retry``, the new job appears on top)
-and an NDJSON link.
+``Last-Event-ID`` after a dropped connection. The newest page of the list is read again every
+second while the tab is visible (one indexed page of 20 summaries, and never two reads at once),
+so a job submitted elsewhere shows within about a second and a cancel is painted from its own
+answer at once. Under each job with failed targets the page lists them, URL, error and hint
+(from the ``target`` events of a followed job, else one ``?results=1&state=failed`` read when
+its failed count changes). ``GET /v1/me`` names the key's caller. Each job has Cancel (while
+live), Retry (once finished with failed or unfinished targets: ``POST /v1/batch/{id}/retry``,
+the new job appears on top) and an NDJSON link. Below 40rem the table becomes one card a job,
+so the actions stay on screen at 400 px.
 """
 
 from __future__ import annotations
@@ -53,6 +59,22 @@ code { font-size: 0.9rem; }
 .status[data-status=done] { color: var(--done); }
 .status[data-status=failed], .status[data-status=partial] { color: var(--failed); }
 .actions { display: flex; gap: 0.5rem; align-items: center; }
+.failures { margin: 0.25rem 0 0; padding-left: 1.2rem; font-size: 0.85rem; }
+.failures li { overflow-wrap: anywhere; }
+.failures .error { color: var(--failed); }
+.failures .hint { color: var(--muted); }
+#who { font-weight: 600; }
+@media (max-width: 40rem) {
+  body { padding: 0.5rem 0.75rem 2rem; }
+  input[type=password] { min-width: 0; width: 100%; }
+  label { width: 100%; }
+  thead { display: none; }
+  table, tbody, tr, td { display: block; width: 100%; }
+  tr { border-bottom: 2px solid var(--line); padding: 0.5rem 0; }
+  td { border: 0; padding: 0.2rem 0; }
+  .bar { min-width: 0; }
+  .actions { flex-wrap: wrap; }
+}
 .sr-only { position: absolute; width: 1px; height: 1px; overflow: hidden;
   clip: rect(0 0 0 0); white-space: nowrap; }
 """
@@ -61,8 +83,11 @@ _SCRIPT = r"""
 "use strict";
 const KEY = "trio-batch-key";
 const MAX_STREAMS = 4;  // browsers allow about 6 connections per host: keep some free
-const jobs = new Map();  // id -> {summary, row, ctl, last}
+const POLL_MS = 1000;  // a new job shows within about a second
+const POLL_LIMIT = 20;  // the poll reads one small indexed page
+const jobs = new Map();  // id -> {summary, row, ctl, last, failures, failedShown}
 let next = null;
+let polling = false;
 const $ = (id) => document.getElementById(id);
 const key = () => sessionStorage.getItem(KEY) || "";
 const live = (s) => s === "queued" || s === "running";
@@ -100,7 +125,7 @@ function row(id) {
   for (const s of ["done", "failed", "running"]) bar.append(el("span", {class: s}));
   const cancel = el("button", {type: "button", class: "cancel"}, "Cancel");
   cancel.addEventListener("click", () => cancelJob(id));
-  const retry = el("button", {type: "button", class: "retry"}, "Retry failed");
+  const retry = el("button", {type: "button", class: "retry"}, "Retry");
   retry.addEventListener("click", () => retryJob(id));
   const link = el("a", {href: "/v1/batch/" + id + "/results", class: "ndjson"}, "NDJSON");
   link.addEventListener("click", (ev) => { ev.preventDefault(); download(id); });
@@ -108,7 +133,7 @@ function row(id) {
     el("td", {}, ""), el("td", {}, ""), el("td", {}), el("td", {}),
   ];
   cells[0].append(el("code", {title: id}, id.slice(0, 12)));
-  cells[2].append(bar, el("div", {class: "counts"}));
+  cells[2].append(bar, el("div", {class: "counts"}), el("ul", {class: "failures"}));
   const actions = el("div", {class: "actions"});
   actions.append(cancel, retry, link);
   cells[3].append(actions);
@@ -138,8 +163,43 @@ function paint(job) {
   cancel.disabled = !live(s.status);
   cancel.setAttribute("aria-label", "Cancel job " + s.id.slice(0, 12));
   const retry = tr.querySelector(".retry");
-  retry.disabled = live(s.status) || !c.failed;
-  retry.setAttribute("aria-label", "Retry failed targets of job " + s.id.slice(0, 12));
+  retry.disabled = live(s.status) || !(c.failed + c.pending + c.running);
+  retry.setAttribute("aria-label",
+    "Retry failed and unfinished targets of job " + s.id.slice(0, 12));
+  paintFailures(job);
+}
+
+function paintFailures(job) {
+  const list = job.row.querySelector(".failures");
+  const items = [...(job.failures || new Map()).entries()].sort((a, b) => a[0] - b[0]);
+  list.replaceChildren();
+  for (const [idx, t] of items) {
+    const li = el("li", {"data-idx": String(idx)});
+    li.append(el("code", {class: "url"}, t.url), " ",
+      el("span", {class: "error"}, t.error || "failed"));
+    if (t.hint) li.append(" ", el("span", {class: "hint"}, "(" + t.hint + ")"));
+    list.append(li);
+  }
+  const more = job.summary.counts.failed - items.length;
+  if (more > 0 && items.length) list.append(el("li", {}, "and " + more + " more (NDJSON)"));
+  list.hidden = items.length === 0;
+  if (!job.ctl && job.failedShown !== job.summary.counts.failed) loadFailures(job);
+}
+
+async function loadFailures(job) {
+  // A job not followed: its failed targets, read once each time its failed count moves.
+  const failed = job.summary.counts.failed;
+  job.failedShown = failed;
+  if (!failed) return;
+  try {
+    const r = await api("/v1/batch/" + job.summary.id + "?results=1&state=failed&limit=10");
+    const body = await r.json();
+    job.failures = new Map();
+    for (const t of body.targets || []) job.failures.set(t.idx, t);
+    paintFailures(job);
+  } catch (e) {
+    job.failedShown = null;  // try again on the next paint
+  }
 }
 
 function onTarget(job, data) {
@@ -150,6 +210,11 @@ function onTarget(job, data) {
   c.running = left > 0 && live(job.summary.status) ? 1 : 0;
   job.summary.status = "running";
   c.pending = left - c.running;
+  if (data.status === "failed" && data.url !== undefined) {
+    job.failures = job.failures || new Map();
+    job.failures.set(data.idx, data);
+    job.failedShown = c.failed;
+  }
   paint(job);
 }
 
@@ -197,7 +262,8 @@ async function follow(job) {
             else if (ev.event === "end") {
               job.summary = JSON.parse(ev.data);
               paint(job);
-              say("job " + job.summary.id.slice(0, 12) + " is " + job.summary.status);
+              const why = job.summary.error ? " (" + job.summary.error + ")" : "";
+              say("job " + job.summary.id.slice(0, 12) + " is " + job.summary.status + why);
               return;
             }
           }
@@ -238,8 +304,9 @@ function show(summary, atTop) {
   paint(job);
 }
 
-function query(more) {
+function query(more, limit) {
   const params = new URLSearchParams();
+  if (limit) params.set("limit", String(limit));
   const status = $("filter").value;
   if (status) params.set("status", status);
   if (more && next) params.set("before", next);
@@ -248,13 +315,27 @@ function query(more) {
 
 async function refresh() {
   // The newest page again: new jobs go on top, the others are updated; streams go on.
+  if (polling) return;
+  polling = true;
   try {
-    const page = await (await api(query(false))).json();
+    const page = await (await api(query(false, POLL_LIMIT))).json();
     for (const s of page.jobs.slice().reverse()) show(s, true);
     $("empty").hidden = jobs.size > 0;
     startStreams();
   } catch (e) {
     say(e.message, true);
+  } finally {
+    polling = false;
+  }
+}
+
+async function who() {
+  try {
+    const me = await (await api("/v1/me")).json();
+    $("who").textContent = "Key of " + me.name +
+      (me.workspace ? " (workspace " + me.workspace + ", " : " (") + me["class"] + ")";
+  } catch (e) {
+    $("who").textContent = "";
   }
 }
 
@@ -282,7 +363,12 @@ async function cancelJob(id) {
   try {
     const r = await api("/v1/batch/" + id, {method: "DELETE"});
     const job = jobs.get(id);
-    if (job) { if (job.ctl) job.ctl.abort(); job.summary = await r.json(); paint(job); }
+    const after = await r.json();
+    if (job) {
+      if (job.ctl) { job.ctl.abort(); job.ctl = null; }
+      job.summary = after;
+      paint(job);
+    }
     say("job " + id.slice(0, 12) + " cancelled");
   } catch (e) {
     say(e.message, true);
@@ -293,7 +379,7 @@ async function retryJob(id) {
   try {
     const r = await api("/v1/batch/" + id + "/retry", {method: "POST"});
     const made = await r.json();
-    say("retrying the failed targets of job " + id.slice(0, 12) + " as job " +
+    say("retrying the failed and unfinished targets of job " + id.slice(0, 12) + " as job " +
       made.id.slice(0, 12));
     await refresh();
   } catch (e) {
@@ -319,6 +405,7 @@ $("keyform").addEventListener("submit", (ev) => {
   ev.preventDefault();
   sessionStorage.setItem(KEY, $("key").value.trim());
   $("key").value = "";
+  who();
   load(false);
 });
 $("forget").addEventListener("click", () => {
@@ -326,13 +413,16 @@ $("forget").addEventListener("click", () => {
   for (const j of jobs.values()) if (j.ctl) j.ctl.abort();
   jobs.clear();
   $("jobs").replaceChildren();
+  $("who").textContent = "";
   say("Key forgotten.");
 });
 $("filter").addEventListener("change", () => load(false));
 $("reload").addEventListener("click", () => load(false));
 $("more").addEventListener("click", () => load(true));
-setInterval(() => { if (key() && document.visibilityState === "visible") refresh(); }, 15000);
-if (key()) load(false); else $("key").focus();
+setInterval(() => {
+  if (key() && document.visibilityState === "visible") refresh();
+}, POLL_MS);
+if (key()) { who(); load(false); } else $("key").focus();
 """
 
 _BODY = """<!doctype html>
@@ -366,7 +456,8 @@ _BODY = """<!doctype html>
   <button id="reload" type="button">Reload</button>
 </form>
 <p id="keyhelp" class="counts">The key stays in this tab (sessionStorage) and is sent only to
-this server. Live jobs update as their targets finish.</p>
+this server. Live jobs update as their targets finish; new jobs show within a second.</p>
+<p id="who"></p>
 <p id="message" role="status" aria-live="polite"></p>
 <table>
   <caption class="sr-only">Your jobs, newest first</caption>
