@@ -19,6 +19,8 @@ class Job:
     """Input index of each of its targets, ascending."""
     targets: list[Target]
     id: str = ""
+    reused: bool = False
+    """The engine gave back an earlier identical job instead of making a new one."""
     finished: bool = False
     place: dict[int, int] = field(default_factory=dict)
     """Input index -> position in the job."""

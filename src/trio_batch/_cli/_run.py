@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -116,6 +117,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="write the id of every job of the run here, one a line, as each is submitted",
     )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="new jobs, fetching every target again, even where an identical earlier run's "
+        "jobs in --db would be reused (its failed targets included)",
+    )
     add_progress_argument(parser)
     add_server_arguments(parser, DEFAULT_SERVER)
     parser.set_defaults(func=main)
@@ -178,6 +185,7 @@ async def _run_jobs(
     changed: Callable[[], trio.Event],
     writer: LineWriter,
     on_submit: Callable[[str], None],
+    caller: Caller,
 ) -> None:
     next_job = 0
     live: list[Job] = []
@@ -185,10 +193,10 @@ async def _run_jobs(
         while next_job < len(jobs) and len(live) < live_cap:
             job = jobs[next_job]
             try:
-                sub = await engine.submit(CALLER, "fleet", job.targets)
+                sub = await engine.submit(caller, "fleet", job.targets)
             except (CallerBusy, Busy):
                 break  # a slot frees up when a live job finishes
-            job.id = sub.id
+            job.id, job.reused = sub.id, sub.reused
             on_submit(sub.id)
             tracker.add_job(sub.id, f"job {next_job + 1}", len(job.targets))
             live.append(job)
@@ -210,6 +218,15 @@ async def _run_jobs(
 async def _stored(engine: BatchEngine, job_id: str, after: int) -> list[TargetStatus]:
     """A page of the job's targets after position ``after``, with their results."""
     return await engine.targets(job_id, after=after, limit=_STORED_PAGE)
+
+
+def _fresh_caller() -> Caller:
+    """A caller of its own for ``run --fresh``.
+
+    The engine reuses a caller's identical job (SPEC §3.1), and only the caller's name takes
+    part in that: a name no earlier run had makes new jobs, listed by ``jobs`` under it.
+    """
+    return Caller(f"{CALLER.name}-{secrets.token_hex(4)}")
 
 
 def _refused_line(idx: int, url: str, refused: TargetError) -> dict[str, JSONValue]:
@@ -316,6 +333,7 @@ async def run_batch(
     on_submit: Callable[[str], None] = lambda job_id: None,
     out_name: str = "",
     precheck: Callable[[str], TargetError | None] | None = None,
+    fresh: bool = False,
 ) -> int:
     """Run ``targets`` and write their lines with ``out``; return the exit code.
 
@@ -324,6 +342,7 @@ async def run_batch(
     lines go to a terminal that the live display shares, so the display prints them above itself.
     ``on_submit(job_id)`` is called as each job is submitted; ``out_name`` names where the lines
     went, for the summary; ``precheck(url)`` replaces the pre-check (an error refuses the URL).
+    ``fresh``: new jobs even where an identical earlier run's jobs would be reused.
 
     Raises:
         UsageError: the store cannot be opened (the message names the path and what to do).
@@ -363,7 +382,14 @@ async def run_batch(
                                 tracker.engine = engine
                                 try:
                                     await _run_jobs(
-                                        engine, batch, jobs, tracker, changed, writer, on_submit
+                                        engine,
+                                        batch,
+                                        jobs,
+                                        tracker,
+                                        changed,
+                                        writer,
+                                        on_submit,
+                                        _fresh_caller() if fresh else CALLER,
                                     )
                                     await tracker.poll(engine)
                                 finally:
@@ -427,7 +453,26 @@ def _summary(
         return EXIT_INTERRUPTED
     counted = f"{len(targets)} target{plural(len(targets))}"
     err.write(f"trio-batch: {counted}: {summary}.{where} {ids[0].upper()}{ids[1:]}\n")
+    reused = [job.id for job in batch if job.reused]
+    if reused:
+        err.write(_reused_note(reused, db, failed=writer.failed > 0))
     return EXIT_OK if writer.failed == 0 else EXIT_FAILED
+
+
+def _reused_note(reused: Sequence[str], db: str, *, failed: bool) -> str:
+    """What the summary says when the engine gave back earlier jobs: nothing was fetched again."""
+    count = len(reused)
+    which = reused[0] if count == 1 else f"{count} jobs"
+    note = (
+        f"trio-batch: reused {which} of an earlier identical run in {db}: "
+        f"{'its' if count == 1 else 'their'} lines are the stored ones, nothing was fetched again."
+    )
+    if failed:
+        note += (
+            f" To fetch the failed targets again: trio-batch retry {reused[0]} --db {db}"
+            f"{' (for each job)' if count > 1 else ''}; to fetch everything again: run --fresh."
+        )
+    return note + "\n"
 
 
 def _is_terminal(stream: IO[str]) -> bool:
@@ -489,6 +534,7 @@ def main(args: argparse.Namespace) -> int:
                     redirect_stdout=out_file is None and _is_terminal(sys.stdout),
                     on_submit=on_submit,
                     out_name=args.out if out_file is not None else "",
+                    fresh=args.fresh,
                 )
             )
         except UsageError as exc:
