@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from pathlib import Path
 
 import pypdf
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
@@ -89,3 +90,16 @@ class TestTitle:
         data = pdf([(72, 700, "Quarterly numbers"), (72, 680, "Body.")])
 
         assert text_of(data)[1]["title"] == "Quarterly numbers"
+
+
+class TestLigatures:
+    def test_chromium_ligatures_come_back_as_letters(self) -> None:
+        """A Chromium-printed PDF (DejaVu Sans) draws "fi" and "ffi" as ligature glyphs, which
+        pypdf reads as U+FB01 and U+FB03: the text has the plain letters, so grep finds them."""
+        data = (Path(__file__).parent / "fixtures" / "chromium-ligatures.pdf").read_bytes()
+        assert "\ufb01" in pypdf.PdfReader(io.BytesIO(data)).pages[0].extract_text()
+
+        content, _ = text_of(data)
+
+        assert "file: the office finds fifty files" in content
+        assert not {"\ufb01", "\ufb03"} & set(content)

@@ -5,11 +5,16 @@ Chromium paints positioned boxes (the code examples of most documentation themes
 text around them, so an example came out paragraphs after the sentence that introduces it.
 :func:`page_text` keeps pypdf's lines as they are and only puts them in order from the top of
 the page down; pages that look like two columns keep the stream order, which is right there.
+
+The text is NFKC-normalised: Chromium (and TeX) print "file" with the ligature glyph U+FB01
+(``ﬁ``), which pypdf hands back as one character, so ``grep "file"`` and a question about files
+found nothing in text that visibly said so.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -21,7 +26,11 @@ _SPACE = re.compile(r"\s+")
 
 
 def page_text(page: PageObject) -> str:
-    """The page's text, its lines ordered top to bottom (left to right within a row)."""
+    """The page's text, its lines ordered top to bottom (left to right within a row), NFKC."""
+    return unicodedata.normalize("NFKC", _ordered_text(page))
+
+
+def _ordered_text(page: PageObject) -> str:
     chunks: list[tuple[str, float, float]] = []
 
     def visit(text: str, cm: list[float], tm: list[float], *_: object) -> None:
