@@ -1,11 +1,12 @@
-"""The command line with only some extras installed: `[web,cli]` without the server's."""
+"""The command line in each install: bare, `[web,cli]`, `[server]` and `[all]`, each made by
+hiding the modules the missing extras would bring (a subprocess each: about a second)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from .support import ENV, cli_without
+from .support import CLI, ENV, cli_without
 
 NO_SERVER = cli_without("starlette", "hypercorn")
 HINT = "pip install 'trio-batch[server]'"
@@ -39,3 +40,58 @@ class TestWithoutTheServerExtra:
         assert 2 == done.returncode
         assert f"trio-batch keys needs starlette: {HINT}\n" == done.stderr
         assert not (tmp_path / "keys.toml").exists()
+
+
+BARE = cli_without(
+    "httpx", "httpcore", "jq", "pypdf", "regex", "trio_parallel", "rich", "starlette", "hypercorn"
+)
+"""`pip install trio-batch`: no extra at all."""
+
+SERVER_ONLY = cli_without("rich")
+"""`pip install 'trio-batch[server]'`: web and server, without the cli extra's rich."""
+
+ALL = CLI
+"""`pip install 'trio-batch[all]'`."""
+
+WEB = "pip install 'trio-batch[web]'"
+
+
+def _run_with(command: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*command, *args], cwd=cwd, env=ENV, capture_output=True, text=True, check=False
+    )
+
+
+class TestEachInstall:
+    def test_help_works_in_every_install(self, tmp_path: Path) -> None:
+        """Bare, `[server]` and `[all]` (and `[web,cli]` above): `trio-batch --help` lists
+        every command, with nothing on stderr."""
+        for command in (BARE, SERVER_ONLY, ALL):
+            done = _run_with(command, ["--help"], tmp_path)
+
+            assert (0, "") == (done.returncode, done.stderr)
+            assert all(name in done.stdout for name in ("run", "retry", "serve", "keys"))
+
+    def test_a_bare_install_names_the_web_extra_for_fetching(self, tmp_path: Path) -> None:
+        """Bare: `run` and each `--server` command exit 2 with one line naming `[web]`."""
+        (tmp_path / "urls.txt").write_text("https://a.example/\n")
+        server = ["--server", "http://127.0.0.1:9", "--key", "k"]
+
+        for args, line in (
+            (["run", "urls.txt"], f"trio-batch run: the web fetcher needs httpx: {WEB}\n"),
+            (["run", "urls.txt", *server], f"trio-batch run: --server needs httpx: {WEB}\n"),
+            (["retry", "abc", *server], f"trio-batch retry: --server needs httpx: {WEB}\n"),
+            (["jobs", *server], f"trio-batch jobs: --server needs httpx: {WEB}\n"),
+        ):
+            done = _run_with(BARE, args, tmp_path)
+
+            assert (2, line) == (done.returncode, done.stderr), args
+
+    def test_a_bare_install_names_the_server_extra(self, tmp_path: Path) -> None:
+        """Bare: `serve` exits 2 with one line naming `[server]`."""
+        done = _run_with(BARE, ["serve", "--port", "0"], tmp_path)
+
+        assert (2, f"trio-batch serve needs starlette: {HINT}\n") == (
+            done.returncode,
+            done.stderr,
+        )

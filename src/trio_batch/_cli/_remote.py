@@ -67,6 +67,21 @@ async def remote_client(args: argparse.Namespace) -> AsyncIterator[BatchClient]:
         yield client
 
 
+def client_error_type() -> type[Exception]:
+    """``trio_batch.client.ClientError``, imported when a command first talks to a server.
+
+    Raises:
+        UsageError: httpx (the ``web`` extra) is not installed; the one line says so.
+    """
+    try:
+        from ..client import ClientError
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.startswith("trio_batch."):
+            raise
+        raise UsageError("--server needs httpx: pip install 'trio-batch[web]'") from None
+    return ClientError
+
+
 def explain(exc: Exception, server: str, job_id: str = "") -> RemoteProblem:
     """A client error as the message and exit code the commands print."""
     from ..client import ClientError
@@ -88,7 +103,7 @@ async def print_results(
     args: argparse.Namespace, out: Callable[[str], None], *, follow: bool
 ) -> None:
     """``results --server``: every line (``--follow``: as each target lands)."""
-    from ..client import ClientError
+    ClientError = client_error_type()
 
     try:
         async with (
@@ -103,7 +118,7 @@ async def print_results(
 
 async def print_jobs(args: argparse.Namespace) -> list[BatchSummary]:
     """``jobs --server``: every job of the key, newest first."""
-    from ..client import ClientError
+    ClientError = client_error_type()
 
     try:
         async with remote_client(args) as client:
@@ -127,7 +142,7 @@ async def run_remote(
     Returns:
         0 when every target is done, else 1.
     """
-    from ..client import ClientError
+    ClientError = client_error_type()
 
     size = int(args.job_size)
     chunks = [list(targets[i : i + size]) for i in range(0, len(targets), size)]

@@ -37,7 +37,13 @@ from ._output import (
     dump_line,
     target_line,
 )
-from ._remote import RemoteProblem, add_server_arguments, explain, remote_client
+from ._remote import (
+    RemoteProblem,
+    add_server_arguments,
+    client_error_type,
+    explain,
+    remote_client,
+)
 from ._store_messages import open_cli_store
 
 EXIT_MISSING = 1
@@ -142,7 +148,7 @@ async def _write_lines(engine: BatchEngine, job_id: str, out: Callable[[str], No
 
 async def _retry_remote(args: argparse.Namespace) -> int:
     """Ask ``args.server`` to retry ``args.id``; print the new job and how to follow it."""
-    from ..client import ClientError
+    ClientError = client_error_type()
 
     try:
         async with remote_client(args) as client:
