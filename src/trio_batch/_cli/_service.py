@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Callable
 
@@ -135,6 +136,7 @@ async def run_service(
         _log.warning("the keys file has no keys: every request will get 401")
     if fetch is None:
         _log_allowed_networks(settings)
+    _log.info("the store: %s", store_description(settings))
     metrics = PrometheusMetrics()
     config = settings.engine_config(hooks=metrics.hooks())
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -151,6 +153,17 @@ async def run_service(
                     settings, engine, keys, fetch, precheck, metrics, signals, task_status
                 )
     _log.info("stopped")
+
+
+def store_description(settings: Settings) -> str:
+    """Which store ``serve`` uses, for its start-up log: never a DSN's host, user or password.
+
+    A SQLite store is its absolute path (``run`` beside a server must not write the same file:
+    the line says which one it is); a PostgreSQL store is only its schema.
+    """
+    if settings.db.startswith(("postgresql://", "postgres://")):
+        return f"PostgreSQL, schema {settings.pg_schema}"
+    return f"SQLite {os.path.abspath(settings.db)}"
 
 
 def _log_allowed_networks(settings: Settings) -> None:
