@@ -117,9 +117,13 @@ async def test_retry_is_capped_like_a_submit(store: Store) -> None:
 class TestUnfinished:
     """An amendment to SPEC §7 (docs/spec.md): a retry runs an ended job's unfinished targets."""
 
-    async def test_an_interrupted_job_retries_its_unfinished_targets(self, store: Store) -> None:
+    async def test_an_interrupted_job_retries_its_unfinished_targets(
+        self, local_store: Store
+    ) -> None:
         """A job closed mid-way (interrupted) retries its failed, running and pending targets,
-        in input order; its done targets stay done."""
+        in input order; its done targets stay done. (A local store: on PostgreSQL a closing
+        instance leaves its live jobs to the others instead.)"""
+        store = local_store
         fetch = failing_fetch()
         gate = fetch.hold(TARGETS[2].url)
         held = [*TARGETS, Target("https://ok.example.test/4")]
