@@ -36,3 +36,20 @@ async def store(
 
         async with open_test_store(PG_DSN) as pg:
             yield pg
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def local_store(
+    request: pytest.FixtureRequest, tmp_path: os.PathLike[str]
+) -> AsyncIterator[ServiceStore]:
+    """The stores whose rotation is the engine's own (not a fleet's): memory and SQLite.
+
+    For the promises SPEC rule 7 makes of one process (closing fails the live jobs, opening
+    fails what a dead process left); a PostgreSQL fleet keeps its jobs instead
+    (tests/stores/postgres/test_fleet.py).
+    """
+    if request.param == "memory":
+        yield MemoryStore()
+    else:
+        async with SQLiteStore.open(os.path.join(tmp_path, "store.sqlite")) as sqlite:
+            yield sqlite

@@ -525,16 +525,16 @@ class TestCancel:
 
 
 class TestClose:
-    async def test_close_cancels_fetches_and_interrupts_live_jobs(self, store: Store) -> None:
+    async def test_close_cancels_fetches_and_interrupts_live_jobs(self, local_store: Store) -> None:
         """Closing cancels the fetch in flight and fails every live job as interrupted."""
         rec = Recorder()
         fetch = ScriptedFetch()
         fetch.hold(url("a", 0))
-        async with engine_on(store, fetch, rec, jobs_per_caller=2) as engine:
+        async with engine_on(local_store, fetch, rec, jobs_per_caller=2) as engine:
             a = await engine.submit(ALICE, "fleet", targets("a", 2))
             b = await engine.submit(ALICE, "fleet", targets("b", 1))
             await rec.wait_until(lambda: rec.inflights == [1])
-        snaps = [await store.snapshot(a.id), await store.snapshot(b.id)]
+        snaps = [await local_store.snapshot(a.id), await local_store.snapshot(b.id)]
 
         for snap in snaps:
             assert snap is not None
@@ -544,25 +544,25 @@ class TestClose:
         assert ["created", "created", "failed", "failed"] == rec.jobs
         assert 0 == rec.inflights[-1]
 
-    async def test_close_frees_caps_for_the_next_engine(self, store: Store) -> None:
-        """A new engine on the same store admits the caller whose job was interrupted."""
+    async def test_close_frees_caps_for_the_next_engine(self, local_store: Store) -> None:
+        """A new engine on the same local_store admits the caller whose job was interrupted."""
         fetch = ScriptedFetch()
         fetch.hold(url("a", 0))
-        async with engine_on(store, fetch, jobs_per_caller=1) as engine:
+        async with engine_on(local_store, fetch, jobs_per_caller=1) as engine:
             await engine.submit(ALICE, "fleet", targets("a", 1))
-        async with engine_on(store, ScriptedFetch(), jobs_per_caller=1) as engine:
+        async with engine_on(local_store, ScriptedFetch(), jobs_per_caller=1) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
 
             assert not sub.reused
 
-    async def test_opening_fails_jobs_left_by_a_dead_process(self, store: Store) -> None:
-        """Live jobs in the store when an engine opens are failed as interrupted."""
+    async def test_opening_fails_jobs_left_by_a_dead_process(self, local_store: Store) -> None:
+        """Live jobs in the local_store when an engine opens are failed as interrupted."""
         from trio_batch.stores import Limits, NewJob
 
         orphan = NewJob("f" * 32, "alice", "fleet", "k", targets("a", 2), 1.0)
-        await store.admit(orphan, Limits(3600, 32, 1, 8))
-        await store.start_target(orphan.id, 0, 2.0)
-        async with engine_on(store, ScriptedFetch()) as engine:
+        await local_store.admit(orphan, Limits(3600, 32, 1, 8))
+        await local_store.start_target(orphan.id, 0, 2.0)
+        async with engine_on(local_store, ScriptedFetch()) as engine:
             snap = await engine.status(orphan.id)
 
             assert snap is not None

@@ -35,7 +35,11 @@ EVERYBODYS = {"ground", "stores._protocol"}
 
 # Files allowed past MAX_LINES, each with the reason it is still one concept.
 MAX_LINES = 800
-LONG_FILES: dict[str, str] = {}
+LONG_FILES: dict[str, str] = {
+    "_engine/_batch_engine.py": "BatchEngine and open_engine are one object: the rotation with "
+    "its two sources (its own channel, a fleet's claims), the finisher's acknowledgements and "
+    "the reads share its state; split, they were a mixin reaching into each other",
+}
 
 
 def room(module: str) -> str:

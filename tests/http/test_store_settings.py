@@ -25,6 +25,7 @@ STORE_SETTINGS = (
     "pg_statement_timeout",
     "pg_call_timeout",
     "pg_connect_timeout",
+    "pg_claim_timeout",
     "pg_synchronous_commit",
     "pg_schema",
 )
@@ -211,6 +212,7 @@ class TestOpenStore:
             "schema": "trio_batch",
             "call_timeout": 30.0,
             "connect_timeout": 10.0,
+            "claim_timeout": 10.0,
             "synchronous_commit": True,
         }
         assert {k: defaults[k].default for k in seen if k not in ("dsn", "heartbeat")} == {
@@ -238,6 +240,7 @@ class TestOpenStore:
             pg_statement_timeout=1.5,
             pg_call_timeout=2.0,
             pg_connect_timeout=4.0,
+            pg_claim_timeout=3.0,
             pg_synchronous_commit=False,
             pg_schema="blue",
         )
@@ -252,5 +255,6 @@ class TestOpenStore:
             "schema": "blue",
             "call_timeout": 2.0,
             "connect_timeout": 4.0,
+            "claim_timeout": 3.0,
             "synchronous_commit": False,
         }

@@ -72,13 +72,13 @@ class Recorder:
                 self.all_ended.set()
 
 
-async def test_resume_finishes_what_was_live_in_turn(store: Store) -> None:
+async def test_resume_finishes_what_was_live_in_turn(local_store: Store) -> None:
     """The running target is fetched again, the jobs alternate from where they were, once each."""
-    await left_by_a_dead_process(store)
+    await left_by_a_dead_process(local_store)
     fetch = ScriptedFetch()
     rec = Recorder()
     config = Config(workers=1, jobs_per_caller=2, resume=True, hooks=Hooks(job=rec.job))
-    async with open_engine(store, fetch, config) as engine:
+    async with open_engine(local_store, fetch, config) as engine:
         with trio.fail_after(20):
             await rec.all_ended.wait()
         a = await engine.status("a")
@@ -116,11 +116,11 @@ async def test_caps_are_free_once_resumed_jobs_end(store: Store) -> None:
     assert not first.reused and not second.reused
 
 
-async def test_without_resume_the_jobs_are_interrupted(store: Store) -> None:
+async def test_without_resume_the_jobs_are_interrupted(local_store: Store) -> None:
     """An engine that does not resume fails the left jobs as interrupted and fetches nothing."""
-    await left_by_a_dead_process(store)
+    await left_by_a_dead_process(local_store)
     fetch = ScriptedFetch()
-    async with open_engine(store, fetch, Config(jobs_per_caller=2)) as engine:
+    async with open_engine(local_store, fetch, Config(jobs_per_caller=2)) as engine:
         a = await engine.status("a")
     assert fetch.calls == []
     assert a is not None and (a.job.status, a.job.error) == (JobStatus.FAILED, "interrupted")
@@ -182,7 +182,8 @@ async def test_a_resumed_job_keeps_its_webhook(store: Store) -> None:
 
 @pytest.mark.slow
 async def test_a_live_postgres_instance_adopts_a_gone_one(tmp_path: object) -> None:
-    """An instance that stops with live jobs: another, running with resume, finishes them."""
+    """An instance that stops with live jobs: another, already running, finishes them (on a
+    fleet the jobs are everyone's; ``resume`` changes nothing there)."""
     if not PG_DSN:
         pytest.skip(SKIP_REASON)
     from trio_batch.stores import PostgresStore
@@ -192,17 +193,17 @@ async def test_a_live_postgres_instance_adopts_a_gone_one(tmp_path: object) -> N
     fetch = ScriptedFetch()
     rec = Recorder()
     config = Config(workers=1, jobs_per_caller=2, resume=True, hooks=Hooks(job=rec.job))
-    async with (
-        open_test_schema(PG_DSN) as schema,
-        PostgresStore.open(PG_DSN, schema=schema) as survivor,
-        open_engine(survivor, fetch, config) as engine,
-    ):
+    async with open_test_schema(PG_DSN) as schema:
         async with PostgresStore.open(PG_DSN, schema=schema) as gone:
             await left_by_a_dead_process(gone)
-        # closing deregistered it: its jobs are a gone instance's, adopted within seconds
-        with trio.fail_after(30):
-            await rec.all_ended.wait()
-        a = await engine.status("a")
+        # its jobs are the fleet's: the next instance runs them, from where they were
+        async with (
+            PostgresStore.open(PG_DSN, schema=schema) as survivor,
+            open_engine(survivor, fetch, config) as engine,
+        ):
+            with trio.fail_after(30):
+                await rec.all_ended.wait()
+            a = await engine.status("a")
     assert a is not None and (a.job.status, a.job.targets_done) == (JobStatus.DONE, 3)
     assert fetch.calls[0] == "https://a.example.test/1"
     assert sorted(fetch.calls) == sorted(

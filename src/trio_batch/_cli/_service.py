@@ -54,6 +54,7 @@ async def open_store(settings: Settings) -> AsyncIterator[ServiceStore]:
             schema=settings.pg_schema,
             call_timeout=settings.pg_call_timeout,
             connect_timeout=settings.pg_connect_timeout,
+            claim_timeout=settings.pg_claim_timeout,
             synchronous_commit=settings.pg_synchronous_commit,
         ) as pg:
             yield pg

@@ -371,6 +371,16 @@ class Settings:
             "SECONDS",
         ),
     )
+    pg_claim_timeout: float = field(
+        default=10.0,
+        metadata=_about(
+            _POSITIVE,
+            "PostgreSQL only: seconds a turn this instance claimed stays its own without a "
+            "renewal; an instance killed mid-fetch holds its targets this long, then another "
+            "instance fetches them again (default {default})",
+            "SECONDS",
+        ),
+    )
     pg_connect_timeout: float = field(
         default=10.0,
         metadata=_about(

@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
-from typing import final
+from typing import cast, final
 
 import trio
 
@@ -41,9 +41,10 @@ from .._model import (
     checked_submission,
     idempotency_key,
 )
-from .._util import NoPublicConstructor, raise_single_exception_from_group
+from .._util import NoPublicConstructor, backoff, raise_single_exception_from_group
 from ..stores._protocol import (
     MAX_READ,
+    FleetStore,
     JobCursor,
     JobSummary,
     Limits,
@@ -52,9 +53,10 @@ from ..stores._protocol import (
     ResumedJob,
     Store,
     Stored,
+    is_fleet,
 )
 from ._groups import drain_in_groups
-from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, resumed_live_jobs
+from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, live_job_of, resumed_live_jobs
 from ._retry import failed_targets
 from ._storing import store_outcomes
 from ._watch import JobWatch, is_shared, watchers_for
@@ -67,6 +69,10 @@ _MAX_GROUP = 512
 _ADOPT_EVERY = 1.0
 # Groups whose store call may be in flight at once: group k+1 is sent while k commits.
 _GROUPS_IN_FLIGHT = 2
+# A fleet's claimer claims again at least this often, in case a notification was lost.
+_FLEET_POLL = 1.0
+# Turns claimed by one statement at most.
+_MAX_CLAIMS = 64
 
 
 @final
@@ -117,6 +123,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._store_failure: tuple[str, float] | None = None
         # Who waits on which job: polling once a second on a store other engines share.
         self._watchers = watchers_for(store)
+        # On a fleet store the rotation is the store's: workers take claimed turns instead.
+        self._fleet = is_fleet(store)
+        self._idle = 0  # fleet: workers waiting for a turn that the claimer has not given yet
+        self._wants_work = trio.Event()  # fleet: set when a worker starts waiting
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -203,6 +213,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
         submitted = await self._store.admit(job, self._limits)
         if submitted.reused:
             self._call_job_hook("reused")
+            return submitted
+        if self._fleet:  # the fleet's job now: any instance's claimer takes its turns
+            self._call_job_hook("retried" if retry_of else "created")
             return submitted
         if self._closing:
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
@@ -406,7 +419,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 self._tasks.cancel_scope.cancel("BatchEngine.aclose()")
             with trio.CancelScope(shield=True):
                 await self._runner_done.wait()
-            if not self._config.resume:
+            if self._fleet:
+                await self._release_claims()
+            elif not self._config.resume:
                 await self._interrupt_live()
             elif self._live:  # the next engine resumes them
                 self._log.info("left %d live jobs to resume", len(self._live))
@@ -415,6 +430,21 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._send.close()
         finally:
             self._closed.set()
+
+    async def _release_claims(self) -> None:
+        """Give the fleet back the turns this engine holds; bounded and shielded.
+
+        Their targets go back to pending and the jobs keep their places: another instance
+        claims them at once (a rolling deploy costs no claim timeout).
+        """
+        store = cast("FleetStore", self._store)
+        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                await store.release_claims(self._wall())
+            except Exception as exc:
+                self._store_error("release_claims", "", exc)
+        if self._live:
+            self._log.info("gave back %d turns", len(self._live), extra={"jobs": len(self._live)})
 
     async def _interrupt_live(self) -> None:
         """Fail the live jobs (``interrupted``), once each in the hooks; bounded and shielded."""
@@ -457,7 +487,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
                         self._tasks = tasks
                         for _ in range(self._workers):
                             await tasks.start(self._worker)
-                        if self._config.resume and is_shared(self._store):
+                        if self._fleet:
+                            tasks.start_soon(self._claimer)
+                        elif self._config.resume and is_shared(self._store):
                             tasks.start_soon(self._adopt_loop)
                         task_status.started()
                         await trio.sleep_forever()
@@ -498,17 +530,58 @@ class BatchEngine(metaclass=NoPublicConstructor):
             try:  # a waiting job needs no trip through the scheduler: start_target checkpoints
                 live = recv.receive_nowait()
             except trio.WouldBlock:
+                if self._fleet:
+                    self._idle += 1
+                    self._wants_work.set()
                 live = await recv.receive()  # the channel closes only once workers are gone
             if not live.cancelled:
                 await self._run_target(live)
 
+    async def _claimer(self) -> None:
+        """Fleet: claim as many turns as workers wait for, and hand them over in turn order.
+
+        When the fleet has fewer turns ready than workers wait, it sleeps until the store
+        hears of a change (a notification) or for ``_FLEET_POLL`` at most. A store error is
+        logged and tried again after a backoff; the workers just wait meanwhile.
+        """
+        store = cast("FleetStore", self._store)
+        failures = 0
+        while True:
+            want = min(self._idle, _MAX_CLAIMS)
+            if want <= 0:
+                await self._wants_work.wait()
+                self._wants_work = trio.Event()
+                continue
+            try:
+                claims = await store.claim_turns(want, self._wall())
+            except Exception as exc:
+                failures += 1
+                self._store_error("claim_turns", "", exc)
+                await trio.sleep(backoff(failures, 0.1, 5.0, jitter=0.5))
+                continue
+            failures = 0
+
+            for claim in claims:
+                live = live_job_of(claim, trio.current_time(), self._wall())
+                self._live[live.id] = live
+                self._idle -= 1
+                self._send.send_nowait(live)
+            if claims:
+                self._report_depth()
+            if len(claims) < want:
+                with trio.move_on_after(_FLEET_POLL):
+                    await store.wait_for_turns()
+
     async def _run_target(self, live: LiveJob) -> None:
         idx = live.next_idx
-        try:
-            started = await self._store.start_target(live.id, idx, self._wall())
-        except Exception as exc:
-            self._store_error("start_target", live.id, exc)
+        if live.claim is not None:  # the claim marked it running
             started = True
+        else:
+            try:
+                started = await self._store.start_target(live.id, idx, self._wall())
+            except Exception as exc:
+                self._store_error("start_target", live.id, exc)
+                started = True
         if not started:  # cancelled from elsewhere, or gone
             if self._live.pop(live.id, None) is not None:
                 self._report_depth()
@@ -521,7 +594,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             result = await self._fetch(live.caller, live.targets[idx])
             if not isinstance(result, Result):
                 raise TypeError(f"fetch returned {type(result).__name__}, not Result")
-            outcome = Outcome(TargetState.DONE, result_json=result.to_json())
+            outcome = Outcome(TargetState.DONE, result_json=result.to_json(), claim=live.token)
         except Exception as exc:
             error = exc
             kind = classify_failure(exc)
@@ -536,23 +609,32 @@ class BatchEngine(metaclass=NoPublicConstructor):
                     TargetState.FAILED,
                     error=str(kind) or "busy",
                     hint=f"the target stayed busy for {busy_for:.0f} s; try it again later",
+                    claim=live.token,
                 )
             elif isinstance(kind, TargetError):
                 error = kind  # hooks read its status, also when it came in a group
-                outcome = Outcome(TargetState.FAILED, error=kind.msg, hint=kind.hint)
+                outcome = Outcome(
+                    TargetState.FAILED, error=kind.msg, hint=kind.hint, claim=live.token
+                )
             else:
                 self._log.error(
                     "fetch raised %s",
                     type(exc).__name__,
                     extra={"job_id": live.id, "idx": idx, "error_type": type(exc).__name__},
                 )
-                outcome = Outcome(TargetState.FAILED, error="internal error")
+                outcome = Outcome(TargetState.FAILED, error="internal error", claim=live.token)
         finally:
             self._inflight -= 1
             self._report_inflight()
         self._fetched_send.send_nowait((live, idx, outcome, error, trio.current_time() - t0))
 
     async def _retry(self, live: LiveJob, idx: int, wait: float) -> None:
+        if live.claim is not None:  # fleet: hold the turn through the wait, then give it back
+            if (hook := self._hooks.retry) is not None:
+                hook(wait)
+            assert self._tasks is not None
+            self._tasks.start_soon(self._give_back_after, live, wait)
+            return
         try:
             with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
                 await self._store.release_target(live.id, idx, self._wall())
@@ -570,6 +652,30 @@ class BatchEngine(metaclass=NoPublicConstructor):
         finally:
             self._retrying -= 1
         self._requeue(live)
+
+    async def _give_back_after(self, live: LiveJob, wait: float) -> None:
+        """Fleet: after a busy target's wait, the turn goes back to the end of the rotation.
+
+        The claim is held (and renewed) through the wait, as a local job waits out of the
+        rotation; when the time comes any instance may take it, with the first busy time
+        kept for ``Config.retry_for``.
+        """
+        self._retrying += 1
+        try:
+            await trio.sleep(wait)
+        finally:
+            self._retrying -= 1
+        assert live.claim is not None
+        assert live.busy_since is not None
+        busy_since = self._wall() - (trio.current_time() - live.busy_since)
+        store = cast("FleetStore", self._store)
+        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                await store.release_claim(live.claim, self._wall(), busy_since)
+            except Exception as exc:  # the claim expires and another instance takes it
+                self._store_error("release_claim", live.id, exc)
+        if self._live.pop(live.id, None) is not None:
+            self._report_depth()
 
     def _requeue(self, live: LiveJob) -> None:
         if not live.cancelled and not self._closing:
@@ -625,6 +731,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._watchers.changed(live.id, has_webhook=live.has_webhook)
         if stored.terminal is not None:
             self._settle(live, stored.terminal)
+        elif live.claim is not None:  # fleet: storing it gave the turn back to the rotation
+            if self._live.pop(live.id, None) is not None:
+                self._report_depth()
         elif live.next_idx < len(live.targets):
             self._requeue(live)
         elif not live.cancelled and live.id in self._live:
@@ -690,8 +799,10 @@ async def open_engine(
     """Open a :class:`BatchEngine` whose workers live until the block exits.
 
     On entry, live jobs left in the store by a process that is gone are failed
-    (``interrupted``), or with ``Config.resume`` put back in the rotation (SPEC §7). On exit
-    the engine is closed (see :meth:`BatchEngine.aclose`). An exception from the block comes
+    (``interrupted``), or with ``Config.resume`` put back in the rotation (SPEC §7). On a
+    fleet store (``PostgresStore``) live jobs belong to the fleet instead: nothing is failed or
+    resumed, the engine claims turns of every live job, and closing gives its claims back. On
+    exit the engine is closed (see :meth:`BatchEngine.aclose`). An exception from the block comes
     out as itself, with its ``__cause__`` and ``__context__``, not wrapped in an exception
     group; two errors at once (the block's and a crashed worker's) come out as a group.
 
@@ -707,7 +818,9 @@ async def open_engine(
     log = logger if logger is not None else logging.getLogger("trio_batch")
     engine = BatchEngine._create(store, fetch, config, log, wall_clock)
     resumed: list[ResumedJob] = []
-    if config.resume:
+    if is_fleet(store):
+        pass  # live jobs belong to the fleet: nothing to fail or resume, the claims run them
+    elif config.resume:
         resumed = await store.resume(wall_clock())
     elif recovered := await store.recover(wall_clock()):
         log.warning(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import final
 
 from .._model import Caller, Result, Target
-from ..stores._protocol import Outcome, ResumedJob
+from ..stores._protocol import Claim, Outcome, ResumedJob
 
 FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
 """The per-target work: given the job's caller and one target, return its ``Result``."""
@@ -42,6 +42,7 @@ class LiveJob:
         "busy_since",
         "caller",
         "cancelled",
+        "claim",
         "has_webhook",
         "id",
         "next_idx",
@@ -49,7 +50,13 @@ class LiveJob:
         "targets",
     )
 
-    def __init__(self, job_id: str, caller: Caller, targets: list[Target], started: float) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        caller: Caller,
+        targets: list[Target] | Mapping[int, Target],
+        started: float,
+    ) -> None:
         self.id = job_id
         self.caller = caller
         self.targets = targets
@@ -58,6 +65,12 @@ class LiveJob:
         self.busy_since: float | None = None
         self.cancelled = False
         self.has_webhook = False  # its changes wake the webhook deliveries
+        self.claim: Claim | None = None  # a fleet's turn: the one target this engine runs
+
+    @property
+    def token(self) -> str:
+        """The claim's token for ``Outcome.claim``: empty without a claim."""
+        return "" if self.claim is None else self.claim.token
 
 
 # A fetched target waiting to be stored: job, index, outcome, the fetch's error, fetch seconds.
@@ -78,3 +91,21 @@ def resumed_live_jobs(resumed: Sequence[ResumedJob], now: float, wall: float) ->
         live.has_webhook = bool(job.webhook)
         jobs.append(live)
     return jobs
+
+
+def live_job_of(claim: Claim, now: float, wall: float) -> LiveJob:
+    """A :class:`LiveJob` for one claimed turn of a fleet: its one target, and its times.
+
+    ``now`` is Trio's clock and ``wall`` the wall clock: the job's seconds count from its
+    creation, and a busy target's from its first busy answer, wherever that was.
+    """
+    started = now - max(0.0, wall - claim.created_at)
+    live = LiveJob(
+        claim.job_id, Caller(claim.caller, claim.workspace), {claim.idx: claim.target}, started
+    )
+    live.next_idx = claim.idx
+    live.has_webhook = claim.has_webhook
+    live.claim = claim
+    if claim.busy_since is not None:
+        live.busy_since = now - max(0.0, wall - claim.busy_since)
+    return live

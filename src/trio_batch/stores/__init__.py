@@ -20,7 +20,9 @@ from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import (
     CacheEntry as CacheEntry,
+    Claim as Claim,
     FinishItem as FinishItem,
+    FleetStore as FleetStore,
     HookDue as HookDue,
     JobCursor as JobCursor,
     JobSummary as JobSummary,
@@ -43,7 +45,9 @@ if TYPE_CHECKING:
 # psycopg; `from trio_batch.stores import PostgresStore` names the extra to install.
 __all__ = [
     "CacheEntry",
+    "Claim",
     "FinishItem",
+    "FleetStore",
     "HookDue",
     "JobCursor",
     "JobSummary",

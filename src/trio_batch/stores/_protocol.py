@@ -86,6 +86,13 @@ class Outcome:
     result_json: str | None = None
     error: str = ""
     hint: str = ""
+    claim: str = ""
+    """The token of the claim the target was fetched under (a :class:`FleetStore`'s turn).
+
+    A fleet store stores the outcome only while that claim is still the job's, so an
+    instance whose claim expired and was taken over never stores a target twice. Empty on
+    stores with an in-memory rotation, which ignore it.
+    """
 
     @property
     def size(self) -> int:
@@ -393,6 +400,82 @@ class WebhookOutbox(Protocol):
         repeat returns False.
         """
         ...
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A turn of the fleet's rotation, held by one instance until its outcome is stored.
+
+    From :meth:`FleetStore.claim_turns`: the job's next target, marked running, and what the
+    engine needs to run it without reading the job.
+    """
+
+    job_id: str
+    idx: int
+    token: str
+    """The claim's token: the outcome is stored with it (``Outcome.claim``)."""
+    target: Target
+    caller: str
+    workspace: str
+    created_at: float
+    has_webhook: bool
+    busy_since: float | None
+    """Wall-clock time the target first came back busy, for ``Config.retry_for``; or None."""
+    taken_over: bool
+    """The job's previous claim had expired: its target is fetched again (at least once)."""
+
+
+class FleetStore(Store, Protocol):
+    """A store whose rotation belongs to a fleet of engines (``PostgresStore``).
+
+    An engine over such a store takes its turns from the store instead of its own channel:
+    any instance's free worker claims the next turn of one round robin over every live job,
+    whoever admitted it. A claim has a deadline on the database's clock that the store renews
+    while its holder lives; the claim of an instance that died expires and its target is
+    claimed again by another. Live jobs belong to the fleet: an engine that closes releases
+    its claims and leaves its jobs live for the others (and for the next engine to open).
+    """
+
+    fleet: bool
+    """True: the engine uses the claims below rather than its in-memory rotation."""
+
+    async def claim_turns(self, n: int, now: float) -> list[Claim]:
+        """Claim up to ``n`` turns: the live unclaimed jobs whose last turn is oldest.
+
+        Each claimed job's next target is marked running. Returns fewer (or none) when fewer
+        jobs are ready. Cancellation: if this raises :class:`trio.Cancelled`, nothing was
+        claimed.
+        """
+        ...
+
+    async def release_claim(self, claim: Claim, now: float, busy_since: float | None) -> None:
+        """Give the turn back: the target pending again, the job at the end of the rotation.
+
+        After a busy target's wait; ``busy_since`` (wall clock) is kept for the next claimer.
+        Does nothing if the claim is no longer the job's. Cancellation: if this raises
+        :class:`trio.Cancelled`, the claim is still held.
+        """
+        ...
+
+    async def release_claims(self, now: float) -> None:
+        """Give back every claim of this store's instance (the engine closes): their targets
+        pending again, the jobs keeping their place. Cancellation: as :meth:`release_claim`.
+        """
+        ...
+
+    async def wait_for_turns(self) -> None:
+        """Return when a turn may have become free: a job admitted, an outcome stored, a claim
+        released, anywhere in the fleet. Notifications can be lost (a dropped connection), so
+        the engine bounds the wait (``trio.move_on_after``) and claims again: a slow poll.
+        Cancellation: safe; it has no effect.
+        """
+        ...
+
+
+def is_fleet(store: Store) -> bool:
+    """Whether ``store`` runs its rotation for a fleet (:class:`FleetStore`)."""
+    return bool(getattr(store, "fleet", False))
 
 
 class ServiceStore(Store, ResponseCache, WebhookOutbox, Protocol):

@@ -105,6 +105,11 @@ def job_from_row(row: Row) -> Job:
     )
 
 
+def stored_target(url: str, options: str) -> Target:
+    """The :class:`Target` a SQL store holds as ``url`` and its options JSON."""
+    return Target(url, _options_from_json(options))
+
+
 RESUME_JOB_COLUMNS = "id, caller, workspace, caller_class, created_at, webhook"
 """The job columns :func:`resumed_job` reads, in its order."""
 

@@ -15,6 +15,7 @@ from trio_batch.stores import PostgresStore
 
 TIMEOUT = 1.0
 HEARTBEAT = 0.2
+CLAIM_TIMEOUT = 1.0
 
 
 def say(line: str) -> None:
@@ -31,7 +32,11 @@ async def main(dsn: str, schema: str) -> None:
 
     async with (
         PostgresStore.open(
-            dsn, schema=schema, instance_timeout=TIMEOUT, heartbeat=HEARTBEAT
+            dsn,
+            schema=schema,
+            instance_timeout=TIMEOUT,
+            heartbeat=HEARTBEAT,
+            claim_timeout=CLAIM_TIMEOUT,
         ) as store,
         open_engine(store, fetch) as engine,
     ):

@@ -25,7 +25,7 @@ from .._rules import LIVE_SQL
 Conn = psycopg.Connection[TupleRow]
 Cursor = psycopg.Cursor[TupleRow]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
@@ -206,11 +206,55 @@ MIGRATIONS.append(
 )
 
 
+# The fleet's rotation (stores/_postgres/_claims): each live job's place in one round robin
+# (turn), the first target it may still have to run (next_idx, a lower bound), its claim (a
+# token, the instance holding it, a deadline on the database's clock) and, for a busy target
+# whose turn was given back, when it first came back busy. A trigger notifies the schema's
+# channel when a job becomes claimable. Code of a release before this one refuses the schema
+# (newer than it knows), so an old instance never runs beside the claims.
+MIGRATIONS.append(
+    f"""
+    CREATE SEQUENCE turns;
+    ALTER TABLE jobs ADD COLUMN turn bigint NOT NULL DEFAULT nextval('turns');
+    ALTER TABLE jobs ADD COLUMN next_idx integer NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN claim text;
+    ALTER TABLE jobs ADD COLUMN claim_instance text NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN claim_until timestamptz;
+    ALTER TABLE jobs ADD COLUMN busy_since double precision;
+    CREATE INDEX jobs_turns ON jobs (turn) WHERE status IN {LIVE_SQL};
+    CREATE INDEX jobs_claims ON jobs (claim) WHERE claim IS NOT NULL;
+    CREATE FUNCTION turns_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM changed WHERE claim IS NULL AND status IN {LIVE_SQL}) THEN
+            PERFORM pg_notify('tbt_' || md5(TG_TABLE_SCHEMA), '');
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER jobs_turns_inserted AFTER INSERT ON jobs REFERENCING NEW TABLE AS changed
+        FOR EACH STATEMENT EXECUTE FUNCTION turns_changed();
+    CREATE TRIGGER jobs_turns_updated AFTER UPDATE ON jobs REFERENCING NEW TABLE AS changed
+        FOR EACH STATEMENT EXECUTE FUNCTION turns_changed()
+    """
+)
+
+
 def statements(migration: str) -> list[str]:
-    """The statements of a migration: split on ``;`` except inside a ``$$`` function body."""
-    if "$$" in migration:
-        return [migration]
-    return [part for part in migration.split(";") if part.strip()]
+    """The statements of a migration: split on ``;`` except inside a ``$$`` function body.
+
+    A migration that is one function alone (``CREATE FUNCTION ... $$ ... $$``) is one
+    statement; in others the parts between ``$$`` pairs are bodies, kept whole.
+    """
+    parts = migration.split("$$")
+    found: list[str] = [""]
+    for i, part in enumerate(parts):
+        if i % 2:  # a function body, with its $$ marks
+            found[-1] += "$$" + part + "$$"
+            continue
+        pieces = part.split(";")
+        found[-1] += pieces[0]
+        found.extend(pieces[1:])
+    return [statement for statement in found if statement.strip()]
 
 
 def lock_space(schema: str) -> int:

@@ -117,6 +117,11 @@ RELEASE = Statement(
 # the stored result bytes of every instance after the statement; a row of ordinal 0 with
 # those bytes when nothing was stored; a row of ordinal -1 for each job that was not live.
 #
+# ``claim`` (a fleet's turn, stores/_postgres/_claims): an item with a claim is stored only
+# while that claim is still its job's, and storing it gives the job back to the rotation
+# (claim cleared, next_idx moved on, a new turn). A replay finds the claim already cleared by
+# its first run and reports what is stored, as below.
+#
 # ``started`` marks items whose running mark the writer dropped (same batch): the statement
 # does the mark's part (a queued job becomes running; a mark re-opens a stored target, as
 # start_target does). ``replay`` (the batch is sent again after a lost connection) turns that
@@ -131,12 +136,12 @@ FINISH_MANY = Statement(
             SELECT e.x->>0 AS job_id, (e.x->>1)::int AS idx, e.x->>2 AS state,
                 e.x->>3 AS result, e.x->>4 AS error, e.x->>5 AS hint,
                 (e.x->>6)::bigint AS size, (e.x->>7)::bool AS started,
-                (e.x->>8)::float8 AS start, e.ord
+                (e.x->>8)::float8 AS start, e.x->>9 AS claim, e.ord
             FROM json_array_elements(%(items)s::json) WITH ORDINALITY AS e (x, ord)
         ) AS v
         ORDER BY job_id, idx, ord
     ), o AS (
-        SELECT id, status, targets_done, targets_total FROM jobs
+        SELECT id, status, targets_done, targets_total, claim AS held FROM jobs
         WHERE id IN (SELECT job_id FROM v) FOR UPDATE
     ), t AS (
         UPDATE targets AS tg SET status = v.state, result = v.result, error = v.error,
@@ -145,14 +150,16 @@ FINISH_MANY = Statement(
         WHERE tg.job_id = v.job_id AND tg.idx = v.idx AND (
             tg.status NOT IN ('done', 'failed') OR (v.started AND NOT %(replay)s
                 AND v.job_id IN (SELECT id FROM o WHERE status IN {LIVE_SQL}))
-        )
-        RETURNING v.ord, v.job_id, v.idx, v.state, v.size
+        ) AND (v.claim = '' OR EXISTS (SELECT 1 FROM o WHERE o.id = v.job_id AND o.held = v.claim))
+        RETURNING v.ord, v.job_id, v.idx, v.state, v.size, v.claim <> '' AS claimed
     ), r AS (
         SELECT t.*, row_number() OVER (PARTITION BY t.job_id ORDER BY t.ord) AS rank FROM t
     ), a AS (
-        SELECT job_id, count(*) AS n, sum(size) AS bytes FROM t GROUP BY job_id
+        SELECT job_id, count(*) AS n, sum(size) AS bytes, bool_or(claimed) AS claimed,
+            max(idx) AS top
+        FROM t GROUP BY job_id
     ), fin AS (
-        SELECT o.id, o.status, o.targets_done, o.targets_total, a.n, a.bytes,
+        SELECT o.id, o.status, o.targets_done, o.targets_total, a.n, a.bytes, a.claimed, a.top,
             CASE WHEN o.status IN {LIVE_SQL} AND o.targets_done < o.targets_total
                 AND o.targets_done + a.n >= o.targets_total THEN (
                 SELECT CASE
@@ -178,7 +185,13 @@ FINISH_MANY = Statement(
                 WHEN fin.terminal IS NOT NULL THEN fin.terminal
                 WHEN fin.started AND jb.status = 'queued' THEN 'running'
                 ELSE jb.status END,
-            lease = CASE WHEN fin.terminal IS NOT NULL THEN %(now)s ELSE jb.lease END
+            lease = CASE WHEN fin.terminal IS NOT NULL THEN %(now)s ELSE jb.lease END,
+            claim = CASE WHEN fin.claimed THEN NULL ELSE jb.claim END,
+            claim_until = CASE WHEN fin.claimed THEN NULL ELSE jb.claim_until END,
+            busy_since = CASE WHEN fin.claimed THEN NULL ELSE jb.busy_since END,
+            next_idx = CASE WHEN fin.claimed THEN greatest(jb.next_idx, fin.top + 1)
+                ELSE jb.next_idx END,
+            turn = CASE WHEN fin.claimed THEN nextval('turns') ELSE jb.turn END
         FROM fin
         WHERE jb.id = fin.id AND (fin.n IS NOT NULL OR (fin.started AND fin.status IN {LIVE_SQL}))
     ), c AS (
@@ -279,6 +292,7 @@ def finish_params(
             o.size,
             (job_id, idx) in started,
             started.get((job_id, idx)),
+            o.claim,
         )
         for job_id, idx, o in items
     ]

@@ -1,12 +1,11 @@
 """``PostgresStore``: its lifetime (``open``), its instance heartbeat, and the Store methods.
 
 Each open store is one *instance*: it registers a row in ``instances`` and heartbeats it in
-real time, from a task in the nursery that :meth:`PostgresStore.open` owns, and each job
-records the instance that admitted it. Any instance fails (``interrupted``) the live jobs of
-instances whose heartbeat is older than their declared timeout, at each of its heartbeats and
-in :meth:`PostgresStore.recover`. A job cancelled from another instance is noticed by its owner
-when the batch carrying its next running mark reports it not live; the ``start_target`` after
-that returns False (polling; see ``docs/postgres.md``).
+real time, from a task in the nursery that :meth:`PostgresStore.open` owns. The live jobs belong
+to the fleet: engines claim their turns (``_claims``), the store renews its claims and hears of
+new turns through ``LISTEN``, and a gone instance's claims expire for others to take, so no job
+is failed for an instance that is gone. (``recover`` and ``resume`` keep their meaning for a
+caller that uses them directly; an engine over this store calls neither.)
 
 The methods here only shape parameters and results: the SQL is in ``_sql``, the write path in
 ``_batch`` (its thread side in ``_pipeline``) and the threads in ``_threads``.
@@ -19,7 +18,6 @@ import json
 import logging
 import secrets
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast, final
@@ -30,10 +28,19 @@ from psycopg_pool import ConnectionPool
 from ..._errors import StoreError
 from ..._model import Job, Snapshot, Submitted
 from ..._util import NoPublicConstructor, raise_single_exception_from_group
-from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, ResumedJob, Stored
+from .._protocol import (
+    CacheEntry,
+    Claim,
+    FinishItem,
+    Limits,
+    NewJob,
+    Outcome,
+    ResumedJob,
+    Stored,
+)
 from .._rules import check_caps, job_from_row, options_json
 from .._sql_shared import PostgresCommon
-from . import _adopt, _sql
+from . import _adopt, _claims, _sql
 from ._batch import WriteQueue
 from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
@@ -68,6 +75,7 @@ class PostgresOptions:
     synchronous_commit: bool = True
     connect_timeout: float = 10.0
     call_timeout: float = 30.0
+    claim_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         schema, instance_timeout = self.schema, self.instance_timeout
@@ -90,6 +98,8 @@ class PostgresOptions:
             raise ValueError(f"connect_timeout must be > 0 (got {self.connect_timeout!r})")
         if not self.call_timeout > 0:
             raise ValueError(f"call_timeout must be > 0 (got {self.call_timeout!r})")
+        if not self.claim_timeout > 0:
+            raise ValueError(f"claim_timeout must be > 0 (got {self.claim_timeout!r})")
 
     @property
     def beat(self) -> float:
@@ -103,10 +113,10 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
 
     Open it with ``async with PostgresStore.open(dsn) as store``; the schema is created or
     migrated on the first open. Open one store per engine: each store is one *instance* with
-    its own heartbeat, and an engine that opens fails the live jobs of its own instance and of
-    instances that are gone (see :meth:`recover`). ``status``, ``touch`` and ``cancel`` work
-    from any instance; a job is worked only by the instance that admitted it. Once the
-    ``open`` block has exited, every async method raises :class:`trio.ClosedResourceError`.
+    its own heartbeat. It is a ``FleetStore``: every engine on the database takes turns of one
+    round robin over all live jobs, whoever admitted them (``docs/postgres.md``, "The fleet").
+    ``status``, ``touch`` and ``cancel`` work from any instance. Once the ``open`` block has
+    exited, every async method raises :class:`trio.ClosedResourceError`.
 
     Cancellation: every async method is a checkpoint. Under a cancel that is already pending a
     write raises :class:`trio.Cancelled` and has no effect. Once queued, a write is not
@@ -117,6 +127,9 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     """
 
     _factory = "PostgresStore.open()"
+
+    fleet = True
+    """Its rotation belongs to the fleet: engines claim turns from it (``FleetStore``)."""
 
     def __init__(
         self,
@@ -143,6 +156,11 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             on_not_live=self._forget,
         )
         self._stopping = threading.Event()
+        self._connect = connect
+        self._claim_timeout = options.claim_timeout
+        self._claims: set[str] = set()  # tokens this instance holds: renewed until stored
+        self._turns = trio.Event()  # set at a notification of the schema's turns
+        self._woken = False  # a notification came since the last claim
 
     @property
     def instance_id(self) -> str:
@@ -176,6 +194,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         synchronous_commit: bool = True,
         connect_timeout: float = 10.0,
         call_timeout: float = 30.0,
+        claim_timeout: float = 10.0,
     ) -> AsyncIterator[PostgresStore]:
         """Connect, create or migrate the schema, register this instance and heartbeat it.
 
@@ -196,6 +215,9 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                 Past it the call raises :class:`StoreError` and the query is stopped on the
                 server, so nothing was written (see ``docs/postgres.md`` for the one case of a
                 write caught in a lost connection). ``math.inf`` waits for ever.
+            claim_timeout: seconds a claimed turn stays this instance's without a renewal
+                (the store renews its claims every third of it). An instance killed mid-fetch
+                holds its targets this long; then another instance fetches them again.
 
         The writer holds one connection. When it breaks (a server restart, a failover,
         ``pg_terminate_backend``) the writer connects again, with backoff, and sends the
@@ -226,6 +248,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             synchronous_commit=synchronous_commit,
             connect_timeout=connect_timeout,
             call_timeout=call_timeout,
+            claim_timeout=claim_timeout,
         )
         pool, connect = connections(
             dsn,
@@ -247,6 +270,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                 async with trio.open_nursery() as nursery:
                     await nursery.start(store._queue.run)
                     await nursery.start(store._heartbeat_loop)
+                    await nursery.start(store._renew_loop)
+                    listener_done = store._start_listener()
                     try:
                         yield store
                     finally:
@@ -254,6 +279,8 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                             await store._queue.aclose()
                         store._stopping.set()
                         nursery.cancel_scope.cancel("PostgresStore closed")
+                        with trio.move_on_after(_STOP_WRITER_SECONDS, shield=True):
+                            await listener_done.wait()
             except BaseExceptionGroup as group:
                 raise_single_exception_from_group(group)
                 raise
@@ -337,10 +364,62 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                 extra={"instance": self._instance},
             )
             _sql.register(conn, self._instance, self._instance_timeout)
-        if self._adopting:  # gone instances' jobs are adopted (resume), not failed
-            _adopt.drop_dead(conn, self._instance)
-            return []
-        return _sql.reap(conn, self._instance, time.time(), own_jobs=False)
+        # Live jobs belong to the fleet: a gone instance's claims expire and others take its
+        # turns, so its jobs are neither failed nor adopted here.
+        _adopt.drop_dead(conn, self._instance)
+        return []
+
+    async def _renew_loop(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Every third of ``claim_timeout`` (real time), move this instance's claims on.
+
+        After a database outage the renewal that gets through keeps the claims still held, so
+        a short outage does not make the fleet fetch everything again; a claim another
+        instance took meanwhile is dropped from the set (its outcome will not be stored here).
+        """
+        task_status.started()
+        while True:
+            await sleep_real(self._claim_timeout / 3, self._stopping)
+            tokens = list(self._claims)
+            if not tokens:
+                continue
+            try:
+                held = await self._renew(tokens)
+            except Exception as exc:
+                log.warning(
+                    "renewing claims failed with %s",
+                    type(exc).__name__,
+                    extra={"instance": self._instance, "error_type": type(exc).__name__},
+                )
+                continue
+            self._claims.difference_update(set(tokens) - held)
+
+    async def _renew(self, tokens: list[str]) -> set[str]:
+        return await self._run(lambda conn: _claims.renew(conn, tokens, self._claim_timeout))
+
+    def _start_listener(self) -> trio.Event:
+        """Start the thread that hears the schema's turn notifications; its end sets the event."""
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._wake_turns)
+
+        def finished(_: object) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+        trio.lowlevel.start_thread_soon(
+            lambda: _claims.listen(self._connect, self._schema, wake, self._stopping), finished
+        )
+        return done
+
+    def _wake_turns(self) -> None:
+        self._woken = True
+        event, self._turns = self._turns, trio.Event()
+        event.set()
 
     # -- the Store protocol -------------------------------------------------------------------
 
@@ -490,6 +569,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             return reply
 
         reply = await self._queue.finish(list(items), now, after)
+        self._claims.difference_update(o.claim for _, _, o in items if o.claim)
         return reply.results
 
     async def finish_target(
@@ -561,6 +641,62 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         stopped on the server, and this returns once its connection is back in the pool.
         """
         return await self._read(lambda conn: _sql.snapshot(conn, job_id))
+
+    # -- the fleet's rotation (FleetStore) -----------------------------------------------------
+
+    async def claim_turns(self, n: int, now: float) -> list[Claim]:
+        """Claim up to ``n`` turns of the fleet's round robin (``FleetStore.claim_turns``).
+
+        One statement on a pooled connection, not through the writer: a claim does not wait
+        behind the outcomes queued there. The claims are renewed until their outcomes are
+        stored or they are released.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, the query was stopped on the
+        server and nothing was claimed (if the claim had committed before the cancel reached
+        the server, this returns it).
+        """
+        self._check_open()
+        self._woken = False
+        claimed = await self._run(
+            lambda conn: _claims.claim(conn, self._instance, n, now, self._claim_timeout)
+        )
+        self._claims.update(c.token for c in claimed)
+        return claimed
+
+    async def release_claim(self, claim: Claim, now: float, busy_since: float | None) -> None:
+        """Give one turn back to the end of the rotation (``FleetStore.release_claim``).
+
+        Cancellation: if this raises :class:`trio.Cancelled`, the claim is still held.
+        """
+        self._check_open()
+        await self._run(
+            lambda conn: _claims.release_one(conn, claim.job_id, claim.token, now, busy_since)
+        )
+        self._claims.discard(claim.token)
+
+    async def release_claims(self, now: float) -> None:
+        """Give back every claim this instance holds (``FleetStore.release_claims``).
+
+        Cancellation: if this raises :class:`trio.Cancelled`, the claims are still held (and
+        expire after ``claim_timeout`` if nobody releases them).
+        """
+        self._check_open()
+        tokens = list(self._claims)
+        if tokens:
+            await self._run(lambda conn: _claims.release_all(conn, tokens, now))
+        else:
+            await trio.lowlevel.checkpoint()
+        self._claims.difference_update(tokens)
+
+    async def wait_for_turns(self) -> None:
+        """Return when a turn may be free (``FleetStore.wait_for_turns``).
+
+        At once if a notification came since the last :meth:`claim_turns`.
+        """
+        if self._woken:
+            await trio.lowlevel.checkpoint()
+            return
+        await self._turns.wait()
 
     async def cache_get(self, key: str) -> CacheEntry | None:
         """The cached entry under ``key``, expired or not, or None.

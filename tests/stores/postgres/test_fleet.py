@@ -1,0 +1,289 @@
+"""A fleet of engines on one PostgreSQL database: one rotation, whoever admitted the job.
+
+Real clock throughout: the engines wait on worker threads, which Trio's autojump clock would
+count as idle (python-trio/trio#456). Every wait is on a hook, an Event or a bounded poll of
+the database; a claim that must expire is given a short ``claim_timeout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import trio
+
+from trio_batch import (
+    BatchEngine,
+    Caller,
+    Config,
+    JobStatus,
+    Result,
+    RetryLater,
+    Target,
+    TargetState,
+    open_engine,
+)
+from trio_batch.stores import Outcome, PostgresStore
+from trio_batch.testing import ScriptedFetch
+
+from ...support import ALICE, BOB, Recorder, targets, url
+from ..support import wait_status
+
+CAROL = Caller("carol")
+
+
+@asynccontextmanager
+async def fleet(
+    dsn: str, schema: str, fetches: list[Any], recorders: list[Recorder], **config: Any
+) -> AsyncIterator[list[BatchEngine]]:
+    """One engine per fetch, each on its own store instance of ``schema``."""
+    async with AsyncExitStack() as stack:
+        engines = []
+        for fetch, rec in zip(fetches, recorders, strict=True):
+            store = await stack.enter_async_context(PostgresStore.open(dsn, schema=schema))
+            engines.append(
+                await stack.enter_async_context(
+                    open_engine(store, fetch, Config(hooks=rec.hooks(), **config))
+                )
+            )
+        yield engines
+
+
+async def trio_any_inflight(recs: list[Recorder]) -> None:
+    """Return once some engine of ``recs`` has a fetch in flight."""
+    async with trio.open_nursery() as nursery:
+        for rec in recs:
+
+            async def wait(rec: Recorder = rec) -> None:
+                await rec.wait_until(lambda: rec.inflights[-1:] == [1])
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait)
+
+
+class TurnLog:
+    """A fetch for several engines that records, in one list, which job each turn served."""
+
+    def __init__(self) -> None:
+        self.turns: list[tuple[str, str]] = []  # (engine name, url)
+        self.gate = trio.Event()
+
+    def fetch(self, name: str) -> Any:
+        async def fetch(caller: Caller, target: Target) -> Result:
+            await self.gate.wait()
+            self.turns.append((name, target.url))
+            await trio.sleep(0.01)
+            return Result("ok")
+
+        return fetch
+
+
+class TestOneRotation:
+    async def test_every_instance_works_the_jobs_one_admitted(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """Jobs submitted to A alone are fetched by A and B both, each target stored once."""
+        log = TurnLog()
+        recs = [Recorder(), Recorder()]
+        async with fleet(
+            pg_dsn, pg_schema, [log.fetch("a"), log.fetch("b")], recs, workers=1, jobs_per_caller=4
+        ) as (a, b):
+            subs = [await a.submit(ALICE, "fleet", targets(f"j{i}", 4)) for i in range(4)]
+            log.gate.set()
+            for sub in subs:
+                await wait_status(a, sub.id, JobStatus.DONE)
+            snaps = [await b.status(sub.id) for sub in subs]
+
+        assert {"a", "b"} == {name for name, _ in log.turns}
+        assert 16 == len(log.turns) == len({u for _, u in log.turns})
+        for snap in snaps:
+            assert snap is not None
+            assert [TargetState.DONE] * 4 == [t.status for t in snap.targets]
+
+    async def test_turns_alternate_across_jobs_fleet_wide(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """With more jobs than workers, no job is ahead of another by more than the fleet's
+        workers, whichever instance admitted it (the round robin is the fleet's)."""
+        for _ in range(5):  # a race hides from one run
+            async with open_schema_copy(pg_dsn) as schema:
+                log = TurnLog()
+                recs = [Recorder(), Recorder()]
+                async with fleet(
+                    pg_dsn, schema, [log.fetch("a"), log.fetch("b")], recs, workers=1
+                ) as (a, b):
+                    subs = [
+                        await a.submit(ALICE, "fleet", targets("x", 5)),
+                        await b.submit(BOB, "fleet", targets("y", 5)),
+                        await a.submit(CAROL, "fleet", targets("z", 5)),
+                    ]
+                    log.gate.set()
+                    for sub in subs:
+                        await wait_status(a, sub.id, JobStatus.DONE)
+
+            order = [u.split("//")[1].split(".")[0] for _, u in log.turns]
+            counts = dict.fromkeys("xyz", 0)
+            for job in order:
+                counts[job] += 1
+                live = [n for n in counts.values() if n < 5]
+                if live:
+                    assert max(counts.values()) - min(live) <= 2, order  # 2 workers in flight
+
+
+@asynccontextmanager
+async def open_schema_copy(dsn: str) -> AsyncIterator[str]:
+    """A fresh schema of its own for one repetition of a test."""
+    from tests.pg_support import open_test_schema
+
+    async with open_test_schema(dsn) as schema:
+        yield schema
+
+
+class TestInstancesComeAndGo:
+    async def test_closing_gives_the_turns_back_and_another_instance_finishes(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """An instance that stops (SIGTERM) gives its claims back at once: the job stays live,
+        not interrupted, and the next instance runs its target again and finishes it."""
+        held = ScriptedFetch()
+        held.hold(url("a", 0))
+        rec = Recorder()
+        async with (
+            PostgresStore.open(pg_dsn, schema=pg_schema) as store,
+            open_engine(store, held, Config(hooks=rec.hooks())) as engine,
+        ):
+            sub = await engine.submit(ALICE, "fleet", targets("a", 2))
+            await rec.wait_until(lambda: rec.inflights[-1:] == [1])
+
+        async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
+            job = await store.read_job(sub.id)
+            assert job is not None
+            assert JobStatus.RUNNING == job.status  # live, the fleet's: not interrupted
+            again = ScriptedFetch()
+            async with open_engine(store, again, Config()) as engine:
+                await wait_status(engine, sub.id, JobStatus.DONE)
+
+        assert [url("a", 0)] == held.calls
+        assert [url("a", 0), url("a", 1)] == again.calls
+
+    async def test_an_expired_claim_is_taken_over_and_the_late_outcome_is_not_stored(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """A claim its instance no longer renews (kill -9) expires; another instance fetches
+        the target again and stores it; the dead claim's outcome, arriving late, stores
+        nothing (each target stored exactly once)."""
+        async with PostgresStore.open(pg_dsn, schema=pg_schema, claim_timeout=0.3) as first:
+            engine_less = first  # a store that claims and then goes silent, as after kill -9
+            from trio_batch.stores import Limits, NewJob
+
+            job = NewJob("d" * 32, "alice", "fleet", "k", targets("d", 1), 1.0)
+            await engine_less.admit(job, Limits(3600, 32, 4, 8))
+            (claim,) = await engine_less.claim_turns(1, 2.0)
+            engine_less._claims.clear()  # no renewals from here on: the instance "died"
+
+            fetch = ScriptedFetch()
+            async with (
+                PostgresStore.open(pg_dsn, schema=pg_schema, claim_timeout=0.3) as second,
+                open_engine(second, fetch, Config()) as engine,
+            ):
+                await wait_status(engine, job.id, JobStatus.DONE)
+
+            late = Outcome(TargetState.FAILED, error="late", claim=claim.token)
+            (stored,) = await first.finish_targets([(job.id, 0, late)], 9.0, 1 << 30)
+            snap = await first.snapshot(job.id)
+
+        assert not isinstance(stored, Exception)
+        assert snap is not None
+        assert [url("d", 0)] == fetch.calls
+        assert (TargetState.DONE, "") == (snap.targets[0].status, snap.targets[0].error)
+        assert 1 == snap.job.targets_done
+
+    async def test_opening_fails_nothing_the_fleet_owns(self, pg_dsn: str, pg_schema: str) -> None:
+        """A job admitted with no engine running is run by the next engine to open, not failed."""
+        from trio_batch.stores import Limits, NewJob
+
+        async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
+            job = NewJob("e" * 32, "alice", "fleet", "k", targets("e", 2), 1.0)
+            await store.admit(job, Limits(3600, 32, 4, 8))
+        fetch = ScriptedFetch()
+        async with (
+            PostgresStore.open(pg_dsn, schema=pg_schema) as store,
+            open_engine(store, fetch, Config()) as engine,
+        ):
+            await wait_status(engine, job.id, JobStatus.DONE)
+
+        assert [url("e", 0), url("e", 1)] == fetch.calls
+
+
+class TestFleetRules:
+    async def test_cancel_on_another_instance_stops_the_job_at_its_next_turn(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """B cancels a job A is fetching: A's target in flight is stored, nothing more starts."""
+        fetch_a, fetch_b = ScriptedFetch(), ScriptedFetch()
+        gate_a, gate_b = fetch_a.hold(url("c", 0)), fetch_b.hold(url("c", 0))
+        recs = [Recorder(), Recorder()]
+        async with fleet(pg_dsn, pg_schema, [fetch_a, fetch_b], recs, workers=1) as (a, b):
+            sub = await a.submit(ALICE, "fleet", targets("c", 3))
+            with trio.fail_after(30):
+                await trio_any_inflight(recs)
+            assert await b.cancel(sub.id)
+            gate_a.set()
+            gate_b.set()
+            with trio.fail_after(30):
+                while True:
+                    snap = await a.status(sub.id)
+                    assert snap is not None
+                    if TargetState.RUNNING not in [t.status for t in snap.targets]:
+                        break
+                    await trio.sleep(0.02)
+
+        assert JobStatus.CANCELLED == snap.job.status
+        assert [TargetState.DONE, TargetState.PENDING, TargetState.PENDING] == [
+            t.status for t in snap.targets
+        ]
+        assert [url("c", 0)] == fetch_a.calls + fetch_b.calls
+        assert 1 == (recs[0].jobs + recs[1].jobs).count("cancelled")
+
+    async def test_a_busy_target_gives_its_turn_back_and_is_tried_again(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """A busy target's job waits out ``retry_wait`` holding its claim, then goes back to
+        the end of the fleet's rotation; the next try (anywhere) stores it."""
+        fetch = ScriptedFetch()
+        fetch.script(url("b", 0), RetryLater(after=0.05))
+        rec = Recorder()
+        async with (
+            PostgresStore.open(pg_dsn, schema=pg_schema) as store,
+            open_engine(store, fetch, Config(hooks=rec.hooks(), retry_wait=0.05)) as engine,
+        ):
+            sub = await engine.submit(ALICE, "fleet", targets("b", 2))
+            await wait_status(engine, sub.id, JobStatus.DONE)
+
+        assert [url("b", 0), url("b", 0), url("b", 1)] == fetch.calls
+        assert [0.05] == rec.retries
+
+    async def test_caps_and_idempotency_hold_across_instances(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """The same request on two instances is one job; a caller's cap counts fleet-wide."""
+        fetch_a, fetch_b = ScriptedFetch(), ScriptedFetch()
+        for f in (fetch_a, fetch_b):
+            f.hold(url("i", 0))
+        recs = [Recorder(), Recorder()]
+        async with fleet(pg_dsn, pg_schema, [fetch_a, fetch_b], recs, jobs_per_caller=1) as (a, b):
+            first = await a.submit(ALICE, "fleet", targets("i", 1))
+            again = await b.submit(ALICE, "fleet", targets("i", 1))
+            from trio_batch import CallerBusy
+
+            try:
+                await b.submit(ALICE, "fleet", targets("other", 1))
+            except CallerBusy:
+                busy = True
+            else:
+                busy = False
+            assert await a.cancel(first.id)
+
+        assert (first.id, True) == (again.id, again.reused)
+        assert busy
