@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import AsyncIterator
 
+import pytest
+
+from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
 from trio_batch import JobStatus, Result, TargetState, Webhook
-from trio_batch.stores import Limits, Outcome, ServiceStore
+from trio_batch.stores import Limits, Outcome, PostgresStore, ServiceStore
 from trio_batch.stores._protocol import HookDue
 
 from . import support
@@ -173,3 +177,101 @@ class TestKeeping:
         assert 1 == stored.evicted
         assert await store.snapshot("hooked") is not None
         assert await store.snapshot("plain") is None
+
+
+class TestClaims:
+    async def test_a_claimed_read_returns_what_a_plain_read_does(self, store: ServiceStore) -> None:
+        """Every store answers a claiming read with the due jobs (a local one just ignores it)."""
+        for job_id in ("a", "b"):
+            await store.admit(new_job(job_id, n=1), LIMITS)
+            await finish(store, job_id, 0)
+        plain = await due_ids(store)
+        claimed = await store.hooks_due(2000.0, 10, claim_for=30.0)
+        advanced = [await advance(store, due, close=True) for due in claimed]
+
+        assert sorted(plain) == sorted((d.job_id, d.target) for d in claimed)
+        assert [True, True] == advanced
+        assert [] == await due_ids(store)
+
+
+@pytest.fixture
+async def two_instances() -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    """Two PostgreSQL instances on one schema: two dispatchers' views of the same outboxes."""
+    if not PG_DSN:
+        pytest.skip(SKIP_REASON)
+    async with (
+        open_test_schema(PG_DSN) as schema,
+        PostgresStore.open(PG_DSN, schema=schema) as first,
+        PostgresStore.open(PG_DSN, schema=schema) as second,
+    ):
+        yield first, second
+
+
+class TestFleetClaims:
+    async def test_a_claimed_outbox_is_skipped_by_another_instance_until_released(
+        self, two_instances: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        """One instance at a time sends a job's events: the other reads it once it advanced."""
+        first, second = two_instances
+        await first.admit(new_job("j1", webhook=BOTH), LIMITS)
+        await finish(first, "j1", 0)
+        await finish(first, "j1", 1)
+        (mine,) = await first.hooks_due(2000.0, 10, claim_for=30.0)
+        while_held = await second.hooks_due(2000.0, 10, claim_for=30.0)
+        advanced = await advance(first, mine)
+        (theirs,) = await second.hooks_due(2000.0, 10, claim_for=30.0)
+        held_again = await first.hooks_due(2000.0, 10, claim_for=30.0)
+
+        assert [] == while_held
+        assert advanced
+        assert (0, 1) == (mine.target, theirs.target)
+        assert "" != theirs.claim != mine.claim
+        assert [] == held_again
+
+    async def test_an_expired_claim_is_taken_over_and_its_holder_advances_nothing(
+        self, two_instances: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        """A dispatcher that died mid-send loses the job at its deadline; the event goes again."""
+        first, second = two_instances
+        await first.admit(new_job("j1", n=1), LIMITS)
+        await finish(first, "j1", 0)
+        (dead,) = await first.hooks_due(2000.0, 10, claim_for=0.0)
+        (again,) = await second.hooks_due(2000.0, 10, claim_for=30.0)
+        late = await advance(first, dead, close=True)
+        delivered = await advance(second, again, close=True)
+
+        assert (None, None) == (dead.target, again.target)
+        assert (False, True) == (late, delivered)
+        assert [] == await due_ids(first)
+
+    async def test_an_unclaimed_advance_waits_for_the_claim(
+        self, two_instances: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        """A plain read's advance does not apply while another holds a live claim."""
+        first, second = two_instances
+        await first.admit(new_job("j1", n=1), LIMITS)
+        await finish(first, "j1", 0)
+        (plain,) = await second.hooks_due(2000.0, 10)
+        (claimed,) = await first.hooks_due(2000.0, 10, claim_for=30.0)
+        blocked = await advance(second, plain, close=True)
+        released = await first.hook_advance(claimed, cursor=0, attempts=0, since=0.0, next_at=0.0)
+        applied = await advance(second, plain, close=True)
+
+        assert "" == plain.claim
+        assert (False, True, True) == (blocked, released, applied)
+
+    async def test_advancing_to_the_same_state_releases_the_claim_alone(
+        self, two_instances: tuple[PostgresStore, PostgresStore]
+    ) -> None:
+        """A stopping dispatcher gives its claim back: the other instance takes the job at once."""
+        first, second = two_instances
+        await first.admit(new_job("j1", n=1), LIMITS)
+        await finish(first, "j1", 0)
+        (held,) = await first.hooks_due(2000.0, 10, claim_for=30.0)
+        released = await first.hook_advance(
+            held, cursor=held.cursor, attempts=held.attempts, since=held.since, next_at=held.next_at
+        )
+        (taken,) = await second.hooks_due(2000.0, 10, claim_for=30.0)
+
+        assert released
+        assert dataclasses.replace(held, claim=taken.claim) == taken

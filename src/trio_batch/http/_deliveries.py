@@ -18,6 +18,13 @@ up to ``jitter`` of itself), until ``give_up_after`` seconds have passed since t
 attempt; then the event is given up and the next one goes.
 The clock of a run of failures goes on across the events it gives up (until one is delivered),
 so a receiver that is down gets one attempt of each later event, not another hour of each.
+
+On a store several instances share (PostgreSQL), each read claims the outboxes it returns for
+one attempt (``timeout + claim_slack`` on the database's clock; ``stores/_outbox``), so the
+fleet's dispatchers send a job's events one at a time and in order, none twice while both
+live. It reads only as many as it can start (a claimed job it does not start would wait for
+the deadline). A dispatcher that stops mid-delivery releases its claims; one that dies loses
+them at their deadline, and another instance sends the event again (at least once).
 """
 
 from __future__ import annotations
@@ -70,6 +77,14 @@ class DeliveryPolicy:
     """Longest sleep: the store is asked again at least this often."""
     min_gap: float = 0.05
     """Shortest time between two reads of the store: engine changes in between coalesce."""
+    claim_slack: float = 10.0
+    """Seconds a claim on a job's outbox (PostgreSQL) outlasts ``timeout``: the reads before
+    the send and the write after it. A dispatcher that dies holds the job this long at most."""
+
+    @property
+    def claim_for(self) -> float:
+        """Seconds one claim on a job's outbox lasts: one attempt, ``timeout + claim_slack``."""
+        return self.timeout + self.claim_slack
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.jitter <= 1.0:
@@ -138,6 +153,7 @@ class Dispatcher:
         self._reads = 0
         self._soonest = float("inf")  # the earliest retry this dispatcher scheduled
         self._later: dict[str, float] = {}  # job id -> not before (after a store error)
+        self._claims = bool(getattr(store, "shared", False))  # other instances deliver too
         self.attempts = 0
         """Delivery attempts made (for tests and debugging)."""
 
@@ -182,8 +198,11 @@ class Dispatcher:
         self._reads += 1
         read = self._reads
         now = self._clock()
+        # A claimed job is this dispatcher's until its deadline: claim only what can start.
+        # Unclaimed reads also return the jobs in flight here, skipped below.
+        limit = free if self._claims else self._policy.concurrency * 4
         try:
-            due = await self._store.hooks_due(now, self._policy.concurrency * 4)
+            due = await self._store.hooks_due(now, limit, claim_for=self._policy.claim_for)
         except Exception as exc:
             _log.warning(
                 "could not read the webhooks due: %s",
@@ -193,10 +212,12 @@ class Dispatcher:
             return
         for entry in due:
             job_id = entry.job_id
-            if (
-                job_id in self._inflight
-                or self._released.get(job_id, -1) >= read  # freed while this read ran
-                or self._later.get(job_id, 0.0) > now
+            if job_id in self._inflight or (
+                not entry.claim  # a claimed entry was read after its last release: fresh
+                and (
+                    self._released.get(job_id, -1) >= read  # freed while this read ran
+                    or self._later.get(job_id, 0.0) > now
+                )
             ):
                 continue
             if free <= 0:
@@ -210,6 +231,11 @@ class Dispatcher:
     async def _deliver(self, transport: httpx.AsyncBaseTransport, due: HookDue) -> None:
         try:
             await self._deliver_one(transport, due)
+        except trio.Cancelled:
+            if due.claim:  # stopping: another instance may send it at once, not at the deadline
+                with trio.move_on_after(5, shield=True):
+                    await self._release(due)
+            raise
         except Exception as exc:  # a bug or a store error: log it, try again at the next poll
             _log.warning(
                 "webhook delivery of job %s failed: %s",
@@ -329,6 +355,13 @@ class Dispatcher:
             due, cursor=cursor, attempts=0, since=since, next_at=0.0, close=close
         ):
             self._count(outcome)
+
+    async def _release(self, due: HookDue) -> None:
+        """Give the claim on ``due``'s outbox back, its delivery state unchanged."""
+        with contextlib.suppress(Exception):  # unreleased, it expires at its deadline
+            await self._store.hook_advance(
+                due, cursor=due.cursor, attempts=due.attempts, since=due.since, next_at=due.next_at
+            )
 
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:

@@ -399,7 +399,10 @@ class MemoryStore:
             heapq.heappush(self._finished, (now, row.seq, job_id))
         return True
 
-    async def hooks_due(self, now: float, limit: int) -> list[HookDue]:
+    async def hooks_due(
+        self, now: float, limit: int, *, claim_for: float | None = None
+    ) -> list[HookDue]:
+        del claim_for  # one process, one dispatcher: nothing to claim against
         await self._checkpoint()
         rows = [
             row

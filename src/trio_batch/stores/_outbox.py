@@ -16,8 +16,17 @@ targets_done``; the end event is due when the job is terminal and every target e
 :meth:`WebhookOutbox.hooks_due` returns only jobs with an event due now, so a live job whose next
 target has not ended is not returned again and again; the dispatcher is woken by the engine when
 a target ends. :meth:`WebhookOutbox.hook_advance` is a compare-and-set on ``(cursor,
-attempts)``: of two dispatchers (two PostgreSQL instances) that sent the same event, one
-advances; the receiver dedupes the other by ``webhook-id`` (delivery is at least once).
+attempts)``.
+
+On PostgreSQL several instances' dispatchers share the outboxes, so a dispatcher *claims* the
+outboxes it reads (``hooks_due(claim_for=...)``, :func:`claim_query`): ``hook_claim`` (a token)
+and ``hook_claim_until`` (a deadline on PostgreSQL's clock), taken with ``FOR UPDATE SKIP
+LOCKED`` so two dispatchers never take one job nor wait for each other. Another instance skips
+a claimed outbox until the claim is released (``hook_advance``, checking the token in the same
+statement) or expires, so a job's events are sent one at a time and in order across the fleet.
+The claim lasts one attempt (the delivery timeout plus slack); a dispatcher that dies mid-send
+loses it at its deadline and another sends that event again (at least once; the receiver
+dedupes by ``webhook-id``). A holder whose claim expired and was taken over advances nothing.
 
 Sweeping (``ttl``) and eviction (``max_bytes``) skip a finished job whose delivery is open: its
 end event needs the job's row. A delivery is closed within about an hour of each event's first
@@ -44,7 +53,8 @@ def is_due(status: JobStatus, cursor: int, targets_done: int, webhook: str) -> b
 
 
 def due_from_row(row: Row) -> HookDue:
-    """A :class:`HookDue` from a row of :data:`OUTBOX_COLUMNS`."""
+    """A :class:`HookDue` from a row of :data:`OUTBOX_COLUMNS` (and the claim's token, if
+    :func:`claim_query` read it)."""
     return HookDue(
         job_id=str(row[0]),
         caller=str(row[1]),
@@ -56,6 +66,7 @@ def due_from_row(row: Row) -> HookDue:
         attempts=int(row[7]),
         since=float(row[8]),
         next_at=float(row[9]),
+        claim=str(row[10]) if len(row) > 10 else "",
     )
 
 
@@ -77,6 +88,28 @@ def due_query(
     return sql, [now, limit]
 
 
+def claim_query(
+    open_sql: str, wants_targets_sql: str, now: float, limit: int, claim_for: float
+) -> tuple[str, list[object]]:
+    """``hooks_due`` with claims (PostgreSQL), ``?`` placeholders: :func:`due_query`'s jobs,
+    less those under a live claim, locked (``SKIP LOCKED``), claimed for ``claim_for`` seconds.
+
+    Returns :data:`OUTBOX_COLUMNS` and the claim's token; the rows come in no order.
+    """
+    columns = ", ".join(f"j.{name}" for name in OUTBOX_COLUMNS.split(", "))
+    sql = (
+        f"WITH c AS (SELECT id FROM jobs WHERE {open_sql} AND hook_next_at <= ? "
+        f"AND (status NOT IN {LIVE_SQL} OR (hook_cursor < targets_done AND {wants_targets_sql})) "
+        "AND (hook_claim IS NULL OR hook_claim_until < clock_timestamp()) "
+        "ORDER BY hook_next_at LIMIT ? FOR UPDATE SKIP LOCKED) "
+        "UPDATE jobs AS j SET "
+        "hook_claim = md5(j.id || clock_timestamp()::text || random()::text), "
+        "hook_claim_until = clock_timestamp() + ? * interval '1 second' "
+        f"FROM c WHERE j.id = c.id RETURNING {columns}, j.hook_claim"
+    )
+    return sql, [now, limit, claim_for]
+
+
 def advance_query(
     open_sql: str,
     due: HookDue,
@@ -85,10 +118,26 @@ def advance_query(
     since: float,
     next_at: float,
     close: bool,
+    *,
+    claims: bool = False,
 ) -> tuple[str, list[object]]:
-    """``hook_advance`` in SQL with ``?`` placeholders: one compare-and-set ``UPDATE``."""
+    """``hook_advance`` in SQL with ``?`` placeholders: one compare-and-set ``UPDATE``.
+
+    With ``claims`` (PostgreSQL) it also needs ``due.claim`` to be the outbox's claim (or, for
+    an unclaimed ``due``, no live claim), and releases it.
+    """
     sql = (
         "UPDATE jobs SET hook_cursor = ?, hook_attempts = ?, hook_since = ?, hook_next_at = ?, "
-        f"hook_open = ? WHERE id = ? AND {open_sql} AND hook_cursor = ? AND hook_attempts = ?"
+        "hook_open = ?"
     )
-    return sql, [cursor, attempts, since, next_at, not close, due.job_id, due.cursor, due.attempts]
+    where = f" WHERE id = ? AND {open_sql} AND hook_cursor = ? AND hook_attempts = ?"
+    params: list[object] = [cursor, attempts, since, next_at, not close]
+    params += [due.job_id, due.cursor, due.attempts]
+    if claims:
+        sql += ", hook_claim = NULL, hook_claim_until = NULL"
+        if due.claim:
+            where += " AND hook_claim = ?"
+            params.append(due.claim)
+        else:
+            where += " AND (hook_claim IS NULL OR hook_claim_until < clock_timestamp())"
+    return sql + where, params

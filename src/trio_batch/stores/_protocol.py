@@ -171,6 +171,9 @@ class HookDue:
     since: float
     """Unix time of the current event's first attempt (0 before it)."""
     next_at: float
+    claim: str = ""
+    """The token of this reader's claim on the job's outbox (``hooks_due(claim_for=...)`` on
+    a store shared by several instances), or empty when none was taken."""
 
     @property
     def wants_targets(self) -> bool:
@@ -373,12 +376,20 @@ class WebhookOutbox(Protocol):
     :class:`Store`: a compare-and-set that has begun completes and returns its answer.
     """
 
-    async def hooks_due(self, now: float, limit: int) -> list[HookDue]:
+    async def hooks_due(
+        self, now: float, limit: int, *, claim_for: float | None = None
+    ) -> list[HookDue]:
         """Jobs with a webhook event to send now, soonest ``next_at`` first (SPEC §7).
 
         At most ``limit``. Only jobs whose webhook delivery is open, whose ``next_at`` is not
         after ``now`` and that have an event due (``stores/_outbox``): a live job whose next
-        target has not ended is not returned. Writes nothing.
+        target has not ended is not returned. Without ``claim_for`` it writes nothing.
+
+        With ``claim_for`` (seconds), a store that several instances share (PostgreSQL) claims
+        the outboxes it returns for that long, on the database's clock, and leaves out those
+        claimed by anyone and not expired: one dispatcher of the fleet sends a job's event at a
+        time. :meth:`hook_advance` with the returned :class:`HookDue` releases the claim. A
+        single-process store ignores ``claim_for`` (its one dispatcher needs no claim).
         """
         ...
 
@@ -395,9 +406,11 @@ class WebhookOutbox(Protocol):
         """Move the job's delivery state from what ``due`` read to these values.
 
         A compare-and-set: applied only while the delivery is open with ``due.cursor`` and
-        ``due.attempts``; returns whether it was. ``close`` ends the delivery (the end event
-        is handled): nothing more is delivered, and the job may be swept or evicted again. A
-        repeat returns False.
+        ``due.attempts`` (and, for a claimed ``due``, while ``due.claim`` is still the
+        outbox's claim, which it releases; an unclaimed ``due`` applies only while no claim
+        is live); returns whether it was. ``close`` ends the delivery (the end event is
+        handled): nothing more is delivered, and the job may be swept or evicted again. A
+        repeat returns False. Advancing to ``due``'s own values releases a claim alone.
         """
         ...
 

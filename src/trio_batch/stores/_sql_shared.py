@@ -1,6 +1,7 @@
 """What both SQL stores do the same way: SPEC §7's reads (``read_job``, ``job_summary``,
 ``list_jobs``, ``read_targets``, the SQL of ``stores/_sql_reads``) and the webhook delivery state
-(``hooks_due``, ``hook_advance``, the SQL of ``stores/_outbox``). One mixin for both.
+(``hooks_due``, ``hook_advance``, the SQL of ``stores/_outbox``; PostgreSQL's dispatchers
+claim the outboxes they read, SQLite's one needs no claim). One mixin for both.
 
 The store class names :class:`SQLiteCommon` or :class:`PostgresCommon` and gives ``_read`` (its
 reader connection, one transaction or one statement: one consistent view) and ``_write``. The
@@ -16,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 from .._model import Job, JobStatus, TargetState, TargetStatus
 from . import _sql_reads as q
-from ._outbox import advance_query, due_from_row, due_query
+from ._outbox import advance_query, claim_query, due_from_row, due_query
 from ._protocol import HookDue, JobCursor, JobSummary
 from ._rules import job_from_row
 
@@ -42,6 +43,9 @@ class SQLCommon:
 
     async def _write_outbox(self, fn: Callable[[Any], bool]) -> bool:
         raise NotImplementedError  # below, per store
+
+    async def _write_claims(self, fn: Callable[[Any], list[HookDue]]) -> list[HookDue]:
+        raise NotImplementedError  # PostgresCommon's
 
     def _query(self, query: q.Query) -> q.Query:
         return q.for_postgres(query) if self._postgres else query
@@ -86,11 +90,27 @@ class SQLCommon:
             lambda conn: q.targets_from_rows(conn.execute(sql, params).fetchall())
         )
 
-    async def hooks_due(self, now: float, limit: int) -> list[HookDue]:
+    async def hooks_due(
+        self, now: float, limit: int, *, claim_for: float | None = None
+    ) -> list[HookDue]:
+        if claim_for is not None and self._postgres:
+            return await self._claim_hooks(now, limit, claim_for)
+
         sql, params = self._query(due_query(self._outbox_open, self._wants_targets, now, limit))
         return await self._read(
             lambda conn: [due_from_row(r) for r in conn.execute(sql, params).fetchall()]
         )
+
+    async def _claim_hooks(self, now: float, limit: int, claim_for: float) -> list[HookDue]:
+        """Claim the due outboxes for this reader, one statement (``stores/_outbox``)."""
+        query = claim_query(self._outbox_open, self._wants_targets, now, limit, claim_for)
+        sql, params = self._query(query)
+
+        def claim(conn: Any) -> list[HookDue]:
+            return [due_from_row(r) for r in conn.execute(sql, params).fetchall()]
+
+        claimed = await self._write_claims(claim)
+        return sorted(claimed, key=lambda due: due.next_at)
 
     async def hook_advance(
         self,
@@ -102,7 +122,9 @@ class SQLCommon:
         next_at: float,
         close: bool = False,
     ) -> bool:
-        query = advance_query(self._outbox_open, due, cursor, attempts, since, next_at, close)
+        query = advance_query(
+            self._outbox_open, due, cursor, attempts, since, next_at, close, claims=self._postgres
+        )
         sql, params = self._query(query)
         return await self._write_outbox(lambda conn: conn.execute(sql, params).rowcount == 1)
 
@@ -128,9 +150,9 @@ class PostgresCommon(SQLCommon):
 
     ``shared = True`` tells the engine that other instances write to this store: a follower of
     a job (``BatchEngine.watch``) reads it again once a second, so another instance's outcomes
-    reach it within about a second. Any instance delivers any job's webhook; of two that sent
-    the same event, ``hook_advance``'s compare-and-set lets one advance (the receiver dedupes
-    the other by its ``webhook-id``).
+    reach it within about a second. Any instance delivers any job's webhook, one at a time:
+    a dispatcher claims the outboxes it reads (``hooks_due(claim_for=...)``), another skips
+    them until ``hook_advance`` releases the claim or it expires (``stores/_outbox``).
     """
 
     _postgres = True
@@ -142,4 +164,7 @@ class PostgresCommon(SQLCommon):
         raise NotImplementedError  # PostgresStore's
 
     async def _write_outbox(self, fn: Callable[[Any], bool]) -> bool:
+        return await self._write(fn)
+
+    async def _write_claims(self, fn: Callable[[Any], list[HookDue]]) -> list[HookDue]:
         return await self._write(fn)

@@ -25,7 +25,7 @@ from .._rules import LIVE_SQL
 Conn = psycopg.Connection[TupleRow]
 Cursor = psycopg.Cursor[TupleRow]
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
@@ -235,6 +235,16 @@ MIGRATIONS.append(
         FOR EACH STATEMENT EXECUTE FUNCTION turns_changed();
     CREATE TRIGGER jobs_turns_updated AFTER UPDATE ON jobs REFERENCING NEW TABLE AS changed
         FOR EACH STATEMENT EXECUTE FUNCTION turns_changed()
+    """
+)
+
+# Each job's webhook outbox is claimed by one instance's dispatcher at a time (stores/_outbox):
+# a token, and a deadline on the database's clock (NULL, NULL: unclaimed). The partial index
+# jobs_hooks still finds the due outboxes; the claim is tested on its few rows.
+MIGRATIONS.append(
+    """
+    ALTER TABLE jobs ADD COLUMN hook_claim text;
+    ALTER TABLE jobs ADD COLUMN hook_claim_until timestamptz
     """
 )
 
