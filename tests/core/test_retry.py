@@ -16,6 +16,7 @@ from trio_batch import (
     Options,
     Target,
     TargetError,
+    TargetState,
     open_engine,
 )
 from trio_batch.stores import Store
@@ -161,7 +162,11 @@ class TestUnfinished:
             assert await engine.cancel(first.id)
             gate.set()
             await ends.wait_for(1)
-            await trio.testing.wait_all_tasks_blocked()  # the in-flight target is stored
+            with engine.watch(first.id) as watch:  # until the in-flight target is stored
+                while (await engine.targets(first.id, after=0, limit=1))[0].status is not (
+                    TargetState.DONE
+                ):
+                    await watch.wait()
             retried = await engine.retry(ALICE, "fleet", first.id)
             assert retried is not None
             await ends.wait_for(2)
