@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ._harness import DOCS_PLOT, RESULTS, Figure, Settings, find
+from .fleet import fleet_goals
 
 # -- goals ----------------------------------------------------------------------------------------
 
@@ -86,6 +87,8 @@ def goals(
                 fig.median <= 1.3,
                 f"{fig.median:.2f}x",
             )
+    for goal, value, met, detail in fleet_goals(figures):
+        add(goal, value, met, detail)
     return out
 
 

@@ -6,7 +6,8 @@ and writes ``bench/results/latest.json`` (machine, versions, every figure with m
 its repeats), ``bench/results/latest.md`` (the table in Markdown) and ``bench/results/latest.png``
 (the plot). Everything is timed in real time (``trio.run`` without a mock clock). ``--pg DSN``
 (or ``TRIO_BATCH_TEST_PG``) adds the ``PostgresStore`` rows; ``--only W1,W3`` picks workloads
-(W6, the cost of a job's followers, is ``bench/followers.py``);
+(W6, the cost of a job's followers, is ``bench/followers.py``; FLEET, 1-3 ``serve`` processes on
+one PostgreSQL database, is ``bench/fleet.py`` and runs only with a DSN);
 ``--render`` measures nothing and redraws the Markdown and the plot from ``latest.json``.
 
 This module is the command: it records the machine and the versions, repeats each workload
@@ -53,6 +54,7 @@ from ._harness import (
     postgres_skip_reason,
     sleep_fetch,
 )
+from .fleet import FLEET_FULL, FLEET_QUICK, FLEET_TINY, FleetSettings, run_fleet
 from .followers import LABELS, measure
 from .report import figure_from_json, goals, render, report
 from .workloads import (
@@ -131,7 +133,7 @@ def versions() -> dict[str, str]:
 # -- the run --------------------------------------------------------------------------------------
 
 
-ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5", "W6"})
+ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5", "W6", "FLEET"})
 
 
 def run_w1_w2(
@@ -220,8 +222,12 @@ def run_all(
     workdir: str,
     pg_dsn: str,
     only: frozenset[str] = ALL_WORKLOADS,
+    fleet: FleetSettings = FLEET_FULL,
 ) -> list[Figure]:
-    """Every selected workload on every store kind, in the order W1/W2, then W3-W6 per store."""
+    """Every selected workload on every store kind, in the order W1/W2, then W3-W6 per store.
+
+    FLEET runs last and only on PostgreSQL: it starts ``serve`` processes of its own.
+    """
     figures = run_w1_w2(kinds, workdir, pg_dsn, s, only=only)
     for kind in kinds:
         if "W3" in only:
@@ -232,6 +238,8 @@ def run_all(
             figures += run_w5(kind, workdir, pg_dsn, s)
         if "W6" in only:
             figures += run_w6(kind, pg_dsn, s)
+    if "FLEET" in only and "postgres" in kinds:
+        figures += run_fleet(pg_dsn, fleet, workdir)
     return figures
 
 
@@ -421,7 +429,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stores", default="memory,sqlite,postgres", help="comma-separated")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
-    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6", help="workloads, comma-separated")
+    parser.add_argument(
+        "--only", default="W1,W2,W3,W4,W5,W6,FLEET", help="workloads, comma-separated"
+    )
     parser.add_argument(
         "--render",
         action="store_true",
@@ -436,6 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         render(doc, figures, args.out, make_plot=not args.no_plot)
         return 0
     s, mode = (TINY, "tiny") if args.tiny else (QUICK, "quick") if args.quick else (FULL, "full")
+    fleet = {"tiny": FLEET_TINY, "quick": FLEET_QUICK, "full": FLEET_FULL}[mode]
     notes: list[str] = []
     kinds = [k for k in args.stores.split(",") if k]
     if "postgres" in kinds and (reason := postgres_skip_reason(args.pg)) is not None:
@@ -446,8 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trio-batch-bench-") as workdir:
         only = frozenset(w.strip().upper() for w in args.only.split(",") if w.strip())
         if not only <= ALL_WORKLOADS:
-            parser.error(f"--only takes W1 ... W6 (got {args.only!r})")
-        figures = run_all(s, kinds, workdir, args.pg, only)
+            parser.error(f"--only takes W1 ... W6 and FLEET (got {args.only!r})")
+        figures = run_all(s, kinds, workdir, args.pg, only, fleet)
     notes.append(f"wall time of the whole run: {time.perf_counter() - started:.0f} s")
     report(figures, s, mode, notes, args.out, make_plot=not args.no_plot, started=at_start)
     return 0
