@@ -39,6 +39,7 @@ class Recorder:
         self.inflights: list[int] = []
         self.retries: list[float] = []
         self.evictions: list[int] = []
+        self.claims: list[tuple[int, int]] = []
         self._changed = trio.Event()
 
     def hooks(self) -> Hooks:
@@ -50,6 +51,7 @@ class Recorder:
             inflight=self._add(self.inflights),
             retry=self._add(self.retries),
             evicted=self._add(self.evictions),
+            claimed=lambda turns, taken_over: self._record(self.claims, (turns, taken_over)),
         )
 
     def _add(self, into: list[T]) -> Callable[[T], None]:

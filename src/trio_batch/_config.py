@@ -16,8 +16,11 @@ class Hooks:
     A hook runs synchronously in the engine's task, so it must be quick. A hook that raises is
     logged once (its exception type, never its payload) and switched off; the engine carries on.
 
-    ``retry`` and ``evicted`` extend SPEC §2: ``retry(wait_seconds)`` once per busy retry, and
-    ``evicted(jobs)`` after finished jobs were evicted for ``Config.max_bytes``.
+    ``retry``, ``evicted`` and ``claimed`` extend SPEC §2: ``retry(wait_seconds)`` once per busy
+    retry, ``evicted(jobs)`` after finished jobs were evicted for ``Config.max_bytes``, and
+    ``claimed(turns, taken_over)`` after the engine claimed turns of a fleet's rotation
+    (``PostgresStore``): ``taken_over`` of them were claims of another instance that had
+    expired, so their targets are fetched again.
     """
 
     job: Callable[[str], None] | None = None
@@ -27,6 +30,7 @@ class Hooks:
     inflight: Callable[[int], None] | None = None
     retry: Callable[[float], None] | None = None
     evicted: Callable[[int], None] | None = None
+    claimed: Callable[[int, int], None] | None = None
 
 
 @final

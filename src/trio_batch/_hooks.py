@@ -19,7 +19,17 @@ class SafeHooks:
     the hook is then dropped so a broken observer cannot flood the log or slow the engine.
     """
 
-    __slots__ = ("_log", "depth", "evicted", "inflight", "job", "job_seconds", "retry", "target")
+    __slots__ = (
+        "_log",
+        "claimed",
+        "depth",
+        "evicted",
+        "inflight",
+        "job",
+        "job_seconds",
+        "retry",
+        "target",
+    )
 
     def __init__(self, hooks: Hooks, log: logging.Logger) -> None:
         self._log = log
@@ -30,6 +40,7 @@ class SafeHooks:
         self.inflight = self._guard("inflight", hooks.inflight)
         self.retry = self._guard("retry", hooks.retry)
         self.evicted = self._guard("evicted", hooks.evicted)
+        self.claimed = self._guard("claimed", hooks.claimed)
 
     def _guard(self, name: str, fn: Callable[P, None] | None) -> Callable[P, None] | None:
         if fn is None:

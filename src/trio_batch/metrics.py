@@ -29,6 +29,9 @@ name                                            type       labels
 ``trio_batch_targets_in_flight``                gauge
 ``trio_batch_busy_retries_total``               counter
 ``trio_batch_evicted_jobs_total``               counter
+``trio_batch_claims_total``                     counter    ``kind``: new, taken_over (a claim
+                                                           of a gone instance expired: its
+                                                           target is fetched again)
 ``trio_batch_webhook_deliveries_total``         counter    ``outcome``: delivered retried
                                                            given_up
 ``trio_batch_http_requests_total``              counter    ``method``, ``route``, ``status``
@@ -137,6 +140,13 @@ class PrometheusMetrics:
         )
         for outcome in _DELIVERY_OUTCOMES:
             self.deliveries.labels(outcome=outcome)
+        self.claims = Counter(
+            "trio_batch_claims",
+            "Turns of a fleet's rotation this instance claimed, by kind (taken_over: the claim "
+            "of a gone instance had expired and its target is fetched again)",
+            ["kind"],
+            registry=r,
+        )
         self.evictions = Counter(
             "trio_batch_evicted_jobs", "Finished jobs evicted for the byte cap", registry=r
         )
@@ -164,6 +174,7 @@ class PrometheusMetrics:
             inflight=self.inflight.set,
             retry=self._retry,
             evicted=self.evictions.inc,
+            claimed=self._claimed,
         )
 
     def observe_delivery(self, outcome: str) -> None:
@@ -191,6 +202,12 @@ class PrometheusMetrics:
         self.target_seconds.observe(seconds)
         if size:
             self.result_bytes.inc(size)
+
+    def _claimed(self, turns: int, taken_over: int) -> None:
+        if turns > taken_over:
+            self.claims.labels(kind="new").inc(turns - taken_over)
+        if taken_over:
+            self.claims.labels(kind="taken_over").inc(taken_over)
 
     def _retry(self, wait: float) -> None:
         self.retries.inc()

@@ -23,6 +23,7 @@ class TestPrometheusMetrics:
         assert hooks.inflight is not None
         assert hooks.retry is not None
         assert hooks.evicted is not None
+        assert hooks.claimed is not None
         hooks.job("created")
         hooks.job("done")
         hooks.target(None, 0.5, 120)
@@ -32,6 +33,7 @@ class TestPrometheusMetrics:
         hooks.inflight(2)
         hooks.retry(2.0)
         hooks.evicted(3)
+        hooks.claimed(5, 2)
 
         assert _value(m, "trio_batch_jobs_total", event="created") == 1
         assert _value(m, "trio_batch_jobs_total", event="done") == 1
@@ -43,6 +45,8 @@ class TestPrometheusMetrics:
         assert _value(m, "trio_batch_targets_in_flight") == 2
         assert _value(m, "trio_batch_busy_retries_total") == 1
         assert _value(m, "trio_batch_evicted_jobs_total") == 3
+        assert _value(m, "trio_batch_claims_total", kind="new") == 3
+        assert _value(m, "trio_batch_claims_total", kind="taken_over") == 2
 
     def test_target_status_is_what_a_single_fetch_would_get(self) -> None:
         """200 done, TargetError.status, 503 for a target that stayed busy, 500 otherwise."""

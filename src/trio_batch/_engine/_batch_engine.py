@@ -568,6 +568,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 self._send.send_nowait(live)
             if claims:
                 self._report_depth()
+                if (hook := self._hooks.claimed) is not None:
+                    hook(len(claims), sum(c.taken_over for c in claims))
             if len(claims) < want:
                 with trio.move_on_after(_FLEET_POLL):
                     await store.wait_for_turns()

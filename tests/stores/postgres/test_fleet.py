@@ -183,9 +183,10 @@ class TestInstancesComeAndGo:
             engine_less._claims.clear()  # no renewals from here on: the instance "died"
 
             fetch = ScriptedFetch()
+            rec = Recorder()
             async with (
                 PostgresStore.open(pg_dsn, schema=pg_schema, claim_timeout=0.3) as second,
-                open_engine(second, fetch, Config()) as engine,
+                open_engine(second, fetch, Config(hooks=rec.hooks())) as engine,
             ):
                 await wait_status(engine, job.id, JobStatus.DONE)
 
@@ -198,6 +199,7 @@ class TestInstancesComeAndGo:
         assert [url("d", 0)] == fetch.calls
         assert (TargetState.DONE, "") == (snap.targets[0].status, snap.targets[0].error)
         assert 1 == snap.job.targets_done
+        assert [(1, 1)] == rec.claims  # one turn, taken over: the metrics count a refetch
 
     async def test_opening_fails_nothing_the_fleet_owns(self, pg_dsn: str, pg_schema: str) -> None:
         """A job admitted with no engine running is run by the next engine to open, not failed."""
