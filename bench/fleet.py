@@ -118,6 +118,8 @@ class FleetRun:
     seconds: float
     waits: list[float]
     failed: int
+    serve_cpu: float
+    postgres_cpu: float
 
 
 # -- the site -------------------------------------------------------------------------------------
@@ -237,11 +239,39 @@ def log_file(path: str) -> BinaryIO:
     return open(path, "wb")
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user and system) of a process and its children alive now, from ``/proc``."""
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                pids += [int(child) for child in (task / "children").read_text().split()]
+    ticks = 0
+    for each in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime and stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu() -> float:
+    """CPU seconds of every ``postgres`` process alive now (an upper bound for this run's share:
+    it counts whatever else uses the server, and misses backends that have exited)."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            text = stat.read_text()
+            if text.split("(", 1)[1].startswith("postgres)"):
+                fields = text.rsplit(")", 1)[1].split()
+                ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @asynccontextmanager
 async def open_fleet(
     n: int, dsn: str, schema: str, keys: Path, workdir: str, s: FleetSettings, client: Any
-) -> AsyncIterator[list[str]]:
-    """``n`` serve processes on ``schema``; yields their base URLs; stops them all on exit.
+) -> AsyncIterator[list[tuple[str, trio.Process]]]:
+    """``n`` serve processes on ``schema``; yields their base URLs and processes; stops them all.
 
     The first starts alone (it creates the schema), the others once it answers.
     """
@@ -261,7 +291,7 @@ async def open_fleet(
                 await wait_ready(client, bases[0], procs[0])
         for base, proc in zip(bases, procs, strict=True):
             await wait_ready(client, base, proc)
-        yield bases
+        yield list(zip(bases, procs, strict=True))
     finally:
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
@@ -320,8 +350,11 @@ async def fleet_run(
     try:
         async with (
             httpx.AsyncClient(timeout=30) as client,
-            open_fleet(n, dsn, schema, keys_path, workdir, s, client) as bases,
+            open_fleet(n, dsn, schema, keys_path, workdir, s, client) as instances,
         ):
+            base = instances[0][0]
+            cpu_before = sum(process_cpu(proc.pid) for _, proc in instances)
+            pg_before = postgres_cpu()
             started = time.time()
 
             async def submit(i: int, key: str) -> None:
@@ -330,7 +363,7 @@ async def fleet_run(
                     for t in range(job_size)
                 ]
                 answer = await client.post(
-                    bases[0] + "/v1/batch",
+                    base + "/v1/batch",
                     json={"targets": urls},
                     headers={"Authorization": f"Bearer {key}"},
                 )
@@ -347,10 +380,12 @@ async def fleet_run(
                     if finished >= total:
                         break
                     await trio.sleep(0.2)
+            serve_cpu = sum(process_cpu(proc.pid) for _, proc in instances) - cpu_before
+            pg_cpu = postgres_cpu() - pg_before
     finally:
         await trio.to_thread.run_sync(drop_pg_schema, dsn, schema)
     last = max(max(v) for v in times.values())
-    return FleetRun(n, total, last - started, caller_waits(times), failed)
+    return FleetRun(n, total, last - started, caller_waits(times), failed, serve_cpu, pg_cpu)
 
 
 # -- the figures ----------------------------------------------------------------------------------
@@ -368,13 +403,16 @@ async def fleet_figures(dsn: str, s: FleetSettings, workdir: str) -> list[Figure
         for n in s.instances:
             rates[n] = []
             p99: list[float] = []
+            cpu: list[float] = []
             for _ in range(s.repeats):
                 r = await run(n, workdir=workdir, site_port=site_port)
                 rates[n].append(r.targets / r.seconds)
                 p99.append(percentile(r.waits, 99) * 1000)
+                cpu.append(r.serve_cpu / r.targets * 1000)
                 log(
                     f"FLEET {n} instance(s), {s.delay * 1000:.0f} ms pages: "
-                    f"{rates[n][-1]:7.1f} targets/s, caller wait p99 {p99[-1]:6.0f} ms"
+                    f"{rates[n][-1]:7.1f} targets/s, caller wait p99 {p99[-1]:6.0f} ms, "
+                    f"serve CPU {cpu[-1]:5.1f} ms a target (load {os.getloadavg()[0]:.1f})"
                     + (f", {r.failed} failed" if r.failed else "")
                 )
             extra = {
@@ -383,6 +421,7 @@ async def fleet_figures(dsn: str, s: FleetSettings, workdir: str) -> list[Figure
                 "job_targets": s.job_size,
                 "workers_per_instance": s.workers,
                 "page_seconds": s.delay,
+                "load_average_after": os.getloadavg()[0],
             }
             figures.append(
                 Figure(
@@ -412,6 +451,18 @@ async def fleet_figures(dsn: str, s: FleetSettings, workdir: str) -> list[Figure
                     },
                 )
             )
+            figures.append(
+                Figure(
+                    "FLEET",
+                    "postgres",
+                    f"{n} instances",
+                    "serve CPU per target, 100 ms pages",
+                    "ms",
+                    cpu,
+                    False,
+                    extra,
+                )
+            )
         low, high = min(s.instances), max(s.instances)
         if low != high:
             ratios = [h / lo for h, lo in zip(rates[high], rates[low], strict=True)]
@@ -432,21 +483,58 @@ async def fleet_figures(dsn: str, s: FleetSettings, workdir: str) -> list[Figure
             r = await run(
                 n, workdir=workdir, site_port=site_port, delay=0.0, job_size=s.saturation_job_size
             )
-            figures.append(
-                Figure(
-                    "FLEET",
-                    "postgres",
-                    f"{n} instances",
-                    "claims/s, instant pages",
-                    "claims/s",
-                    [r.targets / r.seconds],
-                    True,
-                    {"instances": n, "targets": r.targets, "workers_per_instance": s.workers},
-                )
-            )
-            log(f"FLEET {n} instance(s), instant pages: {r.targets / r.seconds:7.0f} claims/s")
+            figures += saturation_figures(r, s)
         nursery.cancel_scope.cancel()
     return figures
+
+
+def saturation_figures(r: FleetRun, s: FleetSettings) -> list[Figure]:
+    """Claims/s with the page answering at once, and what each claimed target cost the serves."""
+    extra = {
+        "instances": r.instances,
+        "targets": r.targets,
+        "workers_per_instance": s.workers,
+        "load_average_after": os.getloadavg()[0],
+    }
+    cpu = r.serve_cpu / r.targets * 1000
+    pg_cpu = r.postgres_cpu / r.targets * 1000
+    log(
+        f"FLEET {r.instances} instance(s), instant pages: {r.targets / r.seconds:7.0f} claims/s, "
+        f"CPU a target: serve {cpu:5.1f} ms, PostgreSQL <= {pg_cpu:5.2f} ms "
+        f"(load {os.getloadavg()[0]:.1f})"
+    )
+    return [
+        Figure(
+            "FLEET",
+            "postgres",
+            f"{r.instances} instances",
+            "claims/s, instant pages",
+            "claims/s",
+            [r.targets / r.seconds],
+            True,
+            extra,
+        ),
+        Figure(
+            "FLEET",
+            "postgres",
+            f"{r.instances} instances",
+            "serve CPU per target, instant pages",
+            "ms",
+            [cpu],
+            False,
+            extra,
+        ),
+        Figure(
+            "FLEET",
+            "postgres",
+            f"{r.instances} instances",
+            "PostgreSQL CPU per target (upper bound), instant pages",
+            "ms",
+            [pg_cpu],
+            False,
+            extra,
+        ),
+    ]
 
 
 async def admissions_while_draining(dsn: str, s: FleetSettings, workdir: str) -> tuple[float, int]:
@@ -542,7 +630,7 @@ async def one_instance_figures(dsn: str, s: FleetSettings, workdir: str) -> list
             "x",
             ratios,
             True,
-            {"goal": 0.8},
+            {"goal": 0.8} if s.w1_jobs == (100, 500) else {},
         )
     )
     return figures
