@@ -212,16 +212,15 @@ class Dispatcher:
             return
         for entry in due:
             job_id = entry.job_id
-            if job_id in self._inflight or (
-                not entry.claim  # a claimed entry was read after its last release: fresh
-                and (
-                    self._released.get(job_id, -1) >= read  # freed while this read ran
-                    or self._later.get(job_id, 0.0) > now
-                )
+            if job_id in self._inflight or free <= 0:
+                if entry.claim:  # its delivery is ending (claim released already): give it back
+                    nursery.start_soon(self._release, entry)
+                continue
+            if not entry.claim and (  # a claimed entry was read after its last release: fresh
+                self._released.get(job_id, -1) >= read  # freed while this read ran
+                or self._later.get(job_id, 0.0) > now
             ):
                 continue
-            if free <= 0:
-                break
             free -= 1
             self._later.pop(job_id, None)
             self._inflight.add(job_id)
@@ -357,11 +356,13 @@ class Dispatcher:
             self._count(outcome)
 
     async def _release(self, due: HookDue) -> None:
-        """Give the claim on ``due``'s outbox back, its delivery state unchanged."""
+        """Give the claim on ``due``'s outbox back, its delivery state unchanged, and read
+        again: the job may be due (another instance's dispatcher may take it first)."""
         with contextlib.suppress(Exception):  # unreleased, it expires at its deadline
             await self._store.hook_advance(
                 due, cursor=due.cursor, attempts=due.attempts, since=due.since, next_at=due.next_at
             )
+        self._wake.set()
 
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:
