@@ -536,8 +536,13 @@ def saturation_figures(r: FleetRun, s: FleetSettings) -> list[Figure]:
     ]
 
 
-async def admissions_while_draining(dsn: str, s: FleetSettings, workdir: str) -> tuple[float, int]:
+async def admissions_while_draining(
+    dsn: str, s: FleetSettings, workdir: str, *, drain: bool = True
+) -> tuple[float, int]:
     """Admissions/s of ``s.admissions`` jobs submitted one after the other as the engine drains.
+
+    With ``drain`` false the fetch never returns, so the workers hold their first targets and
+    nothing is written but the admissions: the same machine's rate without outcomes beside it.
 
     Returns the rate and how many targets had been fetched when the last submit returned (so a
     reader sees the drain ran alongside). The rest of the drain is not waited for: the engine
@@ -550,6 +555,8 @@ async def admissions_while_draining(dsn: str, s: FleetSettings, workdir: str) ->
     async def counting_fetch(caller: Caller, target: Target) -> Result:
         nonlocal fetched
         fetched += 1
+        if not drain:
+            await trio.sleep_forever()
         return await noop_fetch(caller, target)
 
     jobs = chunked(targets_for("adm", s.admissions * s.admission_job_size), s.admission_job_size)
@@ -570,12 +577,14 @@ async def admissions_while_draining(dsn: str, s: FleetSettings, workdir: str) ->
 async def one_instance_figures(dsn: str, s: FleetSettings, workdir: str) -> list[Figure]:
     """Admissions while draining, and W1 at two job counts, on one in-process engine."""
     rates: list[float] = []
+    idle: list[float] = []
     for _ in range(s.w1_repeats):
+        idle.append((await admissions_while_draining(dsn, s, workdir, drain=False))[0])
         rate, fetched = await admissions_while_draining(dsn, s, workdir)
         rates.append(rate)
         log(
             f"FLEET one instance: {rate:6.0f} admissions/s while draining ({fetched} targets "
-            f"fetched by the last submit)"
+            f"fetched by the last submit), {idle[-1]:6.0f}/s with the workers idle"
         )
     figures = [
         Figure(
@@ -587,7 +596,17 @@ async def one_instance_figures(dsn: str, s: FleetSettings, workdir: str) -> list
             rates,
             True,
             {"jobs": s.admissions, "job_targets": s.admission_job_size, "goal": 500},
-        )
+        ),
+        Figure(
+            "FLEET",
+            "postgres",
+            "1 instance",
+            "admissions/s, workers idle",
+            "jobs/s",
+            idle,
+            True,
+            {"jobs": s.admissions, "job_targets": s.admission_job_size},
+        ),
     ]
     w1: dict[int, list[float]] = {n: [] for n in s.w1_jobs}
     for _ in range(s.w1_repeats):
