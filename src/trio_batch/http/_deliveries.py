@@ -202,7 +202,7 @@ class Dispatcher:
         # Unclaimed reads also return the jobs in flight here, skipped below.
         limit = free if self._claims else self._policy.concurrency * 4
         try:
-            due = await self._store.hooks_due(now, limit, claim_for=self._policy.claim_for)
+            due = await self._read_due(now, limit)
         except Exception as exc:
             _log.warning(
                 "could not read the webhooks due: %s",
@@ -226,6 +226,24 @@ class Dispatcher:
             self._inflight.add(job_id)
             nursery.start_soon(self._deliver, transport, entry)
         self._released = {j: r for j, r in self._released.items() if r >= read}
+
+    async def _read_due(self, now: float, limit: int) -> list[HookDue]:
+        """The store's due webhooks, claimed on a shared store: claims a stop cut short are
+        given back, not held to their deadline (the store's call is bounded on its own)."""
+        claim_for = self._policy.claim_for
+        if not self._claims:
+            return await self._store.hooks_due(now, limit, claim_for=claim_for)
+
+        with trio.CancelScope(shield=True):
+            due = await self._store.hooks_due(now, limit, claim_for=claim_for)
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except trio.Cancelled:
+            with trio.move_on_after(5, shield=True):
+                for entry in due:
+                    await self._release(entry)
+            raise
+        return due
 
     async def _deliver(self, transport: httpx.AsyncBaseTransport, due: HookDue) -> None:
         try:
