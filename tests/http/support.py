@@ -19,7 +19,9 @@ import functools
 import ipaddress
 import json
 import re
-from collections import deque
+import subprocess
+import sys
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,10 @@ from typing import Any, cast
 
 import httpx
 import trio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from tests.support import WallClock
@@ -38,6 +44,7 @@ from trio_batch.http import (
     create_app,
     hash_key,
     open_deliveries,
+    serve,
 )
 from trio_batch.metrics import PrometheusMetrics
 from trio_batch.stores import MemoryStore, ServiceStore, Store
@@ -346,3 +353,90 @@ def docs_verifier() -> Callable[..., bool]:
     namespace: dict[str, Any] = {}
     exec(compile(code, "docs/operations.md", "exec"), namespace)
     return cast("Callable[..., bool]", namespace["verify_webhook"])
+
+
+# -- trio-batch serve in child processes, against a local site ------------------------------
+
+PAGE_SECONDS = 0.25
+"""How long a page of :func:`page_site` takes: long enough that a batch outlasts a kill."""
+
+
+def page_site(hits: Counter[str]) -> Starlette:
+    async def page(request: Request) -> Response:
+        n = request.path_params["n"]
+        hits[request.url.path] += 1
+        await trio.sleep(PAGE_SECONDS)
+        return HTMLResponse(f"<html><body><h1>Page {n}</h1><p>Text of page {n}.</p></body>")
+
+    return Starlette(routes=[Route("/page/{n:int}", page)])
+
+
+@contextlib.asynccontextmanager
+async def local_site(hits: Counter[str]) -> AsyncIterator[int]:
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        port: int = await nursery.start(
+            lambda task_status: serve(
+                page_site(hits), port=0, shutdown_trigger=stop.wait, task_status=task_status
+            )
+        )
+        yield port
+        stop.set()
+
+
+class Server:
+    """``trio-batch serve --resume`` in a child process, started again after each kill."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.args = args
+        self.env = env
+        self.log = bytearray()
+        self.starts = 0
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[tuple[trio.Process, int]]:
+        cmd = [sys.executable, "-c", "from trio_batch._cli import entry; entry()", "serve"]
+        proc = await trio.lowlevel.open_process(
+            [*cmd, *self.args], stderr=subprocess.PIPE, env=self.env
+        )
+        self.starts += 1
+        try:
+            assert proc.stderr is not None
+            with trio.fail_after(60):
+                port = await self._read_port(proc.stderr)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._drain, proc.stderr)
+                yield proc, port
+                nursery.cancel_scope.cancel()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+
+    async def _read_port(self, stream: trio.abc.ReceiveStream) -> int:
+        start = len(self.log)
+        while True:
+            chunk = await stream.receive_some()
+            if not chunk:
+                raise AssertionError(f"the server exited before listening:\n{self.log.decode()}")
+            self.log += chunk
+            found = re.search(rb"serving the trio-batch API on \S+ port (\d+)", self.log[start:])
+            if found:
+                return int(found.group(1))
+
+    async def _drain(self, stream: trio.abc.ReceiveStream) -> None:
+        async for chunk in stream:
+            self.log += chunk
+
+
+async def until_all_end(client: httpx.AsyncClient, job_ids: list[str]) -> list[dict[str, object]]:
+    summaries = []
+    with trio.fail_after(120):
+        for job_id in job_ids:
+            async with client.stream("GET", f"/v1/batch/{job_id}/events") as events:
+                async for line in events.aiter_lines():
+                    if line.startswith("event: end"):
+                        break
+            summaries.append((await client.get(f"/v1/batch/{job_id}")).json())
+    return summaries

@@ -5,108 +5,29 @@ with SIGKILL at 20 random points (each a random delay after the server listens a
 it again with ``--resume`` each time, then lets it finish. Every target must end ``done`` with
 its own page (no result lost), each job's count must equal its targets (none stored twice),
 and the caller's caps must be free at the end. Runs on SQLite and on PostgreSQL (where a killed
-instance's jobs are adopted once its heartbeat is older than ``--pg-instance-timeout``).
+instance's claims expire after ``--pg-claim-timeout`` and the next instance takes the turns).
 """
 
 from __future__ import annotations
 
 import os
 import random
-import re
 import signal
-import subprocess
-import sys
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
-from starlette.routing import Route
 
-from trio_batch.http import add_key, serve
+from trio_batch.http import add_key
 
 from ..pg_support import PG_DSN, SKIP_REASON, open_test_schema
+from .support import Server, local_site, until_all_end
 
 KILLS = int(os.environ.get("TRIO_BATCH_KILL_POINTS", "20"))
 JOBS = 3
 TARGETS = 20
-# Long enough that the batch outlasts the kills: every restart finds live jobs to resume.
-PAGE_SECONDS = 0.25
-
-
-def _site(hits: Counter[str]) -> Starlette:
-    async def page(request: Request) -> Response:
-        n = request.path_params["n"]
-        hits[request.url.path] += 1
-        await trio.sleep(PAGE_SECONDS)
-        return HTMLResponse(f"<html><body><h1>Page {n}</h1><p>Text of page {n}.</p></body>")
-
-    return Starlette(routes=[Route("/page/{n:int}", page)])
-
-
-@asynccontextmanager
-async def local_site(hits: Counter[str]) -> AsyncIterator[int]:
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        port: int = await nursery.start(
-            lambda task_status: serve(
-                _site(hits), port=0, shutdown_trigger=stop.wait, task_status=task_status
-            )
-        )
-        yield port
-        stop.set()
-
-
-class Server:
-    """``trio-batch serve --resume`` in a child process, started again after each kill."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.args = args
-        self.env = env
-        self.log = bytearray()
-        self.starts = 0
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[tuple[trio.Process, int]]:
-        cmd = [sys.executable, "-c", "from trio_batch._cli import entry; entry()", "serve"]
-        proc = await trio.lowlevel.open_process(
-            [*cmd, *self.args], stderr=subprocess.PIPE, env=self.env
-        )
-        self.starts += 1
-        try:
-            assert proc.stderr is not None
-            with trio.fail_after(60):
-                port = await self._read_port(proc.stderr)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._drain, proc.stderr)
-                yield proc, port
-                nursery.cancel_scope.cancel()
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
-
-    async def _read_port(self, stream: trio.abc.ReceiveStream) -> int:
-        start = len(self.log)
-        while True:
-            chunk = await stream.receive_some()
-            if not chunk:
-                raise AssertionError(f"the server exited before listening:\n{self.log.decode()}")
-            self.log += chunk
-            found = re.search(rb"serving the trio-batch API on \S+ port (\d+)", self.log[start:])
-            if found:
-                return int(found.group(1))
-
-    async def _drain(self, stream: trio.abc.ReceiveStream) -> None:
-        async for chunk in stream:
-            self.log += chunk
 
 
 async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None:
@@ -187,18 +108,6 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
     assert f"127.0.0.1:{site_port}" not in text
 
 
-async def until_all_end(client: httpx.AsyncClient, job_ids: list[str]) -> list[dict[str, object]]:
-    summaries = []
-    with trio.fail_after(120):
-        for job_id in job_ids:
-            async with client.stream("GET", f"/v1/batch/{job_id}/events") as events:
-                async for line in events.aiter_lines():
-                    if line.startswith("event: end"):
-                        break
-            summaries.append((await client.get(f"/v1/batch/{job_id}")).json())
-    return summaries
-
-
 @pytest.mark.slow
 async def test_sqlite_kill_9_and_resume(tmp_path: Path) -> None:
     """A server on SQLite killed with SIGKILL mid-job resumes it on restart; no target lost."""
@@ -208,7 +117,7 @@ async def test_sqlite_kill_9_and_resume(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_postgres_kill_9_and_resume(tmp_path: Path) -> None:
-    """The same on PostgreSQL: a SIGKILLed server's jobs are resumed by the next one."""
+    """The same on PostgreSQL: a SIGKILLed server's turns are taken by the next one."""
     if not PG_DSN:
         pytest.skip(SKIP_REASON)
     seed = random.randrange(2**32)
@@ -219,6 +128,7 @@ async def test_postgres_kill_9_and_resume(tmp_path: Path) -> None:
                 f"--pg-schema={schema}",
                 "--pg-instance-timeout=1",
                 "--pg-heartbeat=0.25",
+                "--pg-claim-timeout=1",
             ],
             tmp_path,
             seed,

@@ -470,7 +470,8 @@ class FleetMachine(RuleBasedStateMachine):
 
     def _claimed_by_the_dead(self, job_id: str) -> bool:
         """Whether the job's last claim was a killed engine's: its target stays ``running``
-        (see ``test_a_dead_claim_of_a_cancelled_job_gives_its_target_back``)."""
+        until a heartbeat past the claim's deadline gives it back (see
+        ``test_a_dead_claim_of_a_cancelled_job_gives_its_target_back``)."""
 
         async def count() -> int:
             return await self._count("id = %(id)s AND claim_instance = ANY(%(dead)s)", job_id)
@@ -517,12 +518,6 @@ def test_a_fleet_answers_as_memory_store(pg_dsn: str) -> None:  # pg_dsn: skip w
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22: a cancelled job's target stays running for ever when the claim that "
-    "marked it running dies (nothing claims a cancelled job again); the issue says a dead "
-    "instance's in-flight targets return to pending after the claim deadline",
-)
 async def test_a_dead_claim_of_a_cancelled_job_gives_its_target_back(
     pg_dsn: str, pg_schema: str
 ) -> None:

@@ -88,6 +88,19 @@ RELEASE_ALL_SQL = """
     FROM j WHERE tg.job_id = j.id AND tg.idx = j.next_idx AND tg.status = 'running'
 """
 
+# Expired claims of jobs no longer live (cancelled while a claim holder was dying): nobody
+# claims such a job again, so its target would stay running for ever; it goes back to pending.
+SWEEP_SQL = f"""
+    WITH j AS (
+        UPDATE jobs SET claim = NULL, claim_until = NULL
+        WHERE claim IS NOT NULL AND claim_until < clock_timestamp()
+            AND status NOT IN {LIVE_SQL}
+        RETURNING id, next_idx
+    )
+    UPDATE targets AS tg SET status = 'pending'
+    FROM j WHERE tg.job_id = j.id AND tg.idx = j.next_idx AND tg.status = 'running'
+"""
+
 RENEW_SQL = """
     UPDATE jobs SET claim_until = clock_timestamp() + %(ttl)s * interval '1 second'
     WHERE claim = ANY(%(tokens)s)
@@ -148,6 +161,11 @@ def renew(conn: Conn, tokens: Sequence[str], ttl: float) -> set[str]:
     """Move the deadlines of ``tokens`` on by ``ttl``; return the ones still held."""
     rows = conn.execute(RENEW_SQL, {"tokens": list(tokens), "ttl": ttl}).fetchall()
     return {str(r[0]) for r in rows}
+
+
+def sweep(conn: Conn) -> None:
+    """Give back the expired claims of jobs that are no longer live (at each heartbeat)."""
+    conn.execute(SWEEP_SQL)
 
 
 def listen(

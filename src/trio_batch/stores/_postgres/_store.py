@@ -368,6 +368,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         # Live jobs belong to the fleet: a gone instance's claims expire and others take its
         # turns, so its jobs are neither failed nor adopted here.
         _adopt.drop_dead(conn, self._instance)
+        _claims.sweep(conn)
         return []
 
     async def _renew_loop(
