@@ -35,8 +35,9 @@ from ._parse import query_flag, query_int, query_states
 
 _log = logging.getLogger("trio_batch.http")
 
-CHUNK = 64
-"""Targets read from the store at once: with 64 KiB results, 4 MiB in memory at most."""
+CHUNK = 16
+"""Targets read from the store at once: with 64 KiB results, 1 MiB in memory at most (five
+followers of a 38 MiB job then stay within 60 MiB; `python -m bench.results_memory`)."""
 
 _FINISHED = (TargetState.DONE, TargetState.FAILED)
 
