@@ -62,6 +62,8 @@ def failing_fetch() -> ScriptedFetch:
 
 
 async def test_retry_runs_the_failed_targets_in_order(store: Store) -> None:
+    """A retry is a new job of exactly the failed targets, in order, linked by ``retry_of``;
+    a repeat reuses it."""
     ends = Ends()
     fetch = failing_fetch()
     async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
@@ -86,6 +88,8 @@ async def test_retry_runs_the_failed_targets_in_order(store: Store) -> None:
 
 
 async def test_retry_refuses_live_jobs_and_jobs_without_failures(store: Store) -> None:
+    """A live job, or one with nothing failed, is NotRetryable; another caller's job or an
+    unknown one is None."""
     ends = Ends()
     fetch = ScriptedFetch()
     gate = fetch.hold("https://ok.example.test/a")
@@ -103,6 +107,7 @@ async def test_retry_refuses_live_jobs_and_jobs_without_failures(store: Store) -
 
 
 async def test_retry_is_capped_like_a_submit(store: Store) -> None:
+    """A retry counts against the caller's cap of live jobs, as a submit does."""
     ends = Ends()
     fetch = failing_fetch()
     gate = fetch.hold("https://ok.example.test/busy")
