@@ -26,6 +26,18 @@ def add_db_argument(parser: argparse.ArgumentParser, *, readonly: bool = True) -
     )
 
 
+def add_allow_net_argument(parser: argparse.ArgumentParser) -> None:
+    """``--allow-net CIDR`` (repeatable): what ``run`` and ``retry`` let the fetcher reach."""
+    parser.add_argument(
+        "--allow-net",
+        type=cidr,
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="let the fetcher reach this private network (repeatable), e.g. 127.0.0.0/8",
+    )
+
+
 def add_progress_argument(parser: argparse.ArgumentParser) -> None:
     """``--progress``: how ``run`` and ``demo`` show progress on stderr."""
     parser.add_argument(

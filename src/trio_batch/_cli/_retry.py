@@ -25,7 +25,7 @@ from .._config import Config
 from .._engine import BatchEngine, open_engine
 from .._errors import Busy, CallerBusy, NotRetryable
 from .._model import Caller, TargetState
-from ._arguments import DEFAULT_SERVER, add_db_argument, cidr, positive_int
+from ._arguments import DEFAULT_SERVER, add_allow_net_argument, add_db_argument, positive_int
 from ._catalog import resolve_id
 from ._output import (
     EXIT_FAILED,
@@ -80,14 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--workers", type=positive_int, default=4, metavar="N", help="engine workers (4)"
     )
-    parser.add_argument(
-        "--allow-net",
-        type=cidr,
-        action="append",
-        default=[],
-        metavar="CIDR",
-        help="let the fetcher reach this private network (repeatable), e.g. 127.0.0.0/8",
-    )
+    add_allow_net_argument(parser)
     add_server_arguments(parser, DEFAULT_SERVER)
     parser.set_defaults(func=main)
 

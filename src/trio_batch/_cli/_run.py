@@ -34,9 +34,9 @@ from ._arguments import (
     DEFAULT_DB,
     DEFAULT_SERVER,
     IPNetwork,
+    add_allow_net_argument,
     add_db_argument,
     add_progress_argument,
-    cidr,
     positive_int,
 )
 from ._input import parse_targets, read_input
@@ -104,14 +104,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--workers", type=positive_int, default=4, metavar="N", help="fetches at once (4)"
     )
-    parser.add_argument(
-        "--allow-net",
-        type=cidr,
-        action="append",
-        default=[],
-        metavar="CIDR",
-        help="let the fetcher reach this private network (repeatable), e.g. 127.0.0.0/8",
-    )
+    add_allow_net_argument(parser)
     parser.add_argument(
         "--ids",
         metavar="FILE",
