@@ -55,6 +55,7 @@ from ..stores._protocol import (
     Stored,
     is_fleet,
 )
+from ._ahead import ClaimAhead
 from ._groups import drain_in_groups
 from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, live_job_of, resumed_live_jobs
 from ._retry import failed_targets
@@ -125,8 +126,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._watchers = watchers_for(store)
         # On a fleet store the rotation is the store's: workers take claimed turns instead.
         self._fleet = is_fleet(store)
-        self._idle = 0  # fleet: workers waiting for a turn that the claimer has not given yet
-        self._wants_work = trio.Event()  # fleet: set when a worker starts waiting
+        self._wants_work = trio.Event()  # fleet: set when a worker takes or waits for a turn
+        self._ahead = ClaimAhead()  # fleet: how many turns to claim beyond the idle workers
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -527,12 +528,11 @@ class BatchEngine(metaclass=NoPublicConstructor):
         task_status.started()
         recv = self._recv
         while True:
+            if self._fleet:  # the claimer tops the claimed turns up again
+                self._wants_work.set()
             try:  # a waiting job needs no trip through the scheduler: start_target checkpoints
                 live = recv.receive_nowait()
             except trio.WouldBlock:
-                if self._fleet:
-                    self._idle += 1
-                    self._wants_work.set()
                 live = await recv.receive()  # the channel closes only once workers are gone
             if not live.cancelled:
                 await self._run_target(live)
@@ -547,11 +547,12 @@ class BatchEngine(metaclass=NoPublicConstructor):
         store = cast("FleetStore", self._store)
         failures = 0
         while True:
-            want = min(self._idle, _MAX_CLAIMS)
+            want = min(self._turns_wanted(), _MAX_CLAIMS)
             if want <= 0:
                 await self._wants_work.wait()
                 self._wants_work = trio.Event()
                 continue
+            t0 = trio.current_time()
             try:
                 claims = await store.claim_turns(want, self._wall())
             except Exception as exc:
@@ -560,11 +561,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 await trio.sleep(backoff(failures, 0.1, 5.0, jitter=0.5))
                 continue
             failures = 0
-
+            self._ahead.claimed(trio.current_time() - t0)
             for claim in claims:
                 live = live_job_of(claim, trio.current_time(), self._wall())
                 self._live[live.id] = live
-                self._idle -= 1
                 self._send.send_nowait(live)
             if claims:
                 self._report_depth()
@@ -573,6 +573,16 @@ class BatchEngine(metaclass=NoPublicConstructor):
             if len(claims) < want:
                 with trio.move_on_after(_FLEET_POLL):
                     await store.wait_for_turns()
+
+    def _turns_wanted(self) -> int:
+        """Fleet: turns to claim now, for the idle workers and a few more (``ClaimAhead``).
+
+        A worker that ends its fetch takes a turn claimed while it fetched, so the claim's round
+        trip is not in every turn; the turns held ahead are the fleet's oldest, taken in order.
+        """
+        stats = self._send.statistics()
+        ahead = self._ahead.turns(self._workers)
+        return stats.tasks_waiting_receive + ahead - stats.current_buffer_used
 
     async def _run_target(self, live: LiveJob) -> None:
         idx = live.next_idx
@@ -628,7 +638,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
         finally:
             self._inflight -= 1
             self._report_inflight()
-        self._fetched_send.send_nowait((live, idx, outcome, error, trio.current_time() - t0))
+        seconds = trio.current_time() - t0
+        self._ahead.fetched(seconds)
+        self._fetched_send.send_nowait((live, idx, outcome, error, seconds))
 
     async def _retry(self, live: LiveJob, idx: int, wait: float) -> None:
         if live.claim is not None:  # fleet: hold the turn through the wait, then give it back
