@@ -44,16 +44,18 @@ def dump_line(data: Mapping[str, JSONValue]) -> str:
 
 
 _NON_PUBLIC = "non-public address"
+_WHOLE_NETWORK = "10.0.0.0/8"  # the example of a private network in every hint
 
 
-def allow_net_hint(url: str, error: str, hint: str) -> str:
-    """``hint``, or for a refused private address the ``--allow-net`` flag that would allow it.
+def _refused_network(url: str, error: str) -> tuple[str, str | None] | None:
+    """For a refused private address: where it is and the ``--allow-net`` value naming it.
 
-    The web fetcher's hints speak to the Python API (``WebFetcher(allow=...)``); on the command
-    line the remedy is a flag, and for a literal address we can name its network.
+    None when ``error`` is not that refusal. Else ``("loopback", net)`` for this machine,
+    ``("address", net)`` for another literal address, or ``("network", None)`` when the
+    address is not in the URL (a host name, or a redirect's target).
     """
     if _NON_PUBLIC not in error:
-        return hint
+        return None
 
     host = (urlsplit(url).hostname or "").strip("[]")
     try:
@@ -62,18 +64,65 @@ def allow_net_hint(url: str, error: str, hint: str) -> str:
         address = None
 
     if host == "localhost" or (address is not None and address.is_loopback):
-        net = "127.0.0.0/8" if address is None or address.version == 4 else "::1/128"
+        return "loopback", "127.0.0.0/8" if address is None or address.version == 4 else "::1/128"
+    if address is not None and "redirect" not in error:
+        return "address", f"{address}/{address.max_prefixlen}"
+    return "network", None
+
+
+def allow_net_hint(url: str, error: str, hint: str) -> str:
+    """``hint``, or for a refused private address the ``--allow-net`` flag that would allow it.
+
+    The web fetcher's hints speak to the Python API (``WebFetcher(allow=...)``); on the command
+    line the remedy is a flag, and for a literal address we can name its network.
+    """
+    refused = _refused_network(url, error)
+    if refused is None:
+        return hint
+
+    where, net = refused
+    if where == "loopback":
         return (
             f"the address is on this machine; to fetch from it, pass --allow-net {net} "
             "(only for sites you trust)"
         )
-    if address is not None and "redirect" not in error:
-        net = f"{address}/{address.max_prefixlen}"
+    if where == "address":
         return (
             f"only public addresses are fetched; to reach this one, pass --allow-net {net} "
-            "(or its whole network, e.g. --allow-net 10.0.0.0/8)"
+            f"(or its whole network, e.g. --allow-net {_WHOLE_NETWORK})"
         )
     return (
         "only public addresses are fetched; to reach a private network you trust, pass "
-        "--allow-net with its CIDR, e.g. --allow-net 10.0.0.0/8"
+        f"--allow-net with its CIDR, e.g. --allow-net {_WHOLE_NETWORK}"
+    )
+
+
+def operator_hint(url: str, error: str, hint: str) -> str:
+    """``hint``, or for a private address ``serve`` refused, the flag its operator would pass.
+
+    A caller of ``trio-batch serve`` reads it, and may be the operator too (a server on their
+    own machine): so it says what a caller can do and names the operator's ``--allow-net``,
+    with the network it would take.
+    """
+    refused = _refused_network(url, error)
+    if refused is None:
+        return hint
+
+    where, net = refused
+    start = "only public addresses are fetched"
+    if where == "loopback":
+        return (
+            f"{start}, and this one is on the server's own machine; the server's operator can "
+            f"allow it with trio-batch serve --allow-net {net} (only for sites they trust)"
+        )
+    if where == "address":
+        return (
+            f"{start}; use the site's public host name, or the server's operator can allow "
+            f"this address with trio-batch serve --allow-net {net} (or its whole network, "
+            f"e.g. --allow-net {_WHOLE_NETWORK})"
+        )
+    return (
+        f"{start}; use the site's public host name, or the server's operator can allow its "
+        f"private network with trio-batch serve --allow-net CIDR, e.g. --allow-net "
+        f"{_WHOLE_NETWORK}"
     )

@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator, Callable
 import trio
 
 from .._engine import BatchEngine, FetchFunc, open_engine
-from .._errors import StoreError
-from .._model import Caller
+from .._errors import StoreError, TargetError, classify_failure
+from .._model import Caller, Result, Target
 from .._util import plural
 from ..http import KeyRing, PrecheckFunc, create_app, load_keys, open_deliveries, serve
 from ..metrics import PrometheusMetrics
 from ..stores import ServiceStore, SQLiteStore
+from ._output import operator_hint
 from ._settings import Settings
 from ._signals import watch_signals
 
@@ -111,7 +112,30 @@ async def _open_fetcher(
         shape_memory=settings.shape_memory,
     )
     async with fetcher as fetch:
-        yield fetch
+        yield serve_hints(fetch)
+
+
+def serve_hints(fetch: FetchFunc) -> FetchFunc:
+    """``fetch``, its refusals of a private address hinting at serve's ``--allow-net``.
+
+    The web fetcher's hint asks "the operator" to allow the network, in no program's words;
+    under ``trio-batch serve`` the operator's remedy is a flag, and the caller reading the
+    hint is often the operator (a server on their own machine), so the hint names it.
+    """
+
+    async def fetch_hinted(caller: Caller, target: Target) -> Result:
+        try:
+            return await fetch(caller, target)
+        except Exception as exc:
+            kind = classify_failure(exc)
+            if not isinstance(kind, TargetError):
+                raise
+            hint = operator_hint(target.url, kind.msg, kind.hint)
+            if hint == kind.hint:
+                raise
+            raise TargetError(kind.msg, hint=hint, status=kind.status) from exc
+
+    return fetch_hinted
 
 
 async def run_service(
@@ -194,7 +218,13 @@ def _web_precheck(settings: Settings) -> Callable[[str], None]:
     allow = _networks(settings)
 
     def check(url: str) -> None:
-        precheck(url, allow=allow)
+        try:
+            precheck(url, allow=allow)
+        except TargetError as exc:
+            hint = operator_hint(url, exc.msg, exc.hint)
+            if hint == exc.hint:
+                raise
+            raise TargetError(exc.msg, hint=hint, status=exc.status) from None
 
     return check
 

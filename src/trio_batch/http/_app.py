@@ -225,7 +225,7 @@ async def _submit(ctx: Ctx, request: Request) -> Response:
         raise refusal(
             exc,
             count=len(targets),
-            limit=ctx.engine.config.targets_per_job,
+            limits=ctx.engine.config,
             retry_after_seconds=ctx.retry_after,
         ) from None
 
@@ -327,7 +327,7 @@ async def _retry(ctx: Ctx, request: Request) -> Response:
         raise refusal(
             exc,
             count=summary.failed + summary.pending + summary.running,
-            limit=ctx.engine.config.targets_per_job,
+            limits=ctx.engine.config,
             retry_after_seconds=ctx.retry_after,
         ) from None
     if sub is None:  # swept in between

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from .._config import Config
 from .._errors import (
     Busy,
     CallerBusy,
@@ -247,7 +248,8 @@ class _Refusal:
     status: int
     code: str
     error: str
-    """May use ``{count}`` (targets sent) and ``{limit}`` (``Config.targets_per_job``)."""
+    """May use ``{count}`` (targets sent), ``{targets_per_job}``, and ``{jobs_per_caller}`` and
+    ``{jobs_total}`` as words ("1 live batch", "2 live batches")."""
     hint: str
     field: str | None = None
     retry_after: bool = False
@@ -260,29 +262,37 @@ _REFUSALS: dict[type[SubmitError], _Refusal] = {
     TooManyTargets: _Refusal(
         413,
         "too_many_targets",
-        "{count} targets is more than the {limit} a batch may have",
-        "split the targets into batches of at most {limit}",
+        "{count} targets is more than the {targets_per_job} a batch may have",
+        "split the targets into batches of at most {targets_per_job}",
         field="targets",
     ),
+    # The caller may be the operator too (a server on their own machine): the hint says the
+    # limit and the setting that raises it, in serve's words.
     CallerBusy: _Refusal(
         429,
         "caller_busy",
-        "you have as many live batches as you may",
-        "wait for one to finish (poll it), or cancel one, then submit again",
+        "you already have the {jobs_per_caller} a key may have at once",
+        "wait for one to finish (poll it), or cancel one, then submit again; the server's "
+        "operator can raise the limit with trio-batch serve --jobs-per-caller N",
         retry_after=True,
     ),
     Busy: _Refusal(
         503,
         "busy",
-        "the server has as many live batches as it may",
-        "try again after Retry-After seconds",
+        "the server already has the {jobs_total} it may have at once",
+        "try again after Retry-After seconds; the server's operator can raise the limit with "
+        "trio-batch serve --jobs-total N",
         retry_after=True,
     ),
 }
 
 
-def refusal(exc: SubmitError, *, count: int, limit: int, retry_after_seconds: int) -> ApiError:
-    """The answer to a refused submit of ``count`` targets.
+def _live_batches(n: int) -> str:
+    return f"{n} live batch{'' if n == 1 else 'es'}"
+
+
+def refusal(exc: SubmitError, *, count: int, limits: Config, retry_after_seconds: int) -> ApiError:
+    """The answer to a refused submit of ``count`` targets, naming the ``limits`` it met.
 
     Raises:
         SubmitError: ``exc`` itself when the table has no row for it, so it is answered as a
@@ -291,10 +301,16 @@ def refusal(exc: SubmitError, *, count: int, limit: int, retry_after_seconds: in
     row = _REFUSALS.get(type(exc))
     if row is None:
         raise exc
+    words = {
+        "count": count,
+        "targets_per_job": limits.targets_per_job,
+        "jobs_per_caller": _live_batches(limits.jobs_per_caller),
+        "jobs_total": _live_batches(limits.jobs_total),
+    }
     return ApiError(
         row.status,
-        row.error.format(count=count, limit=limit),
-        row.hint.format(count=count, limit=limit),
+        row.error.format_map(words),
+        row.hint.format_map(words),
         code=row.code,
         field=row.field,
         headers=retry_after_header(retry_after_seconds) if row.retry_after else None,
