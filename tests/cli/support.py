@@ -3,9 +3,13 @@ served ``trio-batch serve`` run to its end."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import trio
@@ -51,8 +55,8 @@ async def make_jobs(db: Path, n: int) -> list[str]:
     return [sub.id for sub in subs]
 
 
-async def add_key(cwd: Path) -> None:
-    """Make ``cwd/keys.toml`` with a key for alice, as an operator would."""
+async def add_key(cwd: Path) -> str:
+    """Make ``cwd/keys.toml`` with a key for alice, as an operator would; the key."""
     keys = await trio.run_process(
         [*CLI, "keys", "add", "alice", "--keys", "keys.toml"],
         cwd=cwd,
@@ -62,6 +66,40 @@ async def add_key(cwd: Path) -> None:
     )
 
     assert keys.returncode == 0
+    return keys.stdout.decode().split()[-1]
+
+
+@contextlib.asynccontextmanager
+async def running_serve(args: list[str], cwd: Path) -> AsyncIterator[tuple[trio.Process, int]]:
+    """``trio-batch serve --keys keys.toml --port 0 ARGS`` running in ``cwd``: the process
+    and the port it listens on (from its log); stopped with SIGTERM at the end."""
+    cmd = [*CLI, "serve", "--keys", "keys.toml", "--port", "0", *args]
+    proc = await trio.lowlevel.open_process(cmd, cwd=cwd, env=ENV, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        log = b""
+        with trio.fail_after(60):
+            while not (found := re.search(rb"serving the trio-batch API on \S+ port (\d+)", log)):
+                chunk = await proc.stderr.receive_some()
+                assert chunk, f"serve exited before listening:\n{log.decode()}"
+                log += chunk
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, proc.stderr)
+            yield proc, int(found.group(1))
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(30):
+                await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        with trio.CancelScope(shield=True):
+            await proc.wait()
+
+
+async def _drain(stream: trio.abc.ReceiveStream) -> None:
+    """Read ``stream`` to its end, so a chatty child never blocks on a full pipe."""
+    async for _ in stream:
+        pass
 
 
 async def serve_until_it_stops(args: list[str], cwd: Path) -> tuple[int, str]:

@@ -96,7 +96,7 @@ async def _retry_local(args: argparse.Namespace, out: Callable[[str], None]) -> 
         raise _Problem(f"no job {args.id} in {args.db} (trio-batch jobs lists them)", EXIT_MISSING)
     config = Config(workers=args.workers, max_workers=args.workers, jobs_per_caller=1)
     async with (
-        open_cli_store(args.db) as store,
+        open_cli_store(args.db, server_flag=True) as store,
         open_web_fetch(store, args.allow_net, slots=args.workers) as fetch,
         open_engine(store, fetch, config) as engine,
     ):

@@ -366,7 +366,7 @@ async def run_batch(
                     items, batch = await _plan(targets, check, job_size, tracker)
                     writer = LineWriter(out, items)
                     tracker.phase = "submitting"
-                    async with open_cli_store(db) as store:
+                    async with open_cli_store(db, server_flag=True) as store:
                         try:
                             async with (
                                 fetch_factory(store, allow) as fetch,
