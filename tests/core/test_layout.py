@@ -27,7 +27,8 @@ ALLOWED = {
     "stores": {"ground", "stores._protocol", "stores"},
     "web": {"ground", "stores._protocol", "web"},
     "http": {"ground", "stores._protocol", "engine", "stores", "web", "http"},
-    "_cli": {"ground", "stores._protocol", "engine", "stores", "web", "http", "_cli"},
+    "_mcp": {"ground", "stores._protocol", "engine", "stores", "web", "http", "_mcp"},
+    "_cli": {"ground", "stores._protocol", "engine", "stores", "web", "http", "_mcp", "_cli"},
 }
 
 # The modules one room may import of another: its face, and what is everybody's.
@@ -50,7 +51,7 @@ def room(module: str) -> str:
         return "stores._protocol"
     if parts[1] == "_engine":
         return "engine"
-    if parts[1] in ("stores", "web", "http", "_cli"):
+    if parts[1] in ("stores", "web", "http", "_mcp", "_cli"):
         return parts[1]
     return "ground"
 

@@ -1,0 +1,180 @@
+"""The tools' input schemas, built from the OpenAPI document's own components (one source).
+
+A target (``TargetIn``), its options (``Options``) and a webhook (``WebhookIn``) are the very
+schemas ``/openapi.json`` serves, which ``trio_batch.http`` builds from ``trio_batch.Options``:
+a new option reaches the API, its document and every MCP tool at once. Their references are
+rewritten from ``#/components/schemas/X`` to the JSON Schema form ``#/$defs/X``, and each tool
+schema carries the definitions it reaches. What is the MCP server's own (a job id, a cursor, a
+page size, how long to wait) is written here, with the limits the tools enforce.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Final, cast
+
+from .._model import JSONValue
+from ..http import MAX_BODY, openapi_document
+
+_REF = "#/components/schemas/"
+
+MAX_WAIT: Final = 300.0
+"""Longest ``wait`` of ``batch_submit`` and ``batch_status``, in seconds."""
+MAX_LIMIT: Final = 100
+"""Largest ``limit`` of ``batch_results``; the byte cap may make a page smaller still."""
+DEFAULT_LIMIT: Final = 10
+"""``batch_results``' page size when ``limit`` is left out."""
+
+
+def _components() -> dict[str, JSONValue]:
+    document = openapi_document(with_fetch=True, max_body=MAX_BODY, retry_after=5)
+    components = document["components"]
+    assert isinstance(components, dict)
+    schemas = components["schemas"]
+    assert isinstance(schemas, dict)
+    return dict(schemas)
+
+
+_COMPONENTS = _components()
+
+
+def _rewritten(node: JSONValue, reached: set[str]) -> JSONValue:
+    """``node`` with each OpenAPI reference made a ``$defs`` one; the names go in ``reached``."""
+    if isinstance(node, Mapping):
+        out: dict[str, JSONValue] = {}
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str) and value.startswith(_REF):
+                name = value.removeprefix(_REF)
+                reached.add(name)
+                out[key] = f"#/$defs/{name}"
+            else:
+                out[key] = _rewritten(value, reached)
+        return out
+    if isinstance(node, list):
+        return [_rewritten(item, reached) for item in node]
+    return node
+
+
+def component(name: str) -> JSONValue:
+    """The OpenAPI component ``name``, references rewritten (see :func:`tool_schema`)."""
+    return _rewritten(copy.deepcopy(_COMPONENTS[name]), set())
+
+
+def ref(name: str) -> dict[str, JSONValue]:
+    """A reference to the OpenAPI component ``name``, which :func:`tool_schema` defines."""
+    return {"$ref": _REF + name}
+
+
+def tool_schema(properties: Mapping[str, JSONValue], required: list[str]) -> dict[str, JSONValue]:
+    """A tool's input schema: an object of ``properties``, with the ``$defs`` they reach."""
+    reached: set[str] = set()
+    schema = _rewritten(
+        {
+            "type": "object",
+            "properties": dict(properties),
+            "required": list(required),
+            "additionalProperties": False,
+        },
+        reached,
+    )
+    defs: dict[str, JSONValue] = {}
+    pending = sorted(reached)
+    while pending:
+        name = pending.pop()
+        if name in defs:
+            continue
+        found: set[str] = set()
+        defs[name] = _rewritten(copy.deepcopy(_COMPONENTS[name]), found)
+        pending.extend(sorted(found - set(defs)))
+    result = cast("dict[str, JSONValue]", schema)
+    if defs:
+        result["$defs"] = dict(sorted(defs.items()))
+    return result
+
+
+def _url_schema() -> JSONValue:
+    target = _COMPONENTS["TargetIn"]
+    assert isinstance(target, Mapping)
+    properties = target["properties"]
+    assert isinstance(properties, Mapping)
+    return copy.deepcopy(properties["url"])
+
+
+JOB_ID: dict[str, JSONValue] = {
+    "type": "string",
+    "minLength": 1,
+    "pattern": "^[^/]+$",
+    "description": "The job id that batch_submit or batch_retry answered.",
+}
+
+WAIT: dict[str, JSONValue] = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": MAX_WAIT,
+    "default": 0,
+    "description": "Seconds to wait for the job to end before answering (at most "
+    f"{MAX_WAIT:g}); meanwhile progress notifications report targets ended of the total, if "
+    "you asked for progress. 0 answers at once. The answer is the job's status either way: "
+    "if it is still queued or running, call batch_status again.",
+}
+
+FETCH = tool_schema(
+    {
+        "url": _url_schema(),
+        "options": {
+            **ref("Options"),
+            "description": "How to shape the page. Leave out for readable text.",
+        },
+    },
+    ["url"],
+)
+
+SUBMIT = tool_schema(
+    {
+        "targets": {
+            "type": "array",
+            "minItems": 1,
+            "description": "The pages to fetch, in order: a URL, or {url, options}. A batch "
+            "has at most the targets the server allows (the error says how many): split "
+            "bigger lists.",
+            "items": {"anyOf": [_url_schema(), ref("TargetIn")]},
+        },
+        "webhook": ref("WebhookIn"),
+        "wait": WAIT,
+    },
+    ["targets"],
+)
+
+STATUS = tool_schema({"id": JOB_ID, "wait": WAIT}, ["id"])
+
+RESULTS = tool_schema(
+    {
+        "id": JOB_ID,
+        "cursor": {
+            "type": "string",
+            "pattern": "^[0-9]{1,10}$",
+            "description": "The next_cursor of the previous answer; leave out for the first "
+            "page. Pass the same state again with it.",
+        },
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LIMIT,
+            "default": DEFAULT_LIMIT,
+            "description": "Most targets in the page; a page holds fewer when their content "
+            "would pass the answer's byte cap.",
+        },
+        "state": {
+            "type": "string",
+            "pattern": "^(pending|running|done|failed)(,(pending|running|done|failed))*$",
+            "description": "Only targets in these states, comma-separated: `failed` lists "
+            "what went wrong, with a hint each.",
+        },
+    },
+    ["id"],
+)
+
+CANCEL = tool_schema({"id": JOB_ID}, ["id"])
+
+RETRY = tool_schema({"id": JOB_ID, "webhook": ref("WebhookIn")}, ["id"])

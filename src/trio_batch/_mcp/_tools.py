@@ -1,0 +1,394 @@
+"""The six tools: what each asks the HTTP API, and how its answer is shaped for a model.
+
+Each tool is one or a few requests of the API (``_api``) as the calling agent's own caller, so
+the guard, the caps, the keys and each caller's isolation are the API's, and so is every error:
+an error answer comes back as a tool error with the API's ``error``, ``hint`` and ``code``
+(:class:`~._api.ApiFailure`). What is the MCP server's own: arguments checked before a
+request is made (a job id, a cursor, a page size, a wait), the byte cap on every answer
+(``_cap``), waiting for a job with progress notifications, and a ``next`` line in each job
+answer saying which tool to call next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Final, final
+
+import trio
+
+from .._model import JSONValue
+from . import _schemas as schemas
+from ._api import Api, ApiFailure
+from ._cap import ANSWER_BYTES, MIN_ANSWER_BYTES, encode, fit_page, fit_result
+
+Progress = Callable[[float, float, str], Awaitable[None]]
+"""Reports progress of the tool call: (targets ended, targets in all, a line for people)."""
+
+POLL_SECONDS: Final = 0.5
+"""How often a waiting tool reads the job's summary (one cheap read, no targets)."""
+
+_TERMINAL = frozenset({"done", "partial", "failed", "cancelled"})
+_DROPPED = ("links",)
+"""Fields of the API's job answers that are HTTP paths, not for a model: left out."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One tool as ``tools/list`` shows it: name, description for a model, input schema."""
+
+    name: str
+    description: str
+    input_schema: dict[str, JSONValue]
+    read_only: bool
+    """Whether the tool changes nothing (a hint to the client: it may call it freely)."""
+
+
+_OPTIONS_HELP = (
+    "Options (all optional): mode = text (readable text of HTML, the default), markdown, html "
+    "or raw; grep = a regular expression, only matching lines (context = true adds the lines "
+    "around them); question = the passages of the page that answer it; pages = PDF pages like "
+    "1-3,7; jq = a jq program for a JSON response; recover = true serves the last cached copy "
+    "(marked stale) when the fetch fails. Narrow a long page with grep, question or pages "
+    "rather than reading it whole."
+)
+_ERRORS_HELP = (
+    "On error the answer is a tool error with error (what went wrong), hint (what to do) and "
+    "code; follow the hint."
+)
+
+TOOLS: Final = (
+    Tool(
+        "fetch",
+        "Fetch one web page now and answer its content, shaped for reading. Use it for a "
+        "page or two; for more, use batch_submit (fairer, and it keeps the results). "
+        f"{_OPTIONS_HELP} The URL must be http(s) on a public host, at most 2,048 "
+        "characters; private and loopback addresses are refused unless the server allows "
+        "them. A long answer is cut to fit (content_cut says so). "
+        f"{_ERRORS_HELP} A refused URL or a bad option is a 400 naming it; a page that "
+        "failed answers its own status (404, 502 ...) with a hint.",
+        schemas.FETCH,
+        read_only=True,
+    ),
+    Tool(
+        "batch_submit",
+        "Submit many pages as one batch job, fetched politely in order while other callers' "
+        "jobs take turns. Answers the job id at once (wait = seconds to wait for the end, "
+        "with progress notifications). Then call batch_status to see how far it is and "
+        "batch_results to read the pages. The same targets submitted again answer the same "
+        f"job (reused = true). Each target is a URL or {{url, options}}. {_OPTIONS_HELP} "
+        f"{_ERRORS_HELP} Too many targets: split them; you or the server have as many live "
+        "jobs as allowed (caller_busy, busy): wait for one to end (batch_status with wait) "
+        "or cancel one, then submit again; a refused URL names its index, like targets[2].url.",
+        schemas.SUBMIT,
+        read_only=False,
+    ),
+    Tool(
+        "batch_status",
+        "How far a batch job is: its status (queued, running, done, partial, failed, "
+        "cancelled) and its targets counted by state. wait = seconds to wait for the job to "
+        "end first, reporting progress notifications meanwhile. The answer's next says what "
+        f"to call next. {_ERRORS_HELP} A job that is not yours, or gone, is not_found.",
+        schemas.STATUS,
+        read_only=True,
+    ),
+    Tool(
+        "batch_results",
+        "Read a batch job's targets in input order, a page at a time: each with idx, url, "
+        "status, error and hint (for a failed one) and result (content and meta, for a done "
+        "one). Pass next_cursor back as cursor for the next page; next_cursor is null after "
+        "the last target there is now (a running job gets more: ask again later). state = "
+        "failed lists only the failures. Long content is cut to fit the answer (content_cut "
+        f"says so; fetch that URL with grep or question to narrow it). {_ERRORS_HELP}",
+        schemas.RESULTS,
+        read_only=True,
+    ),
+    Tool(
+        "batch_cancel",
+        "Cancel a queued or running batch job: the page being fetched finishes, no other "
+        "starts. Answers the job's status. A job that has ended already is a not_cancellable "
+        f"error saying how it ended. {_ERRORS_HELP}",
+        schemas.CANCEL,
+        read_only=False,
+    ),
+    Tool(
+        "batch_retry",
+        "Run again the targets of an ended batch job that failed (and those a cancelled or "
+        "interrupted job left unfinished), as a new job with the same URLs and options. "
+        "Answers the new job's id (retry_of names the old one); then use batch_status and "
+        "batch_results on the new id. A job still running, or one whose every target is "
+        f"done, is a not_retryable error. {_ERRORS_HELP}",
+        schemas.RETRY,
+        read_only=False,
+    ),
+)
+"""Every tool, in the order ``tools/list`` shows them."""
+
+BY_NAME: Final = {tool.name: tool for tool in TOOLS}
+
+
+def bad_argument(field: str, error: str, hint: str) -> ApiFailure:
+    """The tool error of an argument the MCP server checks itself (before any request)."""
+    return ApiFailure(0, error, hint, code="bad_request", field=field)
+
+
+def _check_names(tool: Tool, args: Mapping[str, JSONValue]) -> None:
+    """Refuse an argument the tool does not have (its schema allows no others)."""
+    known = tool.input_schema.get("properties")
+    names = set(known) if isinstance(known, Mapping) else set()
+    unknown = sorted(set(args) - names)
+    if unknown:
+        shown = unknown[0][:64]
+        raise bad_argument(
+            shown,
+            f"{shown} is not an argument of {tool.name}; its arguments: {', '.join(sorted(names))}",
+            "remove it",
+        )
+
+
+def _job_id(args: Mapping[str, JSONValue]) -> str:
+    value = args.get("id")
+    if not isinstance(value, str) or not value or "/" in value or not value.isprintable():
+        raise bad_argument(
+            "id",
+            "id must be the job id string that batch_submit or batch_retry answered",
+            "pass the id exactly as it was answered",
+        )
+    return value
+
+
+def _wait(args: Mapping[str, JSONValue]) -> float:
+    value = args.get("wait", 0)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad_argument("wait", "wait must be a number of seconds", "pass 0 to answer at once")
+    if not 0 <= value <= schemas.MAX_WAIT:
+        raise bad_argument(
+            "wait",
+            f"wait must be from 0 to {schemas.MAX_WAIT:g} seconds (got {value:g})",
+            f"wait at most {schemas.MAX_WAIT:g} s at a time, then call batch_status again",
+        )
+    return float(value)
+
+
+def _limit(args: Mapping[str, JSONValue]) -> int:
+    value = args.get("limit", schemas.DEFAULT_LIMIT)
+    if value is None:
+        return schemas.DEFAULT_LIMIT
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= schemas.MAX_LIMIT:
+        raise bad_argument(
+            "limit",
+            f"limit must be a whole number from 1 to {schemas.MAX_LIMIT}",
+            f"leave it out for pages of {schemas.DEFAULT_LIMIT}",
+        )
+    return value
+
+
+def _cursor(args: Mapping[str, JSONValue]) -> int:
+    value = args.get("cursor")
+    if value is None or value == "":
+        return 0
+    if not isinstance(value, str) or not value.isdigit() or len(value) > 10:
+        raise bad_argument(
+            "cursor",
+            "cursor must be the next_cursor string of a previous batch_results answer",
+            "leave it out for the first page",
+        )
+    return int(value)
+
+
+def _next_step(job: Mapping[str, JSONValue]) -> str:
+    """What to call next for a job in this state: the answer's ``next`` line."""
+    status = job.get("status")
+    job_id = job.get("id")
+    if status in ("queued", "running"):
+        return (
+            f"the job is {status}: call batch_status with wait to wait for it, or "
+            "batch_results to read the targets that have ended"
+        )
+    if status == "done":
+        return "every target is done: read them with batch_results"
+    if status in ("partial", "failed"):
+        return (
+            "some targets failed: batch_results with state=failed lists why (with hints); "
+            f"batch_retry {job_id} runs the failed ones again"
+        )
+    if status == "cancelled":
+        return "the job was cancelled: batch_results shows what ended; batch_retry runs the rest"
+    return ""
+
+
+def _job_answer(job: Mapping[str, JSONValue], **extra: JSONValue) -> dict[str, JSONValue]:
+    answer = {k: v for k, v in job.items() if k not in _DROPPED}
+    answer.update(extra)
+    answer["next"] = _next_step(answer)
+    return answer
+
+
+def _ended(job: Mapping[str, JSONValue]) -> tuple[int, int]:
+    counts = job.get("counts")
+    total = job.get("targets_total")
+    if not isinstance(counts, Mapping) or not isinstance(total, int):
+        return 0, 0
+    done, failed = counts.get("done", 0), counts.get("failed", 0)
+    return (done if isinstance(done, int) else 0) + (
+        failed if isinstance(failed, int) else 0
+    ), total
+
+
+@final
+class Tools:
+    """The tools' handlers over an :class:`Api`, each answer at most ``answer_bytes``."""
+
+    def __init__(self, *, answer_bytes: int = ANSWER_BYTES) -> None:
+        if answer_bytes < MIN_ANSWER_BYTES:
+            raise ValueError(
+                f"answer_bytes must be at least {MIN_ANSWER_BYTES} (got {answer_bytes})"
+            )
+        self.answer_bytes = answer_bytes
+
+    async def call(
+        self, name: str, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> str:
+        """The text answer of tool ``name``.
+
+        Raises:
+            ApiFailure: the call failed; its body is the tool error.
+        """
+        handlers = {
+            "fetch": self._fetch,
+            "batch_submit": self._submit,
+            "batch_status": self._status,
+            "batch_results": self._results,
+            "batch_cancel": self._cancel,
+            "batch_retry": self._retry,
+        }
+        handler = handlers.get(name)
+        if handler is None:
+            raise bad_argument(
+                "name",
+                f"there is no tool {name[:64]!r}",
+                f"call one of {', '.join(t.name for t in TOOLS)}",
+            )
+        _check_names(BY_NAME[name], args)
+        answer = await handler(args, api, progress)
+        text = encode(answer)
+        if len(text.encode("utf-8")) > self.answer_bytes:  # pragma: no cover - fit_* keep it
+            raise ApiFailure(
+                0,
+                "the answer would be over the answer's byte cap",
+                "ask for less: a smaller limit, or options that narrow the page",
+                code="answer_too_large",
+            )
+        return text
+
+    async def _fetch(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        body: dict[str, JSONValue] = {"url": args.get("url")}
+        if args.get("options") is not None:
+            body["options"] = args["options"]
+        answer = await api.call("POST", "/v1/fetch", body=body)
+        return fit_result(answer, self.answer_bytes)
+
+    async def _submit(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        targets = args.get("targets")
+        if isinstance(targets, list):
+            targets = [{"url": t} if isinstance(t, str) else t for t in targets]
+        body: dict[str, JSONValue] = {"targets": targets}
+        if args.get("webhook") is not None:
+            body["webhook"] = args["webhook"]
+        wait = _wait(args)
+        submitted = await api.call("POST", "/v1/batch", body=body)
+        if not wait:
+            return _job_answer(submitted)
+        job = await self._wait_for(api, str(submitted["id"]), wait, progress)
+        return _job_answer(job, reused=submitted.get("reused", False))
+
+    async def _status(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        job_id, wait = _job_id(args), _wait(args)
+        return _job_answer(await self._wait_for(api, job_id, wait, progress))
+
+    async def _wait_for(
+        self, api: Api, job_id: str, seconds: float, progress: Progress
+    ) -> dict[str, JSONValue]:
+        """The job's summary once it has ended, or after ``seconds``; progress meanwhile.
+
+        Reads the summary every :data:`POLL_SECONDS` (the same read for an in-process engine
+        and a remote server) and reports progress each time the count of ended targets moves,
+        and once more at the end, so a client that asked sees the last count too.
+        """
+        deadline = trio.current_time() + seconds
+        reported: tuple[int, int] | None = None
+        while True:
+            job = await api.call("GET", f"/v1/batch/{job_id}")
+            ended = _ended(job)
+            finished = job.get("status") in _TERMINAL
+            if seconds and (ended != reported or finished):
+                await progress(ended[0], ended[1], f"{ended[0]} of {ended[1]} targets ended")
+                reported = ended
+            now = trio.current_time()
+            if finished or now >= deadline:
+                return job
+            await trio.sleep(min(POLL_SECONDS, deadline - now))
+
+    async def _results(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        job_id, offset, limit = _job_id(args), _cursor(args), _limit(args)
+        params = {"results": "1", "offset": str(offset), "limit": str(limit)}
+        state = args.get("state")
+        if state is not None:
+            if not isinstance(state, str):
+                raise bad_argument(
+                    "state", "state must be a string like failed or done,failed", "leave it out"
+                )
+            params["state"] = state
+        job = await api.call("GET", f"/v1/batch/{job_id}", params=params)
+
+        raw = job.get("targets")
+        items = [_result_item(t) for t in (raw if isinstance(raw, list) else [])]
+        head: dict[str, JSONValue] = {
+            k: job[k] for k in ("id", "status", "targets_total", "counts") if k in job
+        }
+        page, kept = fit_page(head, items, self.answer_bytes)
+        more = job.get("next_offset")
+        if kept < len(items):
+            page["next_cursor"] = str(offset + kept)
+            page["note"] = (
+                f"this page holds {kept} of the {len(items)} targets asked for, to stay under "
+                "the answer's byte cap: call again with next_cursor for the rest"
+            )
+        else:
+            page["next_cursor"] = str(more) if isinstance(more, int) else None
+        if page["next_cursor"] is None and job.get("status") not in _TERMINAL:
+            page["next"] = "the job is still running: ask again later for the targets to come"
+        return page
+
+    async def _cancel(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        return _job_answer(await api.call("DELETE", f"/v1/batch/{_job_id(args)}"))
+
+    async def _retry(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        job_id = _job_id(args)
+        webhook = args.get("webhook")
+        body: JSONValue = None if webhook is None else {"webhook": webhook}
+        return _job_answer(await api.call("POST", f"/v1/batch/{job_id}/retry", body=body))
+
+
+def _result_item(target: JSONValue) -> dict[str, JSONValue]:
+    """A target as ``batch_results`` shows it: without its options and times."""
+    if not isinstance(target, Mapping):
+        return {}
+    return {
+        k: target[k] for k in ("idx", "url", "status", "error", "hint", "result") if k in target
+    }

@@ -1,0 +1,133 @@
+"""``/mcp`` on ``serve``: the official MCP client over Streamable HTTP, with the API's keys.
+
+The server is ``run_service``, the code ``trio-batch serve`` runs, in this process on a free
+port, with the web fetcher allowed to reach the local pages of :class:`~tests.mcp.support.Site`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import httpx2
+import pytest
+import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.mcp.support import Site, call, check_tool_errors, open_site, walk_the_tools
+from trio_batch._cli._settings import Settings
+from trio_batch.http import add_key
+
+
+@dataclasses.dataclass
+class Served:
+    url: str
+    alice: str
+    bob: str
+
+
+@contextlib.asynccontextmanager
+async def open_served(tmp_path: Path) -> AsyncIterator[Served]:
+    """``serve`` on a free port with two callers, alice and bob; its ``/mcp`` URL and keys."""
+    from trio_batch._cli._service import run_service
+
+    keys = tmp_path / "keys.toml"
+    _, alice = add_key(keys, "alice")
+    _, bob = add_key(keys, "bob")
+    settings = dataclasses.replace(
+        Settings(),
+        db=str(tmp_path / "serve.sqlite"),
+        keys=str(keys),
+        port=0,
+        access_log=False,
+        allow_net=("127.0.0.1/32",),
+        log_level="warning",
+    )
+    async with trio.open_nursery() as nursery:
+        port: int = await nursery.start(
+            lambda task_status: run_service(settings, task_status=task_status)
+        )
+        yield Served(f"http://127.0.0.1:{port}/mcp", alice, bob)
+        nursery.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, key: str) -> AsyncIterator[Client]:
+    """The official client on Streamable HTTP, sending ``key`` as the bearer on each request."""
+    async with (
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=httpx2.Timeout(30.0, read=300.0),
+        ) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    async with open_site() as served:
+        yield served
+
+
+async def test_an_agent_walks_every_tool_over_http(tmp_path: Path, site: Site) -> None:
+    """Over /mcp: list, fetch, submit with progress, page the results, retry, cancel."""
+    async with open_served(tmp_path) as served, mcp_client(served.url, served.alice) as client:
+        await walk_the_tools(client, site)
+
+
+async def test_refusals_come_back_as_tool_errors_with_hints(tmp_path: Path, site: Site) -> None:
+    """A refused URL, a cap and a bad option are tool errors carrying the API's hint."""
+    async with open_served(tmp_path) as served, mcp_client(served.url, served.alice) as client:
+        await check_tool_errors(client, site, answer_bytes=48 * 1024)
+
+
+async def test_a_wrong_key_gets_the_apis_401(tmp_path: Path) -> None:
+    """No MCP message is read without a key the API knows: 401 with the API's error and hint."""
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with open_served(tmp_path) as served, httpx.AsyncClient() as http:
+        wrong = await http.post(
+            served.url, json=initialize, headers={**accept, "Authorization": "Bearer nope"}
+        )
+        missing = await http.post(served.url, json=initialize, headers=accept)
+
+        async with contextlib.AsyncExitStack() as stack:
+            with pytest.raises(BaseException) as refused:  # noqa: PT011 - a group of MCPError
+                await stack.enter_async_context(mcp_client(served.url, "tb_not-a-key"))
+
+    assert 401 == wrong.status_code
+    assert 401 == missing.status_code
+    assert 'Bearer realm="trio-batch"' == wrong.headers["www-authenticate"]
+    assert "unauthorized" == wrong.json()["code"]
+    assert "trio-batch keys add" in wrong.json()["hint"]
+    assert refused.group_contains(MCPError) if isinstance(
+        refused.value, BaseExceptionGroup
+    ) else isinstance(refused.value, MCPError)
+
+
+async def test_one_caller_cannot_see_anothers_jobs(tmp_path: Path, site: Site) -> None:
+    """Bob's calls on alice's job answer not_found, as the API answers an unknown id."""
+    async with (
+        open_served(tmp_path) as served,
+        mcp_client(served.url, served.alice) as alice,
+        mcp_client(served.url, served.bob) as bob,
+    ):
+        failed, job = await call(
+            alice, "batch_submit", {"targets": [site.url("/page/1")], "wait": 60}
+        )
+        assert not failed
+        answers = [
+            await call(bob, tool, {"id": job["id"]})
+            for tool in ("batch_status", "batch_results", "batch_cancel", "batch_retry")
+        ]
+        failed, own = await call(alice, "batch_status", {"id": job["id"]})
+
+    assert [(True, "not_found")] * 4 == [(failed, answer["code"]) for failed, answer in answers]
+    assert not failed
+    assert "done" == own["status"]
