@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -25,6 +26,9 @@ from ..stores import ServiceStore, SQLiteStore
 from ._output import operator_hint
 from ._settings import Settings
 from ._signals import watch_signals
+
+if TYPE_CHECKING:
+    from .._mcp import McpEndpoint
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -229,6 +233,18 @@ def _web_precheck(settings: Settings) -> Callable[[str], None]:
     return check
 
 
+def _mcp_mounts() -> dict[str, McpEndpoint]:
+    """``/mcp``, the MCP server (docs/mcp.md), when the ``mcp`` extra is installed."""
+    try:
+        from .._mcp import McpEndpoint
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.startswith("trio_batch."):
+            raise
+        _log.info("no MCP server at /mcp: pip install 'trio-batch[mcp]' for one")
+        return {}
+    return {"/mcp": McpEndpoint()}
+
+
 async def _serve_engine(
     settings: Settings,
     engine: BatchEngine,
@@ -248,6 +264,7 @@ async def _serve_engine(
         retry_after=settings.retry_after,
         access_log_enabled=settings.access_log,
         store_timeout=settings.store_timeout,
+        mounts=_mcp_mounts(),
     )
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:

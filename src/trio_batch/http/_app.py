@@ -7,10 +7,11 @@ the store calls' deadline in ``_deadline`` and the access log with the request m
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Protocol, TypeVar
 
 import trio
 from starlette.applications import Starlette
@@ -18,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._engine import BatchEngine, FetchFunc
 from .._errors import NotRetryable, SubmitError, TargetError, classify_failure
@@ -59,6 +60,18 @@ from ._webhook_input import parse_retry_body, parse_webhook
 R = TypeVar("R", Job, JobSummary)
 
 
+class MountedApp(Protocol):
+    """An ASGI app served beside the API at a path of its own (``/mcp``), with a lifetime.
+
+    ``running()`` is entered for the API app's lifespan (the store calls' nursery's): what the
+    mounted app needs while requests are served, such as the MCP SDK's session manager.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None: ...
+
+    def running(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+
 def _default_precheck() -> PrecheckFunc:
     from ..web import precheck
 
@@ -88,6 +101,7 @@ def create_app(
     wall_clock: Callable[[], float] = time.time,
     store_timeout: float = 5.0,
     keepalive: float = KEEPALIVE_SECONDS,
+    mounts: Mapping[str, MountedApp] | None = None,
 ) -> ASGIApp:
     """The ASGI app of the batch API (SPEC §5) over ``engine``, letting in the callers in ``keys``.
 
@@ -112,6 +126,8 @@ def create_app(
             and so :func:`serve`, runs it), so that a write the store has queued, which cannot
             be cancelled, is left to finish in the background; an app driven without lifespan
             events waits for such writes.
+        mounts: other apps answered at their paths, such as ``{"/mcp": McpEndpoint()}`` (the
+            MCP server of ``serve``); each one's ``running()`` is open for the app's lifespan.
 
     Raises:
         ValueError: ``store_timeout`` is not > 0.
@@ -164,11 +180,20 @@ def create_app(
     ]
     if fetch is not None:
         routes.append(route("/v1/fetch", _fetch, "POST"))
+    mounted = dict(mounts or {})
+    routes.extend(Route(path, sub) for path, sub in mounted.items())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with ctx.calls.running(), contextlib.AsyncExitStack() as stack:
+            for sub in mounted.values():
+                await stack.enter_async_context(sub.running())
+            yield
 
     app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: routing_error},
-        lifespan=lambda _: ctx.calls.running(),
+        lifespan=lifespan,
     )
     return Observe(app, routes, ctx.metrics, access_log_enabled, stopping=ctx.stopping)
 
