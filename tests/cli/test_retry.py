@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import io
+import ipaddress
 import json
 import sqlite3
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import trio
 
 from trio_batch import Target, TargetError
+from trio_batch._cli._arguments import IPNetwork
 from trio_batch._cli._demo_site import DemoSite
 from trio_batch._cli._run import run_batch
 from trio_batch.testing import ScriptedFetch
@@ -21,13 +24,21 @@ from trio_batch.testing import ScriptedFetch
 from .support import CLI, ENV
 
 
-async def _run(fetch: ScriptedFetch, db: Path, urls: list[str], *, fresh: bool = False) -> str:
+async def _run(
+    fetch: ScriptedFetch,
+    db: Path,
+    urls: list[str],
+    *,
+    fresh: bool = False,
+    allow: Sequence[IPNetwork] = (),
+) -> str:
     """Run ``urls`` with ``fetch`` on ``db``; what the run wrote on stderr."""
     err = io.StringIO()
 
     await run_batch(
         [Target(url) for url in urls],
         db=str(db),
+        allow=allow,
         out=lambda line: None,
         err=err,
         fetch_factory=lambda store, allow: contextlib.nullcontext(fetch),
@@ -58,6 +69,22 @@ class TestReuse:
         assert "trio-batch retry " in again
         assert f"--db {tmp_path / 'r.sqlite'}" in again
         assert "--fresh" in again
+
+    async def test_the_suggested_retry_carries_the_runs_allowed_networks(
+        self, tmp_path: Path
+    ) -> None:
+        """A run with --allow-net suggests a retry with the same flags, so it works as written."""
+        urls = ["http://127.0.0.1:8765/ok", "http://127.0.0.1:8765/later"]
+        fetch = ScriptedFetch()
+        fetch.script(urls[1], TargetError("the site answered 404"))
+        allow = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("10.1.2.3/32")]
+        await _run(fetch, tmp_path / "r.sqlite", urls, allow=allow)
+
+        again = await _run(fetch, tmp_path / "r.sqlite", urls, allow=allow)
+
+        assert f"--db {tmp_path / 'r.sqlite'} --allow-net 127.0.0.0/8 --allow-net 10.1.2.3/32;" in (
+            again
+        )
 
     async def test_fresh_makes_a_new_job_that_fetches_everything(self, tmp_path: Path) -> None:
         """`run --fresh` after a run: every target is fetched again, and nothing says reused."""

@@ -397,7 +397,15 @@ async def run_batch(
         raise_single_exception_from_group(group)
         raise
     return _summary(
-        err, targets, batch, writer, tracker, db, out_name, interrupted=scope.cancelled_caught
+        err,
+        targets,
+        batch,
+        writer,
+        tracker,
+        db,
+        out_name,
+        allow=allow,
+        interrupted=scope.cancelled_caught,
     )
 
 
@@ -410,6 +418,7 @@ def _summary(
     db: str,
     out_name: str,
     *,
+    allow: Sequence[IPNetwork],
     interrupted: bool,
 ) -> int:
     """Write the run's summary on ``err``; return the exit code."""
@@ -448,13 +457,20 @@ def _summary(
     err.write(f"trio-batch: {counted}: {summary}.{where} {ids[0].upper()}{ids[1:]}\n")
     reused = [job.id for job in batch if job.reused]
     if reused:
-        err.write(_reused_note(reused, db, failed=writer.failed > 0))
+        err.write(_reused_note(reused, db, allow, failed=writer.failed > 0))
     return EXIT_OK if writer.failed == 0 else EXIT_FAILED
 
 
-def _reused_note(reused: Sequence[str], db: str, *, failed: bool) -> str:
-    """What the summary says when the engine gave back earlier jobs: nothing was fetched again."""
+def _reused_note(
+    reused: Sequence[str], db: str, allow: Sequence[IPNetwork], *, failed: bool
+) -> str:
+    """What the summary says when the engine gave back earlier jobs: nothing was fetched again.
+
+    The ``retry`` command it suggests carries the run's ``--allow-net`` flags, so that it works
+    as written for the same targets.
+    """
     count = len(reused)
+    flags = "".join(f" --allow-net {net}" for net in allow)
     which = reused[0] if count == 1 else f"{count} jobs"
     note = (
         f"trio-batch: reused {which} of an earlier identical run in {db}: "
@@ -462,7 +478,7 @@ def _reused_note(reused: Sequence[str], db: str, *, failed: bool) -> str:
     )
     if failed:
         note += (
-            f" To fetch the failed targets again: trio-batch retry {reused[0]} --db {db}"
+            f" To fetch the failed targets again: trio-batch retry {reused[0]} --db {db}{flags}"
             f"{' (for each job)' if count > 1 else ''}; to fetch everything again: run --fresh."
         )
     return note + "\n"
