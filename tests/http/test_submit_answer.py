@@ -1,8 +1,8 @@
 """What the ``status`` of a submit's answer means, and docs/http.md's example of it.
 
 The answer shows the job's status as it is stored when the answer is made: ``queued`` while
-no worker has started a target of it, ``running`` once one has (with a free worker, that is
-usually before the answer is written), and for a reused job (200) whatever it is now.
+no worker has started a target of it, ``running`` once one has (a free worker often starts it
+before the answer is written), and for a reused job (200) whatever it is now.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class TestSubmitAnswer:
         assert later in ("running", "done")
 
     async def test_a_job_a_free_worker_has_taken_reads_running(self) -> None:
-        """With a free worker a new job answers `queued` or (usually) `running`; once the
-        worker has its target, it reads `running`."""
+        """With a free worker a new job answers `queued` or `running` (whichever it is as the
+        answer is made); once the worker has its target, it reads `running`."""
         fetch = ScriptedFetch()
         gate = fetch.hold(A)
         async with open_api(Config(ttl=3600, workers=2), fetch=fetch) as api:
