@@ -106,9 +106,11 @@ async def test_a_wrong_key_gets_the_apis_401(tmp_path: Path) -> None:
     assert 'Bearer realm="trio-batch"' == wrong.headers["www-authenticate"]
     assert "unauthorized" == wrong.json()["code"]
     assert "trio-batch keys add" in wrong.json()["hint"]
-    assert refused.group_contains(MCPError) if isinstance(
-        refused.value, BaseExceptionGroup
-    ) else isinstance(refused.value, MCPError)
+    assert (
+        refused.group_contains(MCPError)
+        if isinstance(refused.value, BaseExceptionGroup)
+        else isinstance(refused.value, MCPError)
+    )
 
 
 async def test_one_caller_cannot_see_anothers_jobs(tmp_path: Path, site: Site) -> None:

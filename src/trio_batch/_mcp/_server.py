@@ -21,6 +21,7 @@ import contextlib
 import importlib.metadata
 import io
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Final, final
@@ -178,7 +179,10 @@ async def serve_stdio(tools: Tools, api: Api) -> None:
         yield api
 
     server = build_server(tools, same_api)
-    stdin = _Stdin(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    # A file of its own on a duplicate of fd 0, not sys.stdin: at exit the interpreter flushes
+    # sys.stdin, and would wait for the lock an abandoned read still holds.
+    wire = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    stdin = _Stdin(io.TextIOWrapper(wire, encoding="utf-8", errors="replace"))
     async with stdio_server(stdin=stdin) as (read, write):
         await server.run(read, write, server.create_initialization_options())
 

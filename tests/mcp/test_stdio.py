@@ -1,0 +1,118 @@
+"""``trio-batch mcp``: the official MCP client starts the command and talks to it over stdio.
+
+Each test runs the command in a process of its own (as an agent's client does), with an engine
+in it on a SQLite store in the test's folder, allowed to reach the local pages of
+:class:`~tests.mcp.support.Site`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.mcp.support import ENV, Site, check_tool_errors, open_site, walk_the_tools
+
+pytestmark = pytest.mark.slow
+
+MCP = [sys.executable, "-c", "from trio_batch._cli import entry; entry()", "mcp"]
+"""The ``trio-batch mcp`` command, as the installed script runs it."""
+ANSWER_BYTES = 8192
+
+
+def command(tmp_path: Path, *args: str) -> list[str]:
+    """``trio-batch mcp`` on a store in ``tmp_path``, allowed to reach 127.0.0.1."""
+    return [*MCP, "--db", str(tmp_path / "mcp.sqlite"), "--allow-net", "127.0.0.1/32", *args]
+
+
+@contextlib.asynccontextmanager
+async def stdio_client(cmd: list[str], env: dict[str, str] = ENV) -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env)
+    async with Client(params, read_timeout_seconds=300) as client:
+        yield client
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    async with open_site() as served:
+        yield served
+
+
+async def test_an_agent_walks_every_tool_over_stdio(tmp_path: Path, site: Site) -> None:
+    """Over stdio: list, fetch, submit with progress, page the results, retry, cancel."""
+    async with stdio_client(command(tmp_path)) as client:
+        await walk_the_tools(client, site)
+
+
+async def test_refusals_and_the_cap_over_stdio(tmp_path: Path, site: Site) -> None:
+    """Tool errors with hints, and --answer-bytes cuts a long page to fit, saying so."""
+    cmd = command(tmp_path, "--answer-bytes", str(ANSWER_BYTES))
+    async with stdio_client(cmd) as client:
+        await check_tool_errors(client, site, answer_bytes=ANSWER_BYTES)
+
+
+async def test_the_default_store_is_in_the_users_data_directory(tmp_path: Path) -> None:
+    """Without --db the store is $XDG_DATA_HOME/trio-batch/mcp.sqlite, not the working folder."""
+    env = {**ENV, "XDG_DATA_HOME": str(tmp_path / "data")}
+    work = tmp_path / "work"
+    work.mkdir()
+    params = StdioServerParameters(command=MCP[0], args=MCP[1:], env=env, cwd=work)
+    async with Client(params) as client:
+        listed = await client.list_tools()
+
+    assert 6 == len(listed.tools)
+    assert (tmp_path / "data" / "trio-batch" / "mcp.sqlite").exists()
+    assert [] == list(work.iterdir())
+
+
+async def test_a_second_process_on_the_store_gets_a_clear_message(tmp_path: Path) -> None:
+    """SQLite has one writer: the second process says who holds the store and what to do."""
+    async with stdio_client(command(tmp_path)) as client:
+        await client.list_tools()
+        second = await trio.run_process(
+            command(tmp_path),
+            env=ENV,
+            stdin=b"",
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+    message = second.stderr.decode()
+    assert 2 == second.returncode
+    assert b"" == second.stdout
+    assert "is writing" in message
+    assert "--server URL" in message
+    assert "Traceback" not in message
+
+
+async def test_sigterm_stops_it_while_stdin_is_open(tmp_path: Path) -> None:
+    """A signal stops the server at once, closing the engine, though the client never hung up."""
+    proc = await trio.lowlevel.open_process(
+        command(tmp_path, "--log-level", "info"),
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    log = b""
+    with trio.fail_after(60):
+        while b"MCP on stdio" not in log:
+            chunk = await proc.stderr.receive_some()
+            assert chunk, log.decode()
+            log += chunk
+        proc.send_signal(signal.SIGTERM)
+        returncode = await proc.wait()
+    assert proc.stdin is not None
+    await proc.stdin.aclose()
+
+    assert 0 == returncode
