@@ -102,7 +102,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--jobs", type=positive_int, default=4, metavar="N", help="jobs live at once (4)"
     )
     parser.add_argument(
-        "--workers", type=positive_int, default=4, metavar="N", help="fetches at once (4)"
+        "--workers",
+        type=positive_int,
+        default=4,
+        metavar="N",
+        help="the engine's workers (4): fetches at once across live jobs; a job's targets go "
+        "one at a time, so a file of --job-size targets or fewer is fetched one at a time",
     )
     add_allow_net_argument(parser)
     parser.add_argument(
