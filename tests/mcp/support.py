@@ -4,6 +4,8 @@ the walk through the tools that both transports must pass.
 - :class:`Site` (:func:`open_site`): pages on 127.0.0.1 that answer at once, one that answers
   only when the test lets it (so a job is known to be running), one that is missing the first
   time and there after (a failed target that a retry fetches), and one of 200 KB.
+- :func:`open_served`: ``serve`` (``run_service``) in this process on a free port, with two
+  callers; :func:`mcp_client`: the official client on its ``/mcp``.
 - :func:`call`: one tool call with the official client, its JSON answer and whether it is a
   tool error.
 - :func:`walk_the_tools`: lists the tools (their schemas checked), fetches a page, submits a
@@ -14,21 +16,26 @@ the walk through the tools that both transports must pass.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
+import httpx2
 import jsonschema
 import trio
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from trio_batch.http import serve
+from trio_batch._cli._settings import Settings
+from trio_batch.http import add_key, serve
 
 TOOL_NAMES = [
     "fetch",
@@ -109,6 +116,51 @@ async def open_site() -> AsyncIterator[Site]:
         finally:
             site.release.set()
             stop.set()
+
+
+@dataclasses.dataclass
+class Served:
+    url: str
+    alice: str
+    bob: str
+
+
+@contextlib.asynccontextmanager
+async def open_served(tmp_path: Path) -> AsyncIterator[Served]:
+    """``serve`` on a free port with two callers, alice and bob; its ``/mcp`` URL and keys."""
+    from trio_batch._cli._service import run_service
+
+    keys = tmp_path / "keys.toml"
+    _, alice = add_key(keys, "alice")
+    _, bob = add_key(keys, "bob")
+    settings = dataclasses.replace(
+        Settings(),
+        db=str(tmp_path / "serve.sqlite"),
+        keys=str(keys),
+        port=0,
+        access_log=False,
+        allow_net=("127.0.0.1/32",),
+        log_level="warning",
+    )
+    async with trio.open_nursery() as nursery:
+        port: int = await nursery.start(
+            lambda task_status: run_service(settings, task_status=task_status)
+        )
+        yield Served(f"http://127.0.0.1:{port}/mcp", alice, bob)
+        nursery.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, key: str) -> AsyncIterator[Client]:
+    """The official client on Streamable HTTP, sending ``key`` as the bearer on each request."""
+    async with (
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=httpx2.Timeout(30.0, read=300.0),
+        ) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
 
 
 async def call(

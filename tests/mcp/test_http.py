@@ -7,66 +7,22 @@ port, with the web fetcher allowed to reach the local pages of :class:`~tests.mc
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import httpx2
 import pytest
-import trio
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.mcp.support import Site, call, check_tool_errors, open_site, walk_the_tools
-from trio_batch._cli._settings import Settings
-from trio_batch.http import add_key
-
-
-@dataclasses.dataclass
-class Served:
-    url: str
-    alice: str
-    bob: str
-
-
-@contextlib.asynccontextmanager
-async def open_served(tmp_path: Path) -> AsyncIterator[Served]:
-    """``serve`` on a free port with two callers, alice and bob; its ``/mcp`` URL and keys."""
-    from trio_batch._cli._service import run_service
-
-    keys = tmp_path / "keys.toml"
-    _, alice = add_key(keys, "alice")
-    _, bob = add_key(keys, "bob")
-    settings = dataclasses.replace(
-        Settings(),
-        db=str(tmp_path / "serve.sqlite"),
-        keys=str(keys),
-        port=0,
-        access_log=False,
-        allow_net=("127.0.0.1/32",),
-        log_level="warning",
-    )
-    async with trio.open_nursery() as nursery:
-        port: int = await nursery.start(
-            lambda task_status: run_service(settings, task_status=task_status)
-        )
-        yield Served(f"http://127.0.0.1:{port}/mcp", alice, bob)
-        nursery.cancel_scope.cancel()
-
-
-@contextlib.asynccontextmanager
-async def mcp_client(url: str, key: str) -> AsyncIterator[Client]:
-    """The official client on Streamable HTTP, sending ``key`` as the bearer on each request."""
-    async with (
-        httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=httpx2.Timeout(30.0, read=300.0),
-        ) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
-    ):
-        yield client
+from tests.mcp.support import (
+    Site,
+    call,
+    check_tool_errors,
+    mcp_client,
+    open_served,
+    open_site,
+    walk_the_tools,
+)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ in it on a SQLite store in the test's folder, allowed to reach the local pages o
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -19,7 +20,15 @@ import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.mcp.support import ENV, Site, check_tool_errors, open_site, walk_the_tools
+from tests.mcp.support import (
+    ENV,
+    Site,
+    call,
+    check_tool_errors,
+    open_served,
+    open_site,
+    walk_the_tools,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +125,43 @@ async def test_sigterm_stops_it_while_stdin_is_open(tmp_path: Path) -> None:
     await proc.stdin.aclose()
 
     assert 0 == returncode
+
+
+async def test_without_the_extra_it_says_what_to_install(tmp_path: Path) -> None:
+    """Without the mcp SDK the command names the extra to install, and starts nothing."""
+    hide = "import sys; sys.modules['mcp'] = None"
+    cmd = [sys.executable, "-c", f"{hide}; from trio_batch._cli import entry; entry()", "mcp"]
+    done = await trio.run_process(
+        [*cmd, "--db", str(tmp_path / "mcp.sqlite")],
+        env=ENV,
+        stdin=b"",
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+    assert 2 == done.returncode
+    assert "pip install 'trio-batch[mcp]'" in done.stderr.decode()
+    assert not (tmp_path / "mcp.sqlite").exists()
+
+
+async def test_with_server_the_tools_call_a_running_serve(tmp_path: Path, site: Site) -> None:
+    """--server: no engine here; the jobs are the server's, made with the key given."""
+    async with open_served(tmp_path) as served:
+        base = served.url.removesuffix("/mcp")
+        cmd = [*MCP, "--server", base]
+        async with stdio_client(cmd, env={**ENV, "TRIO_BATCH_KEY": served.alice}) as client:
+            failed, job = await call(
+                client, "batch_submit", {"targets": [site.url("/page/1")], "wait": 60}
+            )
+            assert not failed
+            failed, page = await call(client, "batch_results", {"id": job["id"]})
+        async with stdio_client([*MCP, "--server", base, "--key", served.bob]) as other:
+            refused, unseen = await call(other, "batch_status", {"id": job["id"]})
+
+    assert not failed
+    assert "done" == job["status"]
+    assert "Page 1" in json.dumps(page["results"])
+    assert refused
+    assert "not_found" == unseen["code"]
+    assert not await trio.Path(tmp_path / "mcp.sqlite").exists()

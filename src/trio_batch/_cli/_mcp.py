@@ -138,15 +138,15 @@ def _settings(args: argparse.Namespace) -> Settings:
 def main(args: argparse.Namespace) -> int:
     """The ``mcp`` subcommand."""
     try:
+        from .._mcp import Tools  # noqa: F401 - the mcp extra, checked before anything starts
+    except ModuleNotFoundError as exc:
+        print(missing_extra("mcp", exc, "mcp"), file=sys.stderr)
+        return EXIT_USAGE
+    try:
         settings = _settings(args)
         answer_bytes = _answer_bytes(args.answer_bytes)
     except (SettingsError, UsageError) as exc:
         print(f"trio-batch mcp: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        from .._mcp import Tools  # noqa: F401 - the mcp extra, checked before anything starts
-    except ModuleNotFoundError as exc:
-        print(missing_extra("mcp", exc, "mcp"), file=sys.stderr)
         return EXIT_USAGE
     _setup_logging(settings.log_level)
     try:
