@@ -109,11 +109,13 @@ def build_server(tools: Tools, api_for: ApiFor) -> Server[dict[str, object]]:
             async with api_for(ctx) as api:
                 text = await tools.call(params.name, dict(params.arguments or {}), api, progress)
         except ApiFailure as exc:
+            # The name only if it is a tool's: a client's string could hold anything.
+            tool = params.name if params.name in tools_by_name else "?"
             _log.info(
                 "tool %s failed: %s",
-                params.name if params.name in tools_by_name else "?",
+                tool,
                 exc.code or exc.status,
-                extra={"tool": params.name, "code": exc.code},
+                extra={"tool": tool, "code": exc.code},
             )
             return _error(exc.body())
         except Exception as exc:
