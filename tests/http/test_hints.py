@@ -25,7 +25,6 @@ async def test_a_refused_private_address_asks_the_operator(api: Api, url: str) -
         assert "WebFetcher" not in hint and "--allow-net" not in hint
 
 
-
 def _held(fetch: ScriptedFetch, n: int) -> tuple[list[str], list[trio.Event]]:
     """``n`` URLs whose fetches wait on their gates, so a batch of each stays live."""
     urls = [f"https://held.example.test/{i}" for i in range(n)]
