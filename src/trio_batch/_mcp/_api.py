@@ -116,7 +116,7 @@ class Api:
             response = await self._http.request(
                 method,
                 path,
-                json=body if body is not None else None,
+                json=body,
                 params=dict(params) if params else None,
             )
         except httpx.TransportError as exc:

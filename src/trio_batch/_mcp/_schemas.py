@@ -56,11 +56,6 @@ def _rewritten(node: JSONValue, reached: set[str]) -> JSONValue:
     return node
 
 
-def component(name: str) -> JSONValue:
-    """The OpenAPI component ``name``, references rewritten (see :func:`tool_schema`)."""
-    return _rewritten(copy.deepcopy(_COMPONENTS[name]), set())
-
-
 def ref(name: str) -> dict[str, JSONValue]:
     """A reference to the OpenAPI component ``name``, which :func:`tool_schema` defines."""
     return {"$ref": _REF + name}
