@@ -94,7 +94,7 @@ async def open_cli_store(db: str, *, server_flag: bool = False) -> AsyncIterator
 # -- who writes the file ------------------------------------------------------------------------
 
 _COMMANDS: Final = frozenset(
-    {"serve", "run", "retry", "demo", "keys", "jobs", "status", "results", "timeline"}
+    {"serve", "run", "retry", "demo", "keys", "jobs", "status", "results", "timeline", "mcp"}
 )
 """trio-batch's commands: the first of them in a process's arguments is the one it runs."""
 _LISTEN: Final = "0A"  # a listening socket's state in /proc/net/tcp
