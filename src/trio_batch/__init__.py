@@ -6,6 +6,12 @@ one target of a job at a time, and every outcome lands in a store. See SPEC §2 
 
 from __future__ import annotations
 
+from ._budget import (
+    HostBlocked as HostBlocked,
+    HostBudget as HostBudget,
+    HostSlot as HostSlot,
+    Waiting as Waiting,
+)
 from ._config import Config as Config, Hooks as Hooks
 from ._engine import (
     BatchEngine as BatchEngine,
@@ -53,6 +59,9 @@ __all__ = [
     "Error",
     "FetchFunc",
     "Hooks",
+    "HostBlocked",
+    "HostBudget",
+    "HostSlot",
     "Job",
     "JobStatus",
     "JobWatch",
@@ -70,6 +79,7 @@ __all__ = [
     "TargetState",
     "TargetStatus",
     "TooManyTargets",
+    "Waiting",
     "Webhook",
     "open_engine",
 ]

@@ -38,7 +38,7 @@ EVERYBODYS = {"ground", "stores._protocol"}
 MAX_LINES = 800
 LONG_FILES: dict[str, str] = {
     "_engine/_batch_engine.py": "BatchEngine and open_engine are one object: the rotation with "
-    "its two sources (its own channel, a fleet's claims), the finisher's acknowledgements and "
+    "its two sources (its own rotation, a fleet's claims), the finisher's acknowledgements and "
     "the reads share its state; split, they were a mixin reaching into each other",
 }
 

@@ -23,6 +23,7 @@ from typing import cast, final
 
 import trio
 
+from .._budget import CURRENT_SLOT, HostBudget, HostSlot, Waiting
 from .._config import Config
 from .._errors import NoTargets, RetryLater, TargetError, classify_failure
 from .._hooks import SafeHooks
@@ -59,6 +60,7 @@ from ._ahead import ClaimAhead
 from ._groups import drain_in_groups
 from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, live_job_of, resumed_live_jobs
 from ._retry import failed_targets
+from ._rotation import Rotation, ScopeFunc, Turn
 from ._storing import store_outcomes
 from ._watch import JobWatch, is_shared, watchers_for
 
@@ -93,6 +95,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         config: Config,
         log: logging.Logger,
         wall_clock: Callable[[], float],
+        budget: HostBudget | None = None,
+        scope: ScopeFunc | None = None,
     ) -> None:
         self._store = store
         self._fetch = fetch
@@ -108,9 +112,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         )
         self._workers = config.effective_workers
         self._live: dict[str, LiveJob] = {}
-        # Unbounded is safe: a job is in the channel at most once, so it holds at most
-        # jobs_total items, and submit must never block on it.
-        self._send, self._recv = trio.open_memory_channel[LiveJob](math.inf)
+        # A job is in the rotation at most once, so it holds at most jobs_total jobs.
+        self._rotation = Rotation(budget, scope, self._dropped)
         # Outcomes in the order their fetches ended; bounded like the rotation (one a job).
         self._fetched_send, self._fetched_recv = trio.open_memory_channel[Fetched](math.inf)
         self._inflight = 0
@@ -233,7 +236,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._live[live.id] = live
         self._call_job_hook(event)
         self._report_depth()
-        self._send.send_nowait(live)
+        self._rotation.put(live)
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a live job (SPEC §3.5).
@@ -389,7 +392,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             live_jobs=len(self._live),
             inflight_targets=self._inflight,
             workers=self._workers,
-            queued_jobs=self._recv.statistics().current_buffer_used,
+            queued_jobs=self._rotation.queued,
             retrying_jobs=self._retrying,
             store_error=None if self._store_failure is None else self._store_failure[0],
             store_error_at=None if self._store_failure is None else self._store_failure[1],
@@ -428,7 +431,6 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 self._log.info("left %d live jobs to resume", len(self._live))
             self._live.clear()
             self._report_depth()
-            self._send.close()
         finally:
             self._closed.set()
 
@@ -488,6 +490,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
                         self._tasks = tasks
                         for _ in range(self._workers):
                             await tasks.start(self._worker)
+                        tasks.start_soon(self._rotation.run_timers)
                         if self._fleet:
                             tasks.start_soon(self._claimer)
                         elif self._config.resume and is_shared(self._store):
@@ -526,16 +529,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         task_status.started()
-        recv = self._recv
         while True:
             if self._fleet:  # the claimer tops the claimed turns up again
                 self._wants_work.set()
-            try:  # a waiting job needs no trip through the scheduler: start_target checkpoints
-                live = recv.receive_nowait()
-            except trio.WouldBlock:
-                live = await recv.receive()  # the channel closes only once workers are gone
-            if not live.cancelled:
-                await self._run_target(live)
+            await self._run_target(await self._rotation.take())
 
     async def _claimer(self) -> None:
         """Fleet: claim as many turns as workers wait for, and hand them over in turn order.
@@ -565,7 +562,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             for claim in claims:
                 live = live_job_of(claim, trio.current_time(), self._wall())
                 self._live[live.id] = live
-                self._send.send_nowait(live)
+                self._rotation.put(live)
             if claims:
                 self._report_depth()
                 if (hook := self._hooks.claimed) is not None:
@@ -580,69 +577,122 @@ class BatchEngine(metaclass=NoPublicConstructor):
         A worker that ends its fetch takes a turn claimed while it fetched, so the claim's round
         trip is not in every turn; the turns held ahead are the fleet's oldest, taken in order.
         """
-        stats = self._send.statistics()
         ahead = self._ahead.turns(self._workers)
-        return stats.tasks_waiting_receive + ahead - stats.current_buffer_used
+        return self._rotation.idle_workers + ahead - self._rotation.ready
 
-    async def _run_target(self, live: LiveJob) -> None:
+    async def _run_target(self, turn: Turn) -> None:
+        live, slot = turn.live, turn.slot
         idx = live.next_idx
-        if live.claim is not None:  # the claim marked it running
-            started = True
-        else:
-            try:
-                started = await self._store.start_target(live.id, idx, self._wall())
-            except Exception as exc:
-                self._store_error("start_target", live.id, exc)
-                started = True
-        if not started:  # cancelled from elsewhere, or gone
+        if not await self._start(live, idx):  # cancelled from elsewhere, or gone
+            if slot is not None:
+                slot.release()
             if self._live.pop(live.id, None) is not None:
                 self._report_depth()
             return
         self._inflight += 1
         self._report_inflight()
         t0 = trio.current_time()
-        error: BaseException | None = None
         try:
-            result = await self._fetch(live.caller, live.targets[idx])
-            if not isinstance(result, Result):
-                raise TypeError(f"fetch returned {type(result).__name__}, not Result")
-            outcome = Outcome(TargetState.DONE, result_json=result.to_json(), claim=live.token)
-        except Exception as exc:
-            error = exc
-            kind = classify_failure(exc)
-            if isinstance(kind, RetryLater):
-                if live.busy_since is None:
-                    live.busy_since = t0
-                busy_for = trio.current_time() - live.busy_since
-                if busy_for <= self._config.retry_for:
-                    await self._retry(live, idx, max(self._config.retry_wait, kind.after or 0.0))
-                    return
-                outcome = Outcome(
-                    TargetState.FAILED,
-                    error=str(kind) or "busy",
-                    hint=f"the target stayed busy for {busy_for:.0f} s; try it again later",
-                    claim=live.token,
-                )
-            elif isinstance(kind, TargetError):
-                error = kind  # hooks read its status, also when it came in a group
-                outcome = Outcome(
-                    TargetState.FAILED, error=kind.msg, hint=kind.hint, claim=live.token
+            if turn.blocked is not None:
+                fetched: tuple[Outcome | None, BaseException | None] = (
+                    self._blocked_outcome(live, turn.blocked),
+                    None,
                 )
             else:
-                self._log.error(
-                    "fetch raised %s",
-                    type(exc).__name__,
-                    extra={"job_id": live.id, "idx": idx, "error_type": type(exc).__name__},
-                )
-                outcome = Outcome(TargetState.FAILED, error="internal error", claim=live.token)
+                fetched = await self._fetch_target(live, idx, slot, t0)
         finally:
             self._inflight -= 1
             self._report_inflight()
+        outcome, error = fetched
+        if outcome is None:  # busy: tried again later
+            return
         seconds = trio.current_time() - t0
         self._ahead.fetched(seconds)
         self._fetched_send.send_nowait((live, idx, outcome, error, seconds))
 
+    async def _start(self, live: LiveJob, idx: int) -> bool:
+        """Mark the target running; False if its job is no longer live."""
+        if live.claim is not None:  # the claim marked it running
+            return True
+        try:
+            return await self._store.start_target(live.id, idx, self._wall())
+        except Exception as exc:
+            self._store_error("start_target", live.id, exc)
+            return True
+
+    async def _fetch_target(
+        self, live: LiveJob, idx: int, slot: HostSlot | None, t0: float
+    ) -> tuple[Outcome | None, BaseException | None]:
+        """Fetch one target in its slot: its outcome and error, or no outcome if it was busy."""
+        held = CURRENT_SLOT.set(slot)
+        try:
+            result = await self._fetch(live.caller, live.targets[idx])
+            if not isinstance(result, Result):
+                raise TypeError(f"fetch returned {type(result).__name__}, not Result")
+        except Exception as exc:
+            kind = classify_failure(exc)
+            if slot is not None:
+                after = kind.after if isinstance(kind, RetryLater) else None
+                slot.release(rate_limited=isinstance(kind, RetryLater), retry_after=after)
+            return await self._failure(live, idx, exc, kind, t0, budgeted=slot is not None)
+        finally:
+            CURRENT_SLOT.reset(held)
+        if slot is not None:
+            slot.release()
+        return Outcome(TargetState.DONE, result_json=result.to_json(), claim=live.token), None
+
+    async def _failure(
+        self,
+        live: LiveJob,
+        idx: int,
+        exc: Exception,
+        kind: TargetError | RetryLater | None,
+        t0: float,
+        *,
+        budgeted: bool,
+    ) -> tuple[Outcome | None, BaseException | None]:
+        """The failed outcome of a fetch that raised, or None once a busy target is requeued."""
+        if isinstance(kind, RetryLater):
+            if live.busy_since is None:
+                live.busy_since = t0
+            busy_for = trio.current_time() - live.busy_since
+            if busy_for <= self._config.retry_for:
+                # With a budget the host's backoff holds the job back; without, a timer does.
+                wait = 0.0 if budgeted else max(self._config.retry_wait, kind.after or 0.0)
+                await self._retry(live, idx, wait)
+                return None, exc
+            hint = f"the target stayed busy for {busy_for:.0f} s; try it again later"
+            return (
+                Outcome(TargetState.FAILED, error=str(kind) or "busy", hint=hint, claim=live.token),
+                exc,
+            )
+        if isinstance(kind, TargetError):  # hooks read its status, also when it came in a group
+            return Outcome(
+                TargetState.FAILED, error=kind.msg, hint=kind.hint, claim=live.token
+            ), kind
+        self._log.error(
+            "fetch raised %s",
+            type(exc).__name__,
+            extra={"job_id": live.id, "idx": idx, "error_type": type(exc).__name__},
+        )
+        return Outcome(TargetState.FAILED, error="internal error", claim=live.token), exc
+
+    def _blocked_outcome(self, live: LiveJob, blocked: Waiting) -> Outcome:
+        """A target whose host stayed pushed back past the block limit fails, unfetched."""
+        return Outcome(
+            TargetState.FAILED,
+            error=f"the host kept answering 429/503 for {blocked.blocked_for:.0f} s "
+            "(host_block_limit)",
+            hint="the site asked us to slow down; retry the job's failed targets later",
+            claim=live.token,
+        )
+
     async def _retry(self, live: LiveJob, idx: int, wait: float) -> None:
+        if live.claim is not None and wait <= 0.0:  # fleet: its host's backoff holds it here
+            if (hook := self._hooks.retry) is not None:
+                hook(wait)
+            self._requeue(live)
+            return
         if live.claim is not None:  # fleet: hold the turn through the wait, then give it back
             if (hook := self._hooks.retry) is not None:
                 hook(wait)
@@ -680,8 +730,11 @@ class BatchEngine(metaclass=NoPublicConstructor):
         finally:
             self._retrying -= 1
         assert live.claim is not None
-        assert live.busy_since is not None
-        busy_since = self._wall() - (trio.current_time() - live.busy_since)
+        busy_since = (
+            None
+            if live.busy_since is None
+            else self._wall() - (trio.current_time() - live.busy_since)
+        )
         store = cast("FleetStore", self._store)
         with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
             try:
@@ -691,9 +744,14 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if self._live.pop(live.id, None) is not None:
             self._report_depth()
 
+    def _dropped(self, live: LiveJob) -> None:
+        """A cancelled job left the rotation; a fleet's claim on it goes back at once."""
+        if live.claim is not None and self._tasks is not None:
+            self._tasks.start_soon(self._give_back_after, live, 0.0)
+
     def _requeue(self, live: LiveJob) -> None:
         if not live.cancelled and not self._closing:
-            self._send.send_nowait(live)
+            self._rotation.put(live)
 
     async def _finisher(self) -> None:
         await drain_in_groups(
@@ -809,6 +867,8 @@ async def open_engine(
     *,
     logger: logging.Logger | None = None,
     wall_clock: Callable[[], float] = time.time,
+    budget: HostBudget | None = None,
+    scope: ScopeFunc | None = None,
 ) -> AsyncIterator[BatchEngine]:
     """Open a :class:`BatchEngine` whose workers live until the block exits.
 
@@ -824,13 +884,22 @@ async def open_engine(
     are still stored, and the live jobs end ``failed``/``interrupted`` (bounded by 5 seconds
     of store writes), or with ``Config.resume`` stay live for the next engine. A cancel during
     entry leaves nothing running.
+
+    With ``budget`` (a :class:`HostBudget`) and ``scope`` (a target's scope, such as
+    ``WebFetcher.scope``: its host and port), a job whose next target's scope is at its budget
+    is passed over and keeps its place in the round robin (docs/politeness.md).
     """
     if not callable(fetch):
         raise TypeError("fetch must be an async function (caller, target) -> Result")
     if not isinstance(config, Config):
         raise TypeError(f"config must be a trio_batch.Config (got {type(config).__name__})")
     log = logger if logger is not None else logging.getLogger("trio_batch")
-    engine = BatchEngine._create(store, fetch, config, log, wall_clock)
+    if (budget is None) != (scope is None):
+        raise TypeError(
+            "budget and scope go together: pass both (a HostBudget and a function giving each "
+            "target's scope, such as WebFetcher.scope) or neither"
+        )
+    engine = BatchEngine._create(store, fetch, config, log, wall_clock, budget, scope)
     resumed: list[ResumedJob] = []
     if is_fleet(store):
         pass  # live jobs belong to the fleet: nothing to fail or resume, the claims run them

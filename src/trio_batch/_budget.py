@@ -1,0 +1,309 @@
+"""Budgets per scope (a host and port): the site is protected by a budget, not by slowness.
+
+A :class:`HostBudget` is shared by every caller and worker of an engine, and by every request
+the web fetcher makes. The engine's rotation asks it whether a job's next target may start now
+(:meth:`HostBudget.try_start`); when it may not, the rotation passes the job over and keeps its
+place, so no worker waits on a busy host while other work is ready. Requests outside the
+rotation (``/v1/fetch``, robots.txt) wait for a slot with :meth:`HostBudget.acquire`.
+
+A scope has three clocks of its own: its slots (``concurrency`` in flight), its spacing
+(``interval`` between two starts, or the site's ``Crawl-delay`` if longer) and its backoff (after
+a 429 or 503, ``Retry-After`` or an exponential backoff, once per rate-limit event: a response
+that was already in flight when the scope was pushed back does not push it again; after the
+wait, one request probes the site until one succeeds). A scope that
+stays pushed back past ``block_limit`` seconds is *blocked*: its targets fail with a hint
+instead of hanging their jobs. A scope with nothing in flight, no backoff and no spacing left
+is forgotten, so memory follows the hosts in use, not the hosts ever seen.
+
+All times are Trio's clock (:func:`trio.current_time`), so tests run on the mock clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Literal, final
+
+import trio
+
+from ._util import backoff
+
+WaitReason = Literal["host_busy", "backoff", "crawl_delay"]
+
+# Backoff after a 429/503 without Retry-After: 1 s, 2 s, 4 s ... (jittered) up to max_backoff.
+_FIRST_BACKOFF = 1.0
+# Idle scopes are looked for once every this many new scopes (and when each slot is released).
+_SWEEP_EVERY = 256
+
+
+CURRENT_SLOT: ContextVar[HostSlot | None] = ContextVar("trio_batch_host_slot", default=None)
+"""The slot the engine holds for the target being fetched in this task (None outside).
+
+The web fetcher reads it: a request to that scope runs in the engine's slot; a request to any
+other scope (a redirect to another host, robots.txt of another site) takes a slot of its own.
+"""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why a scope cannot start now, and until when (Trio's clock; None: until a slot frees).
+
+    ``blocked_for`` is how long the scope has been pushed back without a success in between
+    (0 unless ``reason`` is ``backoff``); past the budget's ``block_limit`` it is ``blocked``.
+    """
+
+    reason: WaitReason
+    until: float | None
+    blocked_for: float = 0.0
+    blocked: bool = False
+
+
+@final
+class HostSlot:
+    """One request's place in a scope's budget; :meth:`release` it when the response is in."""
+
+    __slots__ = ("_budget", "_released", "scope", "started_at")
+
+    def __init__(self, budget: HostBudget, scope: str, started_at: float) -> None:
+        self._budget = budget
+        self._released = False
+        self.scope = scope
+        self.started_at = started_at
+
+    def release(self, *, rate_limited: bool = False, retry_after: float | None = None) -> None:
+        """Give the slot back; ``rate_limited`` (a 429 or 503) pushes the scope back.
+
+        ``retry_after`` is the site's ``Retry-After`` in seconds (capped at the budget's
+        ``max_backoff``); without it the backoff doubles at each event. A second release does
+        nothing.
+        """
+        if self._released:
+            return
+        self._released = True
+        self._budget._release(self, rate_limited, retry_after)
+
+
+class _Scope:
+    __slots__ = (
+        "backoff_at",
+        "blocked_since",
+        "blocked_until",
+        "crawl_delay",
+        "events",
+        "in_flight",
+        "last_start",
+        "next_start",
+    )
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last_start = -math.inf
+        self.next_start = -math.inf  # spacing: the earliest next start
+        self.blocked_until = -math.inf  # backoff: pushed back until
+        self.backoff_at = -math.inf  # when the last rate-limit event was counted
+        self.blocked_since: float | None = None  # first event since the last success
+        self.events = 0  # rate-limit events since the last success
+        self.crawl_delay = 0.0
+
+
+@final
+class HostBudget:
+    """How much each scope (a host and port) may take, shared by every caller and worker.
+
+    Args:
+        concurrency: requests of one scope in flight at once.
+        interval: least seconds between two starts on one scope (a site's ``Crawl-delay``,
+            given with :meth:`set_crawl_delay`, raises it for that scope).
+        block_limit: seconds a scope may stay pushed back by 429/503 answers before its
+            targets fail (``Waiting.blocked``).
+        max_backoff: the longest one backoff may be; a longer ``Retry-After`` is capped
+            (:attr:`capped_retry_after` counts how often).
+
+    Raises:
+        ValueError: a setting is out of range; the message names it.
+    """
+
+    def __init__(
+        self,
+        *,
+        concurrency: int = 2,
+        interval: float = 0.0,
+        block_limit: float = 300.0,
+        max_backoff: float = 600.0,
+    ) -> None:
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1 (got {concurrency!r})")
+        for name, value in (("interval", interval), ("block_limit", block_limit)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0 (got {value!r})")
+        if not math.isfinite(max_backoff) or max_backoff <= 0:
+            raise ValueError(f"max_backoff must be a finite number > 0 (got {max_backoff!r})")
+        self.concurrency = concurrency
+        self.interval = interval
+        self.block_limit = block_limit
+        self.max_backoff = max_backoff
+        self._scopes: dict[str, _Scope] = {}
+        self._created = 0
+        self._listeners: list[Callable[[str], None]] = []
+        self._changed = trio.Event()
+        self.capped_retry_after = 0
+        """How many ``Retry-After`` answers asked for more than ``max_backoff`` (and got it)."""
+        self.backoffs = 0
+        """Rate-limit events counted (one per event, not one per response)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"HostBudget(concurrency={self.concurrency}, interval={self.interval:g}, "
+            f"block_limit={self.block_limit:g}, max_backoff={self.max_backoff:g})"
+        )
+
+    @property
+    def scopes(self) -> int:
+        """Scopes remembered now: those in flight, pushed back or spacing their starts."""
+        self._forget_idle(trio.current_time())
+        return len(self._scopes)
+
+    def try_start(self, scope: str) -> HostSlot | Waiting:
+        """A slot of ``scope`` if one may start now, or why not and until when.
+
+        Never waits. The rotation calls it for a job's next target and passes the job over on
+        :class:`Waiting`; it hears when to look again through :meth:`add_listener`.
+        """
+        now = trio.current_time()
+        state = self._scope(scope, now)
+        waiting = self._waiting(state, now)
+        if waiting is not None:
+            return waiting
+        state.in_flight += 1
+        state.last_start = now
+        state.next_start = now + max(self.interval, state.crawl_delay)
+        return HostSlot(self, scope, now)
+
+    async def acquire(self, scope: str) -> HostSlot:
+        """Wait for a slot of ``scope`` (for requests outside the engine's rotation).
+
+        Raises:
+            HostBlocked: the scope stayed pushed back past ``block_limit``.
+        """
+        while True:
+            got = self.try_start(scope)
+            if isinstance(got, HostSlot):
+                await trio.lowlevel.checkpoint()
+                return got
+            if got.blocked:
+                raise HostBlocked(got.blocked_for)
+            changed = self._changed
+            with trio.move_on_at(math.inf if got.until is None else got.until):
+                await changed.wait()
+
+    def set_crawl_delay(self, scope: str, seconds: float) -> None:
+        """Space the starts of ``scope`` by at least ``seconds`` (a site's ``Crawl-delay``).
+
+        The fetcher sets it each time it reads the site's robots.txt verdict (cached), so a
+        scope forgotten while idle gets it back with its next request; the start already made
+        is spaced from too.
+        """
+        state = self._scope(scope, trio.current_time())
+        state.crawl_delay = max(0.0, seconds)
+        state.next_start = max(state.next_start, state.last_start + state.crawl_delay)
+
+    def _scope(self, scope: str, now: float) -> _Scope:
+        state = self._scopes.get(scope)
+        if state is None:
+            self._created += 1
+            if self._created % _SWEEP_EVERY == 0:
+                self._forget_idle(now)
+            state = self._scopes[scope] = _Scope()
+        return state
+
+    def waiting(self, scope: str) -> Waiting | None:
+        """Why ``scope`` cannot start now, or None if it can (nothing is taken)."""
+        state = self._scopes.get(scope)
+        return None if state is None else self._waiting(state, trio.current_time())
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(scope)`` whenever a slot of ``scope`` is given back."""
+        self._listeners.append(listener)
+
+    def _waiting(self, state: _Scope, now: float) -> Waiting | None:
+        if state.blocked_until > now:
+            assert state.blocked_since is not None
+            blocked_for = now - state.blocked_since
+            return Waiting(
+                "backoff", state.blocked_until, blocked_for, blocked_for >= self.block_limit
+            )
+        # After a rate-limit event one request probes the site until one succeeds.
+        concurrency = self.concurrency if state.blocked_since is None else 1
+        if state.in_flight >= concurrency:
+            return Waiting("host_busy", None)
+        if state.next_start > now:
+            reason: WaitReason = "crawl_delay" if state.crawl_delay > self.interval else "host_busy"
+            return Waiting(reason, state.next_start)
+        return None
+
+    def _release(self, slot: HostSlot, rate_limited: bool, retry_after: float | None) -> None:
+        now = trio.current_time()
+        state = self._scopes.get(slot.scope)
+        if state is None:  # never: a scope with a slot out is not forgotten
+            return
+        state.in_flight -= 1
+        if rate_limited:
+            self._push_back(state, slot.started_at, now, retry_after)
+        elif state.blocked_until <= now and slot.started_at > state.backoff_at:
+            state.events = 0  # a success after the backoff: the scope is well again
+            state.blocked_since = None
+        self._changed.set()
+        self._changed = trio.Event()
+        for listener in self._listeners:
+            listener(slot.scope)
+        if self._is_idle(state, now):
+            del self._scopes[slot.scope]
+
+    def _push_back(
+        self, state: _Scope, started_at: float, now: float, retry_after: float | None
+    ) -> None:
+        """Count one rate-limit event; responses already in flight when it began add nothing."""
+        if started_at <= state.backoff_at:
+            return
+        state.events += 1
+        self.backoffs += 1
+        if retry_after is not None:
+            wait = max(0.0, retry_after)
+            if wait > self.max_backoff:
+                self.capped_retry_after += 1
+                wait = self.max_backoff
+        else:
+            wait = backoff(state.events, _FIRST_BACKOFF, self.max_backoff, jitter=0.2)
+        state.backoff_at = now
+        state.blocked_until = max(state.blocked_until, now + wait)
+        if state.blocked_since is None:
+            state.blocked_since = now
+
+    def _forget_idle(self, now: float) -> None:
+        for scope in [scope for scope, s in self._scopes.items() if self._is_idle(s, now)]:
+            del self._scopes[scope]
+
+    @staticmethod
+    def _is_idle(s: _Scope, now: float) -> bool:
+        """Nothing in flight, not pushed back, nothing to space: forgetting it changes nothing."""
+        return (
+            s.in_flight == 0
+            and s.blocked_since is None
+            and s.blocked_until <= now
+            and s.next_start <= now
+        )
+
+
+@final
+class HostBlocked(Exception):
+    """A scope stayed pushed back (429/503 answers) longer than the budget's ``block_limit``."""
+
+    def __init__(self, blocked_for: float) -> None:
+        super().__init__(
+            f"the site kept answering 429/503 for {blocked_for:.0f} s (the host's block limit)"
+        )
+        self.blocked_for = blocked_for
+        self.hint = "the site asked us to slow down; try these targets again later"

@@ -1,0 +1,161 @@
+"""The rotation with host budgets: the site is protected by a budget, callers by the rotation.
+
+Mock clock throughout (MemoryStore works in no thread): a target's fetch takes a known time,
+so spacing and waiting are exact. The real-clock spacing against a real site is in tests/web.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import trio
+
+from trio_batch import (
+    BatchEngine,
+    Caller,
+    Config,
+    HostBudget,
+    JobStatus,
+    Result,
+    RetryLater,
+    Target,
+    TargetState,
+    open_engine,
+)
+from trio_batch.stores import MemoryStore
+
+from ..support import Recorder, WallClock, targets
+
+
+def host_of(target: Target) -> str:
+    return urlsplit(target.url).netloc
+
+
+class Site:
+    """Hosts that record when each request started and how many were in flight."""
+
+    def __init__(self, seconds: float = 1.0) -> None:
+        self.seconds = seconds
+        self.starts: dict[str, list[float]] = {}
+        self.order: dict[str, list[str]] = {}
+        self.in_flight: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.busy_until: dict[str, float] = {}  # answer 429 before this time
+        self.retry_after = 2.0
+
+    async def fetch(self, caller: Caller, target: Target) -> Result:
+        host = host_of(target)
+        self.starts.setdefault(host, []).append(trio.current_time())
+        self.order.setdefault(host, []).append(target.url)
+        self.in_flight[host] = self.in_flight.get(host, 0) + 1
+        self.most[host] = max(self.most.get(host, 0), self.in_flight[host])
+        try:
+            await trio.sleep(self.seconds)
+            if trio.current_time() < self.busy_until.get(host, -1.0):
+                raise RetryLater("429 Too Many Requests", after=self.retry_after)
+            return Result("ok")
+        finally:
+            self.in_flight[host] -= 1
+
+
+@asynccontextmanager
+async def polite_engine(
+    site: Site, budget: HostBudget, rec: Recorder, **config: Any
+) -> AsyncIterator[BatchEngine]:
+    settings: dict[str, Any] = {"jobs_per_caller": 4, "jobs_total": 16, "retry_wait": 0.5}
+    settings.update(config)
+    async with open_engine(
+        MemoryStore(),
+        site.fetch,
+        Config(hooks=rec.hooks(), **settings),
+        wall_clock=WallClock(),
+        budget=budget,
+        scope=host_of,
+    ) as engine:
+        yield engine
+
+
+async def test_five_callers_one_host_see_its_budget_and_another_host_runs_free(
+    autojump_clock: object,
+) -> None:
+    """A budget of 1 in flight and 0.2 s between starts holds for five callers and eight
+    workers; a sixth caller on another host finishes in its solo time meanwhile."""
+    site = Site(seconds=0.1)
+    rec = Recorder()
+    budget = HostBudget(concurrency=1, interval=0.2)
+    async with polite_engine(site, budget, rec, workers=8, max_workers=8) as engine:
+        for i in range(5):
+            await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 4))
+        t0 = trio.current_time()
+        await engine.submit(Caller("solo"), "fleet", targets("other", 5))
+        await rec.wait_terminal(6)
+    assert 1 == site.most["shared.example.test"]
+    starts = site.starts["shared.example.test"]
+    assert 20 == len(starts)
+    assert min(b - a for a, b in itertools.pairwise(starts)) >= 0.2 - 1e-9
+    # Its solo time under the same budget: five starts 0.2 s apart.
+    assert site.starts["other.example.test"][-1] - t0 <= 4 * 0.2 * 1.2
+
+
+async def test_a_passed_over_job_keeps_its_place(autojump_clock: object) -> None:
+    """Host x is busy with J1 when J2's turn comes: J2 waits aside, and x serves it before
+    J1's next target, which entered the rotation after J2."""
+    site = Site(seconds=1.0)
+    rec = Recorder()
+    budget = HostBudget(concurrency=1)
+    async with polite_engine(site, budget, rec, workers=2, max_workers=2) as engine:
+        await engine.submit(Caller("a"), "fleet", targets("x", 2))
+        await engine.submit(Caller("b"), "fleet", targets("x", 1)[:1])
+        await engine.submit(Caller("c"), "fleet", targets("y", 3))
+        await rec.wait_terminal(3)
+    x = site.order["x.example.test"]
+    assert 3 == len(x)
+    assert x[0].endswith("/0") and x[2].endswith("/1"), x  # J1 0, J2 0, J1 1
+    assert x.count(x[0]) == 2  # J1's first and J2's first are the same URL, from two jobs
+    # No worker waited on x: y's three targets ran back to back from the start.
+    y = site.starts["y.example.test"]
+    assert [0.0, 1.0, 2.0] == [round(t - y[0], 6) for t in y]
+
+
+async def test_a_429_with_retry_after_holds_the_whole_host_back(autojump_clock: object) -> None:
+    """Three callers on a host answering 429 (Retry-After: 2) for 5 s: the host gets at most
+    one request per 2 s from all of them together, then every job ends done."""
+    site = Site(seconds=0.1)
+    site.busy_until["x.example.test"] = 5.0
+    rec = Recorder()
+    budget = HostBudget(concurrency=2)
+    async with polite_engine(site, budget, rec, workers=4, max_workers=4) as engine:
+        subs = [await engine.submit(Caller(f"c{i}"), "fleet", targets("x", 2)) for i in range(3)]
+        await rec.wait_terminal(3)
+        jobs = [await engine.job(s.id) for s in subs]
+    starts = site.starts["x.example.test"]
+    while_busy = [t for t in starts if t < 5.0]
+    assert all(b - a >= 2.0 for a, b in itertools.pairwise(while_busy[1:]))
+    assert [JobStatus.DONE] * 3 == [j.status for j in jobs if j is not None]
+
+
+async def test_a_host_blocked_past_the_limit_fails_its_targets_and_holds_no_worker(
+    autojump_clock: object,
+) -> None:
+    site = Site(seconds=0.1)
+    site.busy_until["x.example.test"] = 10_000.0
+    rec = Recorder()
+    budget = HostBudget(concurrency=1, block_limit=20.0, max_backoff=4.0)
+    async with polite_engine(
+        site, budget, rec, workers=1, max_workers=1, retry_for=3600.0
+    ) as engine:
+        blocked = await engine.submit(Caller("a"), "fleet", targets("x", 3))
+        await engine.submit(Caller("b"), "fleet", targets("y", 3))
+        await rec.wait_terminal(2)
+        snap = await engine.status(blocked.id)
+    assert snap is not None
+    assert JobStatus.FAILED == snap.job.status
+    assert [TargetState.FAILED] * 3 == [t.status for t in snap.targets]
+    assert all("429/503" in (t.error or "") and t.hint for t in snap.targets)
+    assert max(t for t in site.starts["x.example.test"]) < 30.0
+    y = site.starts["y.example.test"]
+    assert y[-1] < 1.0  # the one worker was never held by the blocked host
