@@ -23,6 +23,7 @@ import httpcore
 import httpx
 import trio
 
+from .._budget import CURRENT_SLOT, HostBlocked, HostBudget, HostSlot
 from .._errors import RetryLater, TargetError
 from .._model import Caller, Result, Target
 from ..stores._protocol import ResponseCache as CacheStore
@@ -83,6 +84,11 @@ class WebFetcherStatistics:
     """Callers with a fetch in flight or waiting."""
 
 
+def scope_of(checked: Checked) -> str:
+    """A host budget's scope: the host and port the connection goes to."""
+    return f"{checked.host}:{checked.port}"
+
+
 @final
 class WebFetcher:
     """A fetch function for real web pages (SPEC §6), used as ``fetch=`` of the engine.
@@ -136,6 +142,8 @@ class WebFetcher:
             of wall time); over it, the worker is killed and the target fails (422).
         shape_memory: bytes of address space of each shaping worker (at least 256 MiB); a
             target that needs more fails (422).
+        budget: the host budget every request of this fetcher takes (a target's first request
+            runs in the slot the engine took for it, see :meth:`scope`); None: no budget.
 
     Raises:
         ValueError: a non-positive number (or a ``shape_memory`` under 256 MiB), naming the
@@ -166,6 +174,7 @@ class WebFetcher:
         shape_workers: int = 2,
         shape_cpu_seconds: float = 10.0,
         shape_memory: int = 2**30,
+        budget: HostBudget | None = None,
     ) -> None:
         for name, value in (
             ("timeout", timeout),
@@ -202,6 +211,7 @@ class WebFetcher:
         )
         self._max_retry_after = max_retry_after
         self._wall_clock = wall_clock
+        self._budget = budget
         self._pool = trio.CapacityLimiter(pool_size)
         self._callers = PerCaller(per_caller)
         self._shape_limits = ShapeLimits(shape_workers, shape_cpu_seconds, shape_memory)
@@ -300,6 +310,19 @@ class WebFetcher:
         )
 
     # -- the fetch function -------------------------------------------------------------------
+
+    def scope(self, target: Target) -> str | None:
+        """The budget scope of ``target``: its host and port, as the fetcher connects to them.
+
+        Give it to :func:`~trio_batch.open_engine` (``scope=``) with the same
+        :class:`~trio_batch.HostBudget` as this fetcher's ``budget``. A URL the guard refuses
+        has no scope (None): it fails without a request.
+        """
+        try:
+            checked = check_url(target.url, self._allow)
+        except TargetError:
+            return None
+        return scope_of(checked)
 
     async def fetch_one(self, caller: Caller, target: Target) -> Result:
         """Fetch one target now, through the same pools and cache (``POST /v1/fetch``).
@@ -428,9 +451,20 @@ class WebFetcher:
             current = first
             for hop in range(self._max_redirects + 1):
                 pins[(current.host, current.port)] = await self._addresses(current, hop)
-                with map_transport_errors(port=current.port, timeout=self._timeout):
-                    request = client.build_request("GET", current.url)
-                    response = await client.send(request, stream=True)
+                slot = await self._slot(current)
+                try:
+                    with map_transport_errors(port=current.port, timeout=self._timeout):
+                        request = client.build_request("GET", current.url)
+                        response = await client.send(request, stream=True)
+                except BaseException:
+                    if slot is not None:
+                        slot.release()
+                    raise
+                if slot is not None:  # the engine releases its own slot, with the outcome
+                    slot.release(
+                        rate_limited=response.status_code in BUSY_STATUSES,
+                        retry_after=self._retry_after(response),
+                    )
                 try:
                     with map_transport_errors(port=current.port, timeout=self._timeout):
                         location = response.headers.get(LOCATION)
@@ -449,6 +483,38 @@ class WebFetcher:
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
             PINS.reset(token)
+
+    async def _slot(self, current: Checked) -> HostSlot | None:
+        """A slot of the hop's host in the budget, unless the engine holds one for it already.
+
+        Every request takes its host's budget, whatever its door (a target of a job, ``/v1/fetch``,
+        a redirect to another host): None means the request runs in the engine's slot (or
+        there is no budget). Waiting for a slot is bounded by the host's ``block_limit``.
+
+        Raises:
+            RetryLater: the host stayed blocked (429/503 answers) past the block limit.
+        """
+        budget = self._budget
+        if budget is None:
+            return None
+        scope = scope_of(current)
+        held = CURRENT_SLOT.get()
+        if held is not None and held.scope == scope:
+            return None
+        try:
+            return await budget.acquire(scope)
+        except HostBlocked as blocked:
+            raise RetryLater(str(blocked)) from None
+
+    def _retry_after(self, response: httpx.Response) -> float | None:
+        if response.status_code not in BUSY_STATUSES:
+            return None
+        return busy_error(
+            response.status_code,
+            response.headers.get("retry-after"),
+            now=self._wall_clock(),
+            cap=self._max_retry_after,
+        ).after
 
     async def _addresses(self, current: Checked, hop: int) -> tuple[str, ...]:
         """The checked addresses to connect to for this hop's host."""

@@ -1,0 +1,121 @@
+"""Every request the fetcher makes takes its host's budget, whatever its door (real clock).
+
+The engine's own slot is reused for a target's first request (no second slot, no deadlock at
+a budget of one); ``fetch_one`` (``POST /v1/fetch``) and redirects to another host take their
+own. Lower bounds only: a loaded machine can make things slower, never faster.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import httpx
+import pytest
+import trio
+
+from tests.support import Recorder
+from tests.web.support import CALLER, LOOPBACK, TEXT, mock_transport
+from trio_batch import (
+    Caller,
+    Config,
+    HostBudget,
+    RetryLater,
+    Target,
+    TargetState,
+    open_engine,
+)
+from trio_batch.stores import MemoryStore
+from trio_batch.web import WebFetcher
+
+
+class Host:
+    """A mock site that records its requests: start times and the most in flight at once."""
+
+    def __init__(self, seconds: float = 0.05) -> None:
+        self.seconds = seconds
+        self.starts: list[float] = []
+        self.in_flight = 0
+        self.most = 0
+        self.busy = 0  # answer this many requests 429 (Retry-After: 1) first
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        self.starts.append(trio.current_time())
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await trio.sleep(self.seconds)
+        finally:
+            self.in_flight -= 1
+        if self.busy:
+            self.busy -= 1
+            return httpx.Response(429, headers=[("retry-after", "1")])
+        return httpx.Response(200, text="ok", headers=TEXT)
+
+
+async def test_fetch_one_calls_share_the_budget() -> None:
+    host = Host()
+    budget = HostBudget(concurrency=1, interval=0.1)
+    async with (
+        WebFetcher(allow=LOOPBACK, transport=mock_transport(host.handle), budget=budget) as fetch,
+        trio.open_nursery() as nursery,
+    ):
+        for i in range(4):
+            nursery.start_soon(fetch.fetch_one, CALLER, Target(f"http://127.0.0.1:8/p{i}"))
+    assert 1 == host.most
+    assert all(b - a >= 0.1 for a, b in itertools.pairwise(host.starts))
+
+
+async def test_a_429_holds_back_the_requests_of_other_doors() -> None:
+    """A 429 with Retry-After: 1 to one fetch_one: the next request to that host waits 1 s."""
+    host = Host()
+    host.busy = 1
+    budget = HostBudget(concurrency=1)
+    async with WebFetcher(
+        allow=LOOPBACK, transport=mock_transport(host.handle), budget=budget
+    ) as fetch:
+        with pytest.raises(RetryLater) as busy:
+            await fetch.fetch_one(CALLER, Target("http://127.0.0.1:8/a"))
+        assert 1.0 == busy.value.after
+        refused_at = trio.current_time()
+        await fetch.fetch_one(CALLER, Target("http://127.0.0.1:8/b"))
+    assert host.starts[1] >= refused_at + 1.0 - 0.05
+
+
+async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
+    """At a budget of one, the engine's slot is the fetcher's: jobs of three callers on one
+    host all end done, one request at a time (a second acquire would wait for ever)."""
+    host = Host()
+    budget = HostBudget(concurrency=1)
+    rec = Recorder()
+    config = Config(workers=4, max_workers=4, jobs_total=4, hooks=rec.hooks())
+    async with (
+        WebFetcher(allow=LOOPBACK, transport=mock_transport(host.handle), budget=budget) as fetch,
+        open_engine(
+            MemoryStore(),
+            fetch,
+            config,
+            budget=budget,
+            scope=fetch.scope,
+        ) as engine,
+    ):
+        subs = [
+            await engine.submit(
+                Caller(f"c{i}"), "fleet", [Target(f"http://127.0.0.1:8/{i}/{j}") for j in range(3)]
+            )
+            for i in range(3)
+        ]
+        with trio.fail_after(20):
+            await rec.wait_terminal(3)
+        snaps = [await engine.status(sub.id) for sub in subs]
+    assert 1 == host.most
+    assert 9 == len(host.starts)
+    for snap in snaps:
+        assert snap is not None
+        assert [TargetState.DONE] * 3 == [t.status for t in snap.targets]
+
+
+def test_the_scope_is_the_host_and_port_a_refused_url_has_none() -> None:
+    fetch = WebFetcher(allow=LOOPBACK)
+    assert "127.0.0.1:8" == fetch.scope(Target("http://127.0.0.1:8/x"))
+    assert "example.com:443" == fetch.scope(Target("https://EXAMPLE.com/x"))
+    assert fetch.scope(Target("ftp://example.com/")) is None
