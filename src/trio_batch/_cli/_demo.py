@@ -215,9 +215,12 @@ async def run_demo(
             err.flush()
             async with (
                 open_cli_store(db) as store,
-                open_web_fetch(store, [LOOPBACK]) as fetch,
+                open_web_fetch(store, [LOOPBACK]) as web,
                 open_engine(
-                    store, tracker.wrap(recorder.wrap(fetch, label=_path)), config
+                    store,
+                    tracker.wrap(recorder.wrap(web.fetch, label=_path)),
+                    config,
+                    **web.politeness(),
                 ) as engine,
                 show_progress(tracker, engine, stream=err, mode=progress, console=console),
                 trio.open_nursery() as callers,

@@ -278,13 +278,15 @@ async def _serve_embedded(settings: Settings, answer_bytes: int) -> None:
     async with (
         _until_signal() as serving,
         open_store(settings) as store,
-        open_web_fetch(store, allow, slots=settings.effective_fetch_slots) as fetch,
-        open_engine(store, fetch, settings.engine_config()) as engine,
+        open_web_fetch(
+            store, allow, slots=settings.effective_fetch_slots, budget=settings.host_budget()
+        ) as web,
+        open_engine(store, web.fetch, settings.engine_config(), **web.politeness()) as engine,
     ):
         app = create_app(
             engine,
             keys,
-            fetch=fetch,
+            fetch=web.fetch,
             precheck=_precheck(list(settings.allow_net)),
             access_log_enabled=False,
             retry_after=settings.retry_after,

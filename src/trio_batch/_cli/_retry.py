@@ -97,8 +97,8 @@ async def _retry_local(args: argparse.Namespace, out: Callable[[str], None]) -> 
     config = Config(workers=args.workers, max_workers=args.workers, jobs_per_caller=1)
     async with (
         open_cli_store(args.db, server_flag=True) as store,
-        open_web_fetch(store, args.allow_net, slots=args.workers) as fetch,
-        open_engine(store, fetch, config) as engine,
+        open_web_fetch(store, args.allow_net, slots=args.workers) as web,
+        open_engine(store, web.fetch, config, **web.politeness()) as engine,
     ):
         old = await engine.job(job_id)
         if old is None:

@@ -20,10 +20,11 @@ import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import IO
+from typing import IO, Any, NamedTuple
 
 import trio
 
+from .._budget import HostBudget
 from .._config import Config
 from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import Busy, CallerBusy, TargetError
@@ -131,12 +132,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 @contextlib.asynccontextmanager
 async def open_web_fetch(
-    store: ServiceStore, allow: Sequence[IPNetwork], *, slots: int = 2
-) -> AsyncIterator[FetchFunc]:
+    store: ServiceStore,
+    allow: Sequence[IPNetwork],
+    *,
+    slots: int = 2,
+    budget: HostBudget | None = None,
+) -> AsyncIterator[WebFetch]:
     """The web fetcher on ``store``, allowed to reach the ``allow`` networks.
 
     ``slots`` fetches may run at once for one caller (the engine's workers), so no worker
-    waits for a pool slot.
+    waits for a pool slot. Every request takes its host's ``budget`` (HostBudget() if None);
+    give the engine :func:`politeness` of the fetcher so that its rotation does too.
 
     Raises:
         UsageError: the web extra is not installed.
@@ -149,10 +155,33 @@ async def open_web_fetch(
         raise UsageError(
             f"the web fetcher needs {exc.name}: pip install 'trio-batch[web]'"
         ) from None
+    budget = HostBudget() if budget is None else budget
     async with WebFetcher(
-        store=store, allow=list(allow), per_caller=slots, pool_size=max(8, slots)
+        store=store, allow=list(allow), per_caller=slots, pool_size=max(8, slots), budget=budget
     ) as fetch:
-        yield fetch
+        yield WebFetch(fetch, budget, fetch.scope)
+
+
+def fetch_of(opened: FetchFunc | WebFetch) -> FetchFunc:
+    """The fetch function of what a fetch factory opened."""
+    return opened.fetch if isinstance(opened, WebFetch) else opened
+
+
+def politeness_of(opened: FetchFunc | WebFetch) -> dict[str, Any]:
+    """``open_engine``'s budget arguments for what a fetch factory opened (none for others)."""
+    return opened.politeness() if isinstance(opened, WebFetch) else {}
+
+
+class WebFetch(NamedTuple):
+    """A web fetcher with its host budget and scope function, for :func:`open_engine`."""
+
+    fetch: FetchFunc
+    budget: HostBudget
+    scope: Callable[[Target], str | None]
+
+    def politeness(self) -> dict[str, Any]:
+        """``open_engine``'s keyword arguments that make the rotation keep the budget."""
+        return {"budget": self.budget, "scope": self.scope}
 
 
 def precheck_func(allow: Sequence[IPNetwork]) -> Callable[[str], TargetError | None]:
@@ -323,7 +352,8 @@ async def run_batch(
     allow: Sequence[IPNetwork] = (),
     progress: ProgressMode = "auto",
     fetch_factory: Callable[
-        [ServiceStore, Sequence[IPNetwork]], contextlib.AbstractAsyncContextManager[FetchFunc]
+        [ServiceStore, Sequence[IPNetwork]],
+        contextlib.AbstractAsyncContextManager[FetchFunc | WebFetch],
     ]
     | None = None,
     handle_sigint: bool = True,
@@ -374,8 +404,13 @@ async def run_batch(
                     async with open_cli_store(db, server_flag=True) as store:
                         try:
                             async with (
-                                fetch_factory(store, allow) as fetch,
-                                open_engine(store, tracker.wrap(fetch), config) as engine,
+                                fetch_factory(store, allow) as opened,
+                                open_engine(
+                                    store,
+                                    tracker.wrap(fetch_of(opened)),
+                                    config,
+                                    **politeness_of(opened),
+                                ) as engine,
                             ):
                                 tracker.engine = engine
                                 try:

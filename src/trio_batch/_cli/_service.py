@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -97,7 +97,8 @@ def with_statement_timeout(dsn: str, seconds: float) -> str:
 @contextlib.asynccontextmanager
 async def _open_fetcher(
     settings: Settings, store: ServiceStore, keys: KeyRing
-) -> AsyncIterator[FetchFunc]:
+) -> AsyncIterator[tuple[FetchFunc, dict[str, Any]]]:
+    """serve's web fetcher (hinting at its flags) and ``open_engine``'s budget arguments."""
     from ..web import WebFetcher
 
     def restricted(caller: Caller) -> bool:
@@ -106,8 +107,10 @@ async def _open_fetcher(
 
     # The engine runs at most `workers` fetches at once, so a pool bigger than that keeps
     # slots free for POST /v1/fetch while every worker is busy.
+    budget = settings.host_budget()
     fetcher = WebFetcher(
         store=store,
+        budget=budget,
         allow=_networks(settings),
         restricted=restricted,
         pool_size=settings.effective_fetch_slots,
@@ -116,7 +119,7 @@ async def _open_fetcher(
         shape_memory=settings.shape_memory,
     )
     async with fetcher as fetch:
-        yield serve_hints(fetch)
+        yield serve_hints(fetch), {"budget": budget, "scope": fetch.scope}
 
 
 def serve_hints(fetch: FetchFunc) -> FetchFunc:
@@ -170,12 +173,16 @@ async def run_service(
     config = settings.engine_config(hooks=metrics.hooks())
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_store(settings) as store, contextlib.AsyncExitStack() as stack:
+            politeness: dict[str, Any] = {}
             if fetch is None:
-                fetch = await stack.enter_async_context(_open_fetcher(settings, store, keys))
+                web, politeness = await stack.enter_async_context(
+                    _open_fetcher(settings, store, keys)
+                )
+                fetch = web
                 if precheck is None:
                     precheck = _web_precheck(settings)
             async with (
-                open_engine(store, fetch, config) as engine,
+                open_engine(store, fetch, config, **politeness) as engine,
                 open_deliveries(store, engine, keys, allow=_networks(settings), metrics=metrics),
             ):
                 await _serve_engine(

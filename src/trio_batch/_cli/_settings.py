@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import final
 
+from .._budget import HostBudget
 from .._config import Config, Hooks
 from .._errors import Error
 
@@ -409,6 +410,33 @@ class Settings:
             "NAME",
         ),
     )
+    host_concurrency: int = field(
+        default=2,
+        metadata=_about(
+            _whole(1, 1024),
+            "requests to one host (and port) in flight at once, every caller and worker "
+            "together (default {default})",
+            "N",
+        ),
+    )
+    host_interval: float = field(
+        default=0.0,
+        metadata=_about(
+            _SECONDS_OR_ZERO,
+            "least seconds between two requests to one host; a longer robots.txt Crawl-delay "
+            "wins (default {default})",
+            "SECONDS",
+        ),
+    )
+    host_block_limit: float = field(
+        default=300.0,
+        metadata=_about(
+            _POSITIVE,
+            "seconds a host answering 429/503 may hold its targets back before they fail "
+            "(default {default})",
+            "SECONDS",
+        ),
+    )
     shape_workers: int = field(
         default=2,
         metadata=_about(
@@ -451,6 +479,14 @@ class Settings:
             retry_for=self.retry_for,
             hooks=hooks if hooks is not None else Hooks(),
             resume=self.resume,
+        )
+
+    def host_budget(self) -> HostBudget:
+        """The budget every request to one host shares (docs/politeness.md)."""
+        return HostBudget(
+            concurrency=self.host_concurrency,
+            interval=self.host_interval,
+            block_limit=self.host_block_limit,
         )
 
     @property
