@@ -132,7 +132,7 @@ class HostBudget:
         concurrency: int = 2,
         interval: float = 0.0,
         block_limit: float = 300.0,
-        max_backoff: float = 600.0,
+        max_backoff: float = 120.0,
     ) -> None:
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be an integer >= 1 (got {concurrency!r})")

@@ -51,6 +51,8 @@ class Config:
     max_bytes: int = 64 * 2**20
     retry_wait: float = 2.0
     retry_for: float = 600.0
+    max_concurrency: int = 8
+    """The most targets of one job a submit may ask to run at once (``concurrency``)."""
     hooks: Hooks = Hooks()
     resume: bool = False
     """Resume the live jobs a process that is gone left in the store, instead of failing them

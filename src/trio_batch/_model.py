@@ -306,10 +306,18 @@ def checked_submission(
     return checked
 
 
-def idempotency_key(caller: Caller, targets: list[Target], retry_of: str = "") -> str:
-    """Hex SHA-256 of the caller's name and the canonical JSON of the targets (SPEC §3.1)."""
+def idempotency_key(
+    caller: Caller, targets: list[Target], retry_of: str = "", concurrency: int = 1
+) -> str:
+    """Hex SHA-256 of the caller's name and the canonical JSON of the targets (SPEC §3.1).
+
+    The job's ``concurrency`` is part of the request: a repeat asking for another is a new
+    job, never a silent reuse (1, the default, adds nothing, so older keys stay the same).
+    """
     canonical = json.dumps(
         [t.to_json() for t in targets], separators=(",", ":"), sort_keys=True, ensure_ascii=False
     )
     link = f"\x00retry\x00{retry_of}" if retry_of else ""  # a retry is its own request
+    if concurrency != 1:
+        link += f"\x00concurrency\x00{concurrency}"
     return hashlib.sha256(f"{caller.name}\x00{canonical}{link}".encode()).hexdigest()

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import trio
 
 from trio_batch import (
@@ -159,3 +160,72 @@ async def test_a_host_blocked_past_the_limit_fails_its_targets_and_holds_no_work
     assert max(t for t in site.starts["x.example.test"]) < 30.0
     y = site.starts["y.example.test"]
     assert y[-1] < 1.0  # the one worker was never held by the blocked host
+
+
+class TestConcurrencyWithinAJob:
+    async def test_four_at_once_over_four_hosts_take_a_quarter_of_the_time(
+        self, autojump_clock: object
+    ) -> None:
+        """40 targets of 0.5 s over four hosts: serial 20 s, at concurrency 4 about 5 s; the
+        targets still start in index order."""
+        site = Site(seconds=0.5)
+        rec = Recorder()
+        job = [Target(f"https://h{i % 4}.example.test/{i}") for i in range(40)]
+        started: list[int] = []
+        fetch = site.fetch
+
+        async def recording(caller: Caller, target: Target) -> Result:
+            started.append(int(target.url.rsplit("/", 1)[1]))
+            return await fetch(caller, target)
+
+        site.fetch = recording  # type: ignore[method-assign]
+        async with polite_engine(
+            site, HostBudget(), rec, workers=4, max_workers=4, targets_per_job=40
+        ) as engine:
+            t0 = trio.current_time()
+            sub = await engine.submit(Caller("a"), "fleet", job, concurrency=4)
+            await rec.wait_terminal(1)
+            took = trio.current_time() - t0
+            snap = await engine.status(sub.id)
+        assert snap is not None
+        assert JobStatus.DONE == snap.job.status
+        assert list(range(40)) == started
+        assert took <= 20.0 / 4 * 1.1
+        assert max(site.most.values()) <= 2  # each host within its budget (2 by default)
+
+    async def test_concurrency_one_keeps_the_serial_order(self, autojump_clock: object) -> None:
+        """The default: one target of a job at a time, a1 b1 a2 b2 across two jobs."""
+        site = Site(seconds=1.0)
+        rec = Recorder()
+        async with polite_engine(
+            site, HostBudget(concurrency=8), rec, workers=1, max_workers=1
+        ) as engine:
+            await engine.submit(Caller("a"), "fleet", targets("a", 2))
+            await engine.submit(Caller("b"), "fleet", targets("b", 2))
+            await rec.wait_terminal(2)
+        starts = sorted(
+            (t, host[0] + url[-1])
+            for host in ("a.example.test", "b.example.test")
+            for t, url in zip(site.starts[host], site.order[host], strict=True)
+        )
+        assert ["a0", "b0", "a1", "b1"] == [name for _, name in starts]
+
+    async def test_concurrency_is_part_of_the_request(self, autojump_clock: object) -> None:
+        site = Site(seconds=1.0)
+        rec = Recorder()
+        async with polite_engine(site, HostBudget(), rec, workers=2, max_workers=2) as engine:
+            job = targets("a", 2)
+            first = await engine.submit(Caller("a"), "fleet", job)
+            again = await engine.submit(Caller("a"), "fleet", job)
+            other = await engine.submit(Caller("a"), "fleet", job, concurrency=2)
+        assert again.reused and again.id == first.id
+        assert not other.reused and other.id != first.id
+
+    async def test_a_concurrency_past_the_limit_is_refused(self, autojump_clock: object) -> None:
+        site = Site()
+        rec = Recorder()
+        async with polite_engine(site, HostBudget(), rec, max_concurrency=4) as engine:
+            with pytest.raises(ValueError, match=r"from 1 to 4 \(Config.max_concurrency"):
+                await engine.submit(Caller("a"), "fleet", targets("a", 2), concurrency=5)
+            with pytest.raises(ValueError, match="from 1 to 4"):
+                await engine.submit(Caller("a"), "fleet", targets("a", 2), concurrency=0)

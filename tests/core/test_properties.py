@@ -20,6 +20,7 @@ from trio_batch import (
     Caller,
     Config,
     Hooks,
+    HostBudget,
     JobStatus,
     Result,
     RetryLater,
@@ -32,6 +33,7 @@ from trio_batch import (
 )
 from trio_batch.stores import MemoryStore
 
+HOST_BUDGET = 2  # requests of one host in flight at once
 OUTCOMES = st.sampled_from(["done", "fail", "crash", "busy", "busy-forever"])
 
 
@@ -41,6 +43,8 @@ class PlannedJob:
     outcomes: tuple[str, ...]
     submit_at: float
     cancel_at: float | None
+    concurrency: int = 1
+    host: str = "h0"
 
 
 @st.composite
@@ -54,6 +58,8 @@ def plans(draw: st.DrawFn) -> tuple[int, list[PlannedJob]]:
                 outcomes=st.lists(OUTCOMES, min_size=1, max_size=5).map(tuple),
                 submit_at=st.sampled_from([0.0, 0.5, 1.0, 3.0, 7.5]),
                 cancel_at=st.none() | st.sampled_from([0.2, 1.0, 2.5, 6.0]),
+                concurrency=st.sampled_from([1, 1, 2, 3]),
+                host=st.sampled_from(["h0", "h1"]),
             ),
             min_size=1,
             max_size=8,
@@ -68,20 +74,27 @@ class Seen:
 
     starts: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
     running: dict[str, int] = field(default_factory=dict)
+    on_host: dict[str, int] = field(default_factory=dict)
+    order: dict[str, list[int]] = field(default_factory=dict)  # indices as fetches began
     cancelled_at: dict[str, float] = field(default_factory=dict)
     admitted: dict[str, str] = field(default_factory=dict)
 
     async def fetch(self, caller: Caller, target: Target) -> Result:
-        """A second of work, then the outcome the plan names; two at once for a job is a bug."""
-        job_key, idx_text, kind = target.url.split("|")
+        """A second of work, then the outcome the plan names; more of a job in flight than its
+        concurrency, or more on a host than its budget, is a bug."""
+        host, job_key, concurrency, idx_text, kind = target.url.split("|")
         idx = int(idx_text)
+        self.order.setdefault(job_key, []).append(idx)
         self.running[job_key] = self.running.get(job_key, 0) + 1
-        assert self.running[job_key] == 1, "two targets of one job in flight"
+        assert self.running[job_key] <= int(concurrency), "too many targets of one job at once"
+        self.on_host[host] = self.on_host.get(host, 0) + 1
+        assert self.on_host[host] <= HOST_BUDGET, "the host's budget was overrun"
         start = trio.current_time()
         try:
             await trio.sleep(1.0)
         finally:
             self.running[job_key] -= 1
+            self.on_host[host] -= 1
         self.starts.setdefault(job_key, []).append((idx, start, trio.current_time()))
 
         if kind == "fail":
@@ -97,9 +110,14 @@ class Seen:
     async def submit_and_cancel(self, engine: BatchEngine, key: str, job: PlannedJob) -> None:
         """Submit ``job`` at its time, then cancel it at its time, as the plan says."""
         await trio.sleep(job.submit_at)
-        batch = [Target(f"{key}|{i}|{kind}") for i, kind in enumerate(job.outcomes)]
+        batch = [
+            Target(f"{job.host}|{key}|{job.concurrency}|{i}|{kind}")
+            for i, kind in enumerate(job.outcomes)
+        ]
         try:
-            sub = await engine.submit(Caller(job.caller), "fleet", batch)
+            sub = await engine.submit(
+                Caller(job.caller), "fleet", batch, concurrency=job.concurrency
+            )
         except SubmitError:
             return
         if sub.reused:
@@ -121,7 +139,10 @@ def expected_status(finished: Sequence[TargetState]) -> JobStatus:
     return JobStatus.PARTIAL
 
 
-FAILURE_TEXT = {"fail": "failed", "crash": "internal error", "busy-forever": "busy"}
+# A target busy once may fail too: its host's backoff (one budget for all jobs on the host)
+# may outlast retry_for when the host kept answering busy.
+FAILURE_TEXT = {"fail": "failed", "crash": "internal error", "busy-forever": "busy", "busy": "busy"}
+BLOCKED = "the host kept answering 429/503"  # a host blocked past its limit fails any target
 
 
 def check_job(snap: Snapshot | None, seen: Seen, key: str, planned: PlannedJob) -> None:
@@ -134,11 +155,14 @@ def check_job(snap: Snapshot | None, seen: Seen, key: str, planned: PlannedJob) 
     finished = [s for s in states if s in (TargetState.DONE, TargetState.FAILED)]
     assert len(finished) == summary.targets_done
 
-    # targets are fetched in order, one at a time
-    spans = seen.starts.get(key, [])
-    order = [idx for idx, _, _ in spans]
-    assert order == sorted(order)
-    assert all(a[2] <= b[1] for a, b in itertools.pairwise(spans))
+    # targets start in index order (a busy one again before any new one); one at a time at
+    # concurrency 1
+    spans = sorted(seen.starts.get(key, []), key=lambda span: span[1])
+    began = seen.order.get(key, [])
+    firsts = [idx for n, idx in enumerate(began) if idx not in began[:n]]
+    assert firsts == sorted(firsts)
+    if planned.concurrency == 1:
+        assert all(a[2] <= b[1] for a, b in itertools.pairwise(spans))
 
     if key in seen.cancelled_at:
         assert JobStatus.CANCELLED == summary.status
@@ -147,7 +171,7 @@ def check_job(snap: Snapshot | None, seen: Seen, key: str, planned: PlannedJob) 
         assert TargetState.PENDING not in states
         assert expected_status(finished) == summary.status
     for target, kind in zip(targets, planned.outcomes, strict=True):
-        if target.status is TargetState.FAILED:
+        if target.status is TargetState.FAILED and not (target.error or "").startswith(BLOCKED):
             assert FAILURE_TEXT[kind] == target.error
 
 
@@ -166,7 +190,14 @@ async def run_plan(workers: int, plan: list[PlannedJob]) -> None:
         hooks=hooks,
     )
 
-    async with open_engine(MemoryStore(), seen.fetch, config) as engine:
+    async with open_engine(
+        MemoryStore(),
+        seen.fetch,
+        config,
+        # Backoffs of 4 s at most, blocked after 30 s: every plan ends within its 200 s.
+        budget=HostBudget(concurrency=HOST_BUDGET, max_backoff=4.0, block_limit=30.0),
+        scope=lambda target: target.url.split("|")[0],
+    ) as engine:
         t0 = trio.current_time()
         async with trio.open_nursery() as nursery:
             for n, job in enumerate(plan):

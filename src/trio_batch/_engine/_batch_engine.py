@@ -113,7 +113,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._workers = config.effective_workers
         self._live: dict[str, LiveJob] = {}
         # A job is in the rotation at most once, so it holds at most jobs_total jobs.
-        self._rotation = Rotation(budget, scope, self._dropped)
+        self._rotation = Rotation(budget, scope, self._dropped, config.retry_for)
         # Outcomes in the order their fetches ended; bounded like the rotation (one a job).
         self._fetched_send, self._fetched_recv = trio.open_memory_channel[Fetched](math.inf)
         self._inflight = 0
@@ -141,11 +141,15 @@ class BatchEngine(metaclass=NoPublicConstructor):
         targets: Sequence[Target],
         *,
         webhook: Webhook | None = None,
+        concurrency: int = 1,
     ) -> Submitted:
         """Admit a job, or reuse the caller's identical one (SPEC §3.1).
 
         The job and its targets (and ``webhook``, which the service delivers: SPEC §7) are
-        stored before this returns.
+        stored before this returns. ``concurrency`` targets of the job may be fetched at once
+        (at most ``Config.max_concurrency``), still started in index order and each within its
+        host's budget; 1 keeps SPEC's serial order. It is part of the idempotency key. A
+        fleet (``PostgresStore``) runs every job serially for now.
 
         Cancellation: if this raises :class:`trio.Cancelled`, no job was stored and no cap is
         held. A cancel that arrives once the store has begun writing the job waits for the
@@ -154,15 +158,25 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
         Raises:
             NoTargets, TooManyTargets, CallerBusy, Busy: refused; nothing was stored.
-            TypeError, ValueError: ``caller``, ``caller_class`` or ``targets`` are malformed.
+            TypeError, ValueError: ``caller``, ``caller_class``, ``targets`` or ``concurrency``
+                are malformed.
             trio.ClosedResourceError: the engine is closed.
         """
         self._check_open()
         checked = checked_submission(caller, caller_class, targets, webhook)
+        most = self._config.max_concurrency
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+            raise TypeError(f"concurrency must be a whole number (got {concurrency!r})")
+        if not 1 <= concurrency <= most:
+            raise ValueError(
+                f"concurrency must be from 1 to {most} (Config.max_concurrency; got {concurrency})"
+            )
         if not checked:
             raise NoTargets("the job has no targets: send at least one")
         await trio.lowlevel.checkpoint_if_cancelled()
-        return await self._admit(caller, caller_class, checked, webhook=webhook)
+        return await self._admit(
+            caller, caller_class, checked, webhook=webhook, concurrency=concurrency
+        )
 
     async def retry(
         self,
@@ -202,12 +216,13 @@ class BatchEngine(metaclass=NoPublicConstructor):
         *,
         retry_of: str = "",
         webhook: Webhook | None = None,
+        concurrency: int = 1,
     ) -> Submitted:
         job = NewJob(
             id=secrets.token_hex(16),
             caller=caller.name,
             caller_class=caller_class,
-            key=idempotency_key(caller, targets, retry_of),
+            key=idempotency_key(caller, targets, retry_of, concurrency),
             targets=targets,
             now=self._wall(),
             workspace=caller.workspace,
@@ -229,6 +244,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._call_job_hook("retried")
         live = LiveJob(job.id, caller, targets, trio.current_time())
         live.has_webhook = webhook is not None
+        live.concurrency = concurrency
         self._enter(live, "created")
         return submitted
 
@@ -582,13 +598,15 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     async def _run_target(self, turn: Turn) -> None:
         live, slot = turn.live, turn.slot
-        idx = live.next_idx
+        idx = live.take_index()
         if not await self._start(live, idx):  # cancelled from elsewhere, or gone
             if slot is not None:
                 slot.release()
             if self._live.pop(live.id, None) is not None:
                 self._report_depth()
             return
+        if live.claim is None:  # its next target may start meanwhile (concurrency)
+            self._requeue(live)
         self._inflight += 1
         self._report_inflight()
         t0 = trio.current_time()
@@ -678,7 +696,18 @@ class BatchEngine(metaclass=NoPublicConstructor):
         return Outcome(TargetState.FAILED, error="internal error", claim=live.token), exc
 
     def _blocked_outcome(self, live: LiveJob, blocked: Waiting) -> Outcome:
-        """A target whose host stayed pushed back past the block limit fails, unfetched."""
+        """A target whose host stayed pushed back past the block limit fails, unfetched; so
+        does a busy one whose host would hold it back past ``Config.retry_for``."""
+        if not blocked.blocked:
+            busy_since = trio.current_time() if live.busy_since is None else live.busy_since
+            busy_for = trio.current_time() - busy_since
+            return Outcome(
+                TargetState.FAILED,
+                error="busy",
+                hint=f"the target stayed busy for {busy_for:.0f} s and its site asked for a "
+                "longer wait; try it again later",
+                claim=live.token,
+            )
         return Outcome(
             TargetState.FAILED,
             error=f"the host kept answering 429/503 for {blocked.blocked_for:.0f} s "
@@ -688,9 +717,15 @@ class BatchEngine(metaclass=NoPublicConstructor):
         )
 
     async def _retry(self, live: LiveJob, idx: int, wait: float) -> None:
+        """A busy target is tried again after ``wait``; until then it counts as in flight.
+
+        So a serial job starts nothing else meanwhile, and a job of more ``concurrency`` runs
+        its other targets.
+        """
         if live.claim is not None and wait <= 0.0:  # fleet: its host's backoff holds it here
             if (hook := self._hooks.retry) is not None:
                 hook(wait)
+            live.give_back(idx)
             self._requeue(live)
             return
         if live.claim is not None:  # fleet: hold the turn through the wait, then give it back
@@ -707,14 +742,15 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if (hook := self._hooks.retry) is not None:
             hook(wait)
         assert self._tasks is not None
-        self._tasks.start_soon(self._requeue_after, live, wait)
+        self._tasks.start_soon(self._requeue_after, live, idx, wait)
 
-    async def _requeue_after(self, live: LiveJob, wait: float) -> None:
+    async def _requeue_after(self, live: LiveJob, idx: int, wait: float) -> None:
         self._retrying += 1
         try:
             await trio.sleep(wait)
         finally:
             self._retrying -= 1
+        live.give_back(idx)
         self._requeue(live)
 
     async def _give_back_after(self, live: LiveJob, wait: float) -> None:
@@ -750,7 +786,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._tasks.start_soon(self._give_back_after, live, 0.0)
 
     def _requeue(self, live: LiveJob) -> None:
-        if not live.cancelled and not self._closing:
+        """Back in the rotation if it has a target to start and room to start it."""
+        if not live.cancelled and not self._closing and live.wants_turn():
             self._rotation.put(live)
 
     async def _finisher(self) -> None:
@@ -790,7 +827,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     def _acknowledge(self, fetched: Fetched, stored: Stored | Exception) -> LiveJob | None:
         """Hooks, then settle or requeue the job; return it if its last outcome was not stored."""
-        live, idx, outcome, error, seconds = fetched
+        live, _, outcome, error, seconds = fetched
         if isinstance(stored, Exception):
             self._store_error("finish_targets", live.id, stored)
             stored = Stored(None)
@@ -799,18 +836,24 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if stored.evicted and (evicted := self._hooks.evicted) is not None:
             evicted(stored.evicted)
         live.busy_since = None
-        live.next_idx = idx + 1
+        live.in_flight -= 1
         self._watchers.changed(live.id, has_webhook=live.has_webhook)
         if stored.terminal is not None:
             self._settle(live, stored.terminal)
         elif live.claim is not None:  # fleet: storing it gave the turn back to the rotation
             if self._live.pop(live.id, None) is not None:
                 self._report_depth()
-        elif live.next_idx < len(live.targets):
+        elif live.wants_turn():
             self._requeue(live)
-        elif not live.cancelled and live.id in self._live:
-            return live
+        elif self._ended_all(live) and not live.cancelled and live.id in self._live:
+            return live  # every target started and ended, yet the job did not end
         return None
+
+    @staticmethod
+    def _ended_all(live: LiveJob) -> bool:
+        """Every target started, none in flight or to try again."""
+        started = live.next_idx >= len(live.targets) and not live.again
+        return started and live.in_flight == 0 and not live.queued
 
     async def _interrupt_unfinished(self, live: LiveJob) -> None:
         # The last outcome did not finish the job (a store error): free its cap.

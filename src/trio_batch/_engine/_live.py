@@ -36,16 +36,24 @@ class EngineStatistics:
 
 
 class LiveJob:
-    """What the engine knows of a live job: its targets, the next index, busy since when."""
+    """What the engine knows of a live job: its targets, the next index, busy since when.
+
+    A job runs up to ``concurrency`` targets at once (1: SPEC's serial order), started in index
+    order; a target that came back busy is started again before the next new one.
+    """
 
     __slots__ = (
+        "again",
         "busy_since",
         "caller",
         "cancelled",
         "claim",
+        "concurrency",
         "has_webhook",
         "id",
+        "in_flight",
         "next_idx",
+        "queued",
         "started",
         "targets",
     )
@@ -66,6 +74,35 @@ class LiveJob:
         self.cancelled = False
         self.has_webhook = False  # its changes wake the webhook deliveries
         self.claim: Claim | None = None  # a fleet's turn: the one target this engine runs
+        self.concurrency = 1
+        self.in_flight = 0  # its targets being fetched (or waiting out a busy answer)
+        self.queued = False  # in the rotation (ready or waiting for its host)
+        self.again: list[int] = []  # busy targets to start again, before next_idx
+
+    def next_target(self) -> Target:
+        """The target the job's next turn starts."""
+        return self.targets[self.again[0] if self.again else self.next_idx]
+
+    def take_index(self) -> int:
+        """Start the next target: its index (one more in flight)."""
+        self.in_flight += 1
+        if self.again:
+            return self.again.pop(0)
+        idx = self.next_idx
+        self.next_idx += 1
+        return idx
+
+    def give_back(self, idx: int) -> None:
+        """Target ``idx`` came back busy and its wait is over: it starts again before any new
+        one (until now it counted as in flight)."""
+        self.in_flight -= 1
+        self.again.append(idx)
+        self.again.sort()
+
+    def wants_turn(self) -> bool:
+        """Whether the job has a target to start and room to start it."""
+        has_next = bool(self.again) or self.next_idx < len(self.targets)
+        return has_next and self.in_flight < self.concurrency and not self.queued
 
     @property
     def token(self) -> str:

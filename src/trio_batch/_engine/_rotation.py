@@ -33,7 +33,8 @@ class Turn(NamedTuple):
     """A job's turn, as a worker takes it: the slot its target holds, or why it is blocked.
 
     ``blocked`` is set when the target's scope stayed pushed back past the budget's
-    ``block_limit``: the worker fails the target (with a hint) without fetching it.
+    ``block_limit``, or when a busy target would wait for its host past ``retry_for``: the
+    worker fails the target (with a hint) without fetching it.
     """
 
     live: LiveJob
@@ -50,9 +51,11 @@ class Rotation:
         budget: HostBudget | None,
         scope: ScopeFunc | None,
         dropped: Callable[[LiveJob], None],
+        retry_for: float = math.inf,
     ) -> None:
         self._budget = budget if scope is not None else None
         self._dropped = dropped  # a cancelled job leaves the rotation: a fleet's claim goes back
+        self._retry_for = retry_for
         self._scope = scope
         self._turns = itertools.count()
         self._ready: list[tuple[int, LiveJob]] = []  # a heap by turn
@@ -83,7 +86,8 @@ class Rotation:
         return len(self._takers)
 
     def put(self, live: LiveJob) -> None:
-        """Enter ``live`` at the end of the round robin."""
+        """Enter ``live`` at the end of the round robin (a job is in it at most once)."""
+        live.queued = True
         self._push(next(self._turns), live)
 
     async def take(self) -> Turn:
@@ -96,11 +100,13 @@ class Rotation:
             if self._budget is None:  # nothing waits aside: turn order is arrival order
                 while self._fifo:
                     live = self._fifo.popleft()
+                    live.queued = False
                     if not live.cancelled:
                         return Turn(live, None)
                     self._dropped(live)
             while self._ready:
                 turn, live = heapq.heappop(self._ready)
+                live.queued = False
                 taken = self._try(turn, live)
                 if taken is not None:
                     return taken
@@ -128,23 +134,35 @@ class Rotation:
             return None
         if self._budget is None or self._scope is None:
             return Turn(live, None)
-        scope = self._scope(live.targets[live.next_idx])
+        scope = self._scope(live.next_target())
         if scope is None:
             return Turn(live, None)
         got = self._budget.try_start(scope)
         if isinstance(got, HostSlot):
             self.waits.pop(live.id, None)
             return Turn(live, got)
-        if got.blocked:
+        if got.blocked or self._busy_too_long(live, got):
             self.waits.pop(live.id, None)
             return Turn(live, None, got)
         self.waits[live.id] = got
+        live.queued = True
         parked = self._parked.setdefault(scope, [])
         parked.append((turn, live))
         if got.until is not None and len(parked) == 1:
             heapq.heappush(self._timers, (got.until, scope))
             self._timers_changed.set()
         return None
+
+    def _busy_too_long(self, live: LiveJob, waiting: Waiting) -> bool:
+        """A busy target whose host's backoff ends only past ``retry_for``: it fails now.
+
+        Only a target tried again (first in ``again``) is busy; a new one waits its turn.
+        """
+        if not live.again or live.busy_since is None:
+            return False
+        if waiting.reason != "backoff" or waiting.until is None:
+            return False
+        return waiting.until - live.busy_since > self._retry_for
 
     def _push(self, turn: int, live: LiveJob) -> None:
         if self._budget is None:

@@ -127,7 +127,8 @@ RELEASE = Statement(
 # start_target does). ``replay`` (the batch is sent again after a lost connection) turns that
 # re-opening off and reports an item already stored with the same outcome, whose job ended at
 # this very ``now``, as the item that ended it: so a replay of a batch that had committed
-# stores nothing twice and answers as the first run did.
+# stores nothing twice and answers as the first run did. Jobs given back to the fleet's rotation
+# take their new turns in the order their outcomes came (nt), not in the order of a join.
 FINISH_MANY = Statement(
     "finish_targets",
     f"""
@@ -158,6 +159,10 @@ FINISH_MANY = Statement(
         SELECT job_id, count(*) AS n, sum(size) AS bytes, bool_or(claimed) AS claimed,
             max(idx) AS top
         FROM t GROUP BY job_id
+    ), nt AS (
+        SELECT q.job_id, nextval('turns') AS turn FROM (
+            SELECT job_id, min(ord) AS first FROM t WHERE claimed GROUP BY job_id ORDER BY 2
+        ) AS q
     ), fin AS (
         SELECT o.id, o.status, o.targets_done, o.targets_total, a.n, a.bytes, a.claimed, a.top,
             CASE WHEN o.status IN {LIVE_SQL} AND o.targets_done < o.targets_total
@@ -174,8 +179,8 @@ FINISH_MANY = Statement(
                     UNION ALL SELECT t.state FROM t WHERE t.job_id = o.id
                 ) AS x
             ) END AS terminal,
-            o.id IN (SELECT job_id FROM v WHERE started) AS started
-        FROM o LEFT JOIN a ON a.job_id = o.id
+            o.id IN (SELECT job_id FROM v WHERE started) AS started, nt.turn
+        FROM o LEFT JOIN a ON a.job_id = o.id LEFT JOIN nt ON nt.job_id = o.id
     ), j AS (
         UPDATE jobs AS jb SET
             targets_done = jb.targets_done + coalesce(fin.n, 0),
@@ -191,7 +196,7 @@ FINISH_MANY = Statement(
             busy_since = CASE WHEN fin.claimed THEN NULL ELSE jb.busy_since END,
             next_idx = CASE WHEN fin.claimed THEN greatest(jb.next_idx, fin.top + 1)
                 ELSE jb.next_idx END,
-            turn = CASE WHEN fin.claimed THEN nextval('turns') ELSE jb.turn END
+            turn = coalesce(fin.turn, jb.turn)
         FROM fin
         WHERE jb.id = fin.id AND (fin.n IS NOT NULL OR (fin.started AND fin.status IN {LIVE_SQL}))
     ), c AS (
