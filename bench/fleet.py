@@ -199,6 +199,10 @@ def serve_command(dsn: str, schema: str, keys: Path, port: int, s: FleetSettings
         str(max(s.job_size, s.saturation_job_size)),
         "--shape-workers",
         "1",
+        # The site is the benchmark's own: it measures the fleet, not the host budget (which
+        # is per instance today, and would cap one site at 2 requests per instance).
+        "--host-concurrency",
+        "1024",
         "--no-access-log",
         "--log-level",
         "warning",
