@@ -107,8 +107,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=positive_int,
         default=4,
         metavar="N",
-        help="the engine's workers (4): fetches at once across live jobs; a job's targets go "
-        "one at a time, so a file of --job-size targets or fewer is fetched one at a time",
+        help="fetches at once (4), a job's targets too, as far as each host's budget allows "
+        "(2 requests in flight a host): raise it for files of many hosts",
     )
     add_allow_net_argument(parser)
     parser.add_argument(
@@ -214,13 +214,15 @@ async def _run_jobs(
     on_submit: Callable[[str], None],
     caller: Caller,
 ) -> None:
+    # A job runs as many targets at once as there are workers, within its hosts' budgets.
+    concurrency = min(engine.config.effective_workers, engine.config.max_concurrency)
     next_job = 0
     live: list[Job] = []
     while next_job < len(jobs) or live:
         while next_job < len(jobs) and len(live) < live_cap:
             job = jobs[next_job]
             try:
-                sub = await engine.submit(caller, "fleet", job.targets)
+                sub = await engine.submit(caller, "fleet", job.targets, concurrency=concurrency)
             except (CallerBusy, Busy):
                 break  # a slot frees up when a live job finishes
             job.id, job.reused = sub.id, sub.reused
@@ -333,6 +335,7 @@ def _config_waking_on_change(
         jobs_total=jobs,
         workers=workers,
         max_workers=workers,
+        max_concurrency=max(workers, Config().max_concurrency),
         # Every result stays until this run has written it: no eviction for bytes.
         max_bytes=sys.maxsize,
         hooks=dataclasses.replace(tracker_hooks, job=on_job, target=on_target),

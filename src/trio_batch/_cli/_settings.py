@@ -410,6 +410,15 @@ class Settings:
             "NAME",
         ),
     )
+    max_concurrency: int = field(
+        default=_ENGINE.max_concurrency,
+        metadata=_about(
+            _whole(1, 1024),
+            "the most targets of one job a submit may ask to fetch at once (its concurrency; "
+            "default {default})",
+            "N",
+        ),
+    )
     host_concurrency: int = field(
         default=2,
         metadata=_about(
@@ -477,6 +486,7 @@ class Settings:
             max_bytes=self.max_bytes,
             retry_wait=self.retry_wait,
             retry_for=self.retry_for,
+            max_concurrency=self.max_concurrency,
             hooks=hooks if hooks is not None else Hooks(),
             resume=self.resume,
         )

@@ -47,6 +47,7 @@ from ._parse import (
     PrecheckFunc,
     check_target,
     parse_batch,
+    parse_concurrency,
     parse_target,
     query_flag,
     query_int,
@@ -240,7 +241,9 @@ async def _submit(ctx: Ctx, request: Request) -> Response:
             target, f"targets[{i}]", precheck=ctx.precheck, check_options=ctx.check_options
         )
     submit = functools.partial(
-        ctx.engine.submit, webhook=parse_webhook(body, record, precheck=ctx.precheck)
+        ctx.engine.submit,
+        webhook=parse_webhook(body, record, precheck=ctx.precheck),
+        concurrency=parse_concurrency(body, ctx.engine.config.max_concurrency),
     )
 
     store = ctx.calls.request()

@@ -209,10 +209,11 @@ def parse_batch(data: object) -> list[Target]:
             field="body",
         )
     for name in data:
-        if name not in ("targets", "webhook"):  # the webhook: _webhook_input
+        if name not in ("targets", "webhook", "concurrency"):  # the webhook: _webhook_input
             raise ApiError(
                 400,
-                f"{shown(name)} is not a field; the body has the fields targets and webhook",
+                f"{shown(name)} is not a field; the body has the fields targets, webhook "
+                "and concurrency",
                 "remove the field",
                 field=shown(name),
             )
@@ -227,6 +228,20 @@ def parse_batch(data: object) -> list[Target]:
     if not isinstance(items, list):
         raise ApiError(400, f"targets must be an array (got {_type_name(items)})", field="targets")
     return [parse_target(item, f"targets[{i}]") for i, item in enumerate(items)]
+
+
+def parse_concurrency(data: object, most: int) -> int:
+    """The submit body's ``concurrency`` (1 when absent): targets of the job at once."""
+    value = data.get("concurrency", 1) if isinstance(data, dict) else 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ApiError(
+            400,
+            f"concurrency must be a whole number from 1 to {most} (got {shown(json.dumps(value))})",
+            f"send a concurrency from 1 to {most}; the server's operator sets the most with "
+            "--max-concurrency",
+            field="concurrency",
+        )
+    return value
 
 
 def check_target(

@@ -87,6 +87,15 @@ SCHEMAS: dict[str, JSONValue] = {
         "properties": {
             "targets": {"type": "array", "items": ref("TargetIn")},
             "webhook": ref("WebhookIn"),
+            "concurrency": {
+                "type": "integer",
+                "minimum": 1,
+                "default": 1,
+                "description": "Targets of this job fetched at once, still started in order "
+                "and each within its host's budget (at most the server's max_concurrency, 8 "
+                "by default). 1 fetches them one after another. A repeat that asks for another "
+                "concurrency is a new job.",
+            },
         },
         "additionalProperties": False,
     },

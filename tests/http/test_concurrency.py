@@ -1,0 +1,62 @@
+"""The submit body's ``concurrency``: targets of one job in flight at once (issue 23)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from trio_batch import Config
+from trio_batch.testing import ScriptedFetch
+
+from .support import Api, auth, open_api
+
+A = "https://a.example.test/"
+B = "https://b.example.test/"
+
+
+async def post(api: Api, body: object) -> tuple[int, dict[str, object]]:
+    r = await api.client.post("/v1/batch", json=body, headers=auth())
+    return r.status_code, r.json()
+
+
+async def test_two_targets_of_one_job_run_at_once() -> None:
+    fetch = ScriptedFetch()
+    gates = [fetch.hold(A), fetch.hold(B)]
+    async with open_api(Config(ttl=3600, workers=2), fetch=fetch) as api:
+        status, answer = await post(api, {"targets": [{"url": A}, {"url": B}], "concurrency": 2})
+        await trio.testing.wait_all_tasks_blocked()
+        in_flight = list(fetch.calls)
+        for gate in gates:
+            gate.set()
+    assert 202 == status, answer
+    assert [A, B] == in_flight
+
+
+async def test_without_it_a_job_runs_one_target_at_a_time() -> None:
+    fetch = ScriptedFetch()
+    gates = [fetch.hold(A), fetch.hold(B)]
+    async with open_api(Config(ttl=3600, workers=2), fetch=fetch) as api:
+        await post(api, {"targets": [{"url": A}, {"url": B}]})
+        await trio.testing.wait_all_tasks_blocked()
+        in_flight = list(fetch.calls)
+        for gate in gates:
+            gate.set()
+    assert [A] == in_flight
+
+
+async def test_another_concurrency_is_another_job() -> None:
+    async with open_api(Config(ttl=3600, jobs_per_caller=2)) as api:
+        _, first = await post(api, {"targets": [{"url": A}]})
+        status, again = await post(api, {"targets": [{"url": A}], "concurrency": 2})
+    assert 202 == status
+    assert first["id"] != again["id"]
+
+
+@pytest.mark.parametrize("value", [0, 9, -1, "2", True, 1.5, None])
+async def test_a_bad_concurrency_is_a_400_naming_the_limit(api: Api, value: object) -> None:
+    status, answer = await post(api, {"targets": [{"url": A}], "concurrency": value})
+    assert 400 == status
+    assert "concurrency" == answer["field"]
+    assert "from 1 to 8" in str(answer["error"])
+    assert "--max-concurrency" in str(answer["hint"])
