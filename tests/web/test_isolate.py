@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 import httpx
 import pytest
@@ -13,13 +15,28 @@ import trio.testing
 from tests.web.support import ARTICLE_HTML, CALLER, PUBLIC_IP, SITE, FakeDNS, make_pdf
 from trio_batch import Caller, Options, Target, TargetError
 from trio_batch.web import WebFetcher
-from trio_batch.web._isolate import IN_PROCESS_BYTES, MIN_MEMORY, ShapeLimits, in_process
+from trio_batch.web._isolate import (
+    IN_PROCESS_BYTES,
+    MIN_MEMORY,
+    ShapeLimits,
+    Shaper,
+    _Shaped,
+    in_process,
+)
 from trio_batch.web._shape import Body
 
+T = TypeVar("T")
 PAGES: dict[str, tuple[bytes, str]] = {
     "/data.json": (b'{"items": [1, 2, 3]}', "application/json"),
+    "/old-quadratic.html": (b"<a b='" * 12_000, "text/html"),
+    "/huge-attribute.html": (b"<p class='" + b"x" * 9 * 2**20 + b"'>kept</p>", "text/html"),
+    "/invalid-utf8.html": (b"<p>kept</p>" + bytes(range(256)) * 2_000, "text/html; charset=utf-8"),
+    "/utf7.html": (b"<p>kept +2D0-</p>", "text/html; charset=utf-7"),
+    "/nul.html": (b"<p>kept</p>" + b"\x00" * 2**20, "text/html"),
+    "/open-comment.html": (b"<p>kept</p><!--" + b"<!--x" * 200_000, "text/html"),
+    "/nested-inline.html": (b"<p>kept</p>" + b"<b><i><a href=x>y" * 20_000, "text/html"),
     "/page.html": (ARTICLE_HTML, "text/html"),
-    "/hostile.html": (b"<a b='" * 12_000, "text/html"),
+    "/hostile.html": (b"<div>" * 200_000, "text/html"),
     "/small.txt": (b"hello world\n", "text/plain"),
 }
 
@@ -41,8 +58,8 @@ def fetcher(**settings: object) -> WebFetcher:
     )
 
 
-def body(data: bytes, ctype: str) -> Body:
-    return Body(data, ctype, None, f"{SITE}/")
+def body(data: bytes, ctype: str, url: str = f"{SITE}/") -> Body:
+    return Body(data, ctype, None, url)
 
 
 class TestWhereShapingRuns:
@@ -122,13 +139,36 @@ class TestLimits:
         assert "allocate" not in capfd.readouterr().err
 
     async def test_quadratic_html_is_stopped(self) -> None:
-        """64 KiB of <a b=' takes html.parser about 12 s: stopped at the CPU limit."""
+        """200,000 nested <div>s (1 MB): HTML5's tree building is quadratic in the depth
+        (50,000 take lexbor 2.3 s), so the page is stopped at the CPU limit."""
         async with fetcher() as fetch:
             with pytest.raises(TargetError) as info:
                 await fetch(CALLER, Target(f"{SITE}/hostile.html"))
 
         assert info.value.status == 422
         assert "CPU time" in info.value.msg
+
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/old-quadratic.html",
+            "/huge-attribute.html",
+            "/invalid-utf8.html",
+            "/utf7.html",
+            "/nul.html",
+            "/open-comment.html",
+            "/nested-inline.html",
+        ],
+    )
+    @pytest.mark.parametrize("mode", ["text", "markdown"])
+    async def test_hostile_html_is_shaped_within_the_limits(self, path: str, mode: str) -> None:
+        """Inputs that are linear for lexbor (64 KiB of <a b=' took html.parser 12 s; a 9 MiB
+        attribute; broken or odd encodings; NULs; an unclosed comment; 60,000 open inline
+        elements) are shaped within 1 s of CPU time and 256 MiB: the page's text comes back."""
+        async with fetcher(shape_cpu_seconds=1.0) as fetch:
+            result = await fetch(CALLER, Target(f"{SITE}{path}", Options(mode=mode)))
+
+        assert path == "/old-quadratic.html" or result.content.startswith("kept")
 
     async def test_cancel_kills_the_job_at_once(self) -> None:
         """A cancelled fetch whose body is in a worker returns at once; the worker is killed
@@ -144,19 +184,70 @@ class TestLimits:
         assert after.content == "3\n"
 
 
+class GatedWorkers:
+    """A stand-in for trio-parallel's context: each job runs until its page's gate opens."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.gates: dict[str, trio.Event] = {}
+
+    async def run_sync(
+        self,
+        sync_fn: Callable[..., T],
+        *args: object,
+        kill_on_cancel: bool,
+        limiter: trio.CapacityLimiter,
+    ) -> T:
+        page = args[0]
+        assert isinstance(page, Body)
+        self.started.append(page.url)
+        await self.gates.setdefault(page.url, trio.Event()).wait()
+        return cast("T", _Shaped(page.url, {}))
+
+
 class TestFairness:
+    async def test_a_caller_alone_uses_every_worker_and_the_next_goes_to_another(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Alice alone has both workers (her third job waits); bob, who comes next, gets the
+        first worker that comes free, before alice's third job: he waits for one job."""
+        workers = GatedWorkers()
+        shaper = Shaper(workers, ShapeLimits(2, 10.0, MIN_MEMORY))
+
+        async def shape(caller: str, name: str) -> None:
+            await shaper.run(caller, body(ARTICLE_HTML, "text/html", name), Options())
+
+        async with trio.open_nursery() as nursery:
+            for name in ("a1", "a2", "a3"):
+                nursery.start_soon(shape, "alice", name)
+                await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(shape, "bob", "b1")
+            await trio.testing.wait_all_tasks_blocked()
+            alone = list(workers.started)
+            workers.gates["a2"].set()
+            await trio.testing.wait_all_tasks_blocked()
+            next_one = workers.started[2:]
+            for name in ("a1", "a3", "b1"):
+                workers.gates.setdefault(name, trio.Event()).set()
+                await trio.testing.wait_all_tasks_blocked()
+
+        assert ["a1", "a2"] == alone
+        assert ["b1"] == next_one
+        assert ["a1", "a2", "b1", "a3"] == workers.started
+
     @pytest.mark.slow
-    async def test_one_caller_never_holds_every_worker(self) -> None:
-        """With 2 workers, a caller's two endless jobs get one worker between them: another
-        caller's HTML page is shaped in the other one meanwhile."""
-        async with fetcher(shape_workers=2, shape_cpu_seconds=20.0) as fetch:
+    async def test_a_waiting_caller_waits_for_one_job_at_most(self) -> None:
+        """With 2 workers, a caller's endless jobs take both (no one else waits); another
+        caller's page is shaped as soon as the first of them is stopped at its CPU limit,
+        well within one job's wall time."""
+        limits = ShapeLimits(2, 2.0, MIN_MEMORY)
+        async with fetcher(shape_workers=2, shape_cpu_seconds=2.0, shape_warm=False) as fetch:
             hog = Caller("hog")
             async with trio.open_nursery() as nursery:
-                for _ in range(2):
+                for _ in range(3):
                     nursery.start_soon(
-                        fetch, hog, Target(f"{SITE}/data.json", Options(jq="def f: f; f"))
+                        _fails, fetch, hog, Target(f"{SITE}/data.json", Options(jq="def f: f; f"))
                     )
-                # One hog holds a worker, the other waits for its caller's share.
                 await trio.testing.wait_all_tasks_blocked()
                 start = trio.current_time()
                 page = await fetch(Caller("other"), Target(f"{SITE}/page.html"))
@@ -164,7 +255,33 @@ class TestFairness:
                 nursery.cancel_scope.cancel()
 
         assert page.content.startswith("Widgets")
-        assert took < 5.0  # not the hogs' 20 s
+        assert took < limits.wall_seconds  # one job, not the hog's three in turn
+
+
+async def _fails(fetch: WebFetcher, caller: Caller, target: Target) -> None:
+    with pytest.raises(TargetError):
+        await fetch(caller, target)
+
+
+@pytest.mark.parametrize(
+    ("settings", "options", "expected"),
+    [({}, Options(), 2), ({"shape_warm": False}, Options(), 0), ({}, Options(mode="raw"), 0)],
+)
+def test_the_first_fetch_that_may_shape_starts_every_worker(
+    settings: dict[str, object], options: Options, expected: int
+) -> None:
+    """A worker takes 0.3-2 s to start, so both start beside the first download that may need
+    one (here a text page, shaped in a thread): the next pages find them running. A fetch
+    that cannot need one (mode=raw), or ``shape_warm=False``, starts none."""
+
+    async def main() -> int:
+        async with fetcher(shape_workers=2, **settings) as fetch:
+            await fetch(CALLER, Target(f"{SITE}/small.txt", options))
+            return len(_children() - before)
+
+    before = _children()
+
+    assert expected == trio.run(main)
 
 
 def test_workers_do_not_outlive_the_fetcher() -> None:

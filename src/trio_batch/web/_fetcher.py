@@ -26,6 +26,7 @@ import trio
 from .._budget import CURRENT_SLOT, HostBlocked, HostBudget, HostSlot
 from .._errors import RetryLater, TargetError
 from .._model import Caller, Result, Target
+from .._util import raise_single_exception_from_group
 from ..stores._protocol import ResponseCache as CacheStore
 from ._cache import ResponseCache, from_cache
 from ._errors import (
@@ -45,8 +46,8 @@ from ._guard import (
     resolve_checked,
     system_resolver,
 )
-from ._isolate import ShapeLimits, Shaper, open_shaper
-from ._limits import PerCaller
+from ._isolate import ShapeLimits, Shaper, open_shaper, warms_up
+from ._limits import FairPool
 from ._net import PINS, PinnedBackend, PinnedTransport
 from ._options import validate_options
 from ._response import (
@@ -117,7 +118,10 @@ class WebFetcher:
         max_redirects: most redirects followed.
         user_agent: the ``User-Agent`` header.
         pool_size: most fetches in flight at once, over all callers.
-        per_caller: most fetches in flight at once for one caller (by name).
+        per_caller: most fetches in flight at once for one caller (by name), whether or not
+            others wait; None (the default): no cap of its own, a caller alone may use the
+            whole pool, and while callers wait each slot that comes free goes to the waiting
+            caller that holds fewest.
         slot_wait: seconds to wait for a pool slot before raising ``RetryLater``.
         resolver: ``async (host, port) -> [ip, ...]``; the system's resolver by default.
         allow: networks the guard lets through although they are not public (e.g. loopback
@@ -136,12 +140,17 @@ class WebFetcher:
         max_retry_after: the most seconds of an upstream ``Retry-After`` that is honoured.
         wall_clock: unix time for cache timestamps and HTTP-date ``Retry-After`` values.
         shape_workers: worker processes that shape bodies (jq, grep, HTML, PDF, long
-            ``question``s), so at most this many at once; one caller gets at most
-            ``shape_workers - 1`` of them (at least 1).
+            ``question``s), so at most this many at once. A caller alone may use them all;
+            while callers wait, each worker that comes free goes to the waiting caller that
+            holds fewest, so a caller waits for one shaping job at most. They start with the
+            first fetch that may need one (``shape_warm``), not when a body is in hand.
         shape_cpu_seconds: CPU seconds one target's shaping may use (and twice that plus 5 s
             of wall time); over it, the worker is killed and the target fails (422).
         shape_memory: bytes of address space of each shaping worker (at least 256 MiB); a
             target that needs more fails (422).
+        shape_warm: start every shaping worker when the first fetch that may need one
+            begins, beside its download (a worker takes 0.3-2 s to start); False: each starts
+            when a body first needs it.
         budget: the host budget every request of this fetcher takes (a target's first request
             runs in the slot the engine took for it, see :meth:`scope`); None: no budget.
 
@@ -159,7 +168,7 @@ class WebFetcher:
         max_redirects: int = 5,
         user_agent: str = DEFAULT_USER_AGENT,
         pool_size: int = 8,
-        per_caller: int = 2,
+        per_caller: int | None = None,
         slot_wait: float = 1.0,
         resolver: Resolver | None = None,
         allow: Sequence[Network] = (),
@@ -174,13 +183,14 @@ class WebFetcher:
         shape_workers: int = 2,
         shape_cpu_seconds: float = 10.0,
         shape_memory: int = 2**30,
+        shape_warm: bool = True,
         budget: HostBudget | None = None,
     ) -> None:
         for name, value in (
             ("timeout", timeout),
             ("max_bytes", max_bytes),
             ("pool_size", pool_size),
-            ("per_caller", per_caller),
+            ("per_caller", 1 if per_caller is None else per_caller),
             ("slot_wait", slot_wait),
             ("cache_ttl", cache_ttl),
             ("cache_max_bytes", cache_max_bytes),
@@ -212,8 +222,9 @@ class WebFetcher:
         self._max_retry_after = max_retry_after
         self._wall_clock = wall_clock
         self._budget = budget
-        self._pool = trio.CapacityLimiter(pool_size)
-        self._callers = PerCaller(per_caller)
+        self._pool = FairPool(pool_size, cap=per_caller)
+        self._per_caller = per_caller
+        self._warm = shape_warm
         self._shape_limits = ShapeLimits(shape_workers, shape_cpu_seconds, shape_memory)
         self._shaper: Shaper | None = None
         self._stack = contextlib.AsyncExitStack()
@@ -303,10 +314,10 @@ class WebFetcher:
         """The pool's state now."""
         stats = self._pool.statistics()
         return WebFetcherStatistics(
-            in_flight=stats.borrowed_tokens,
-            waiting=stats.tasks_waiting + self._callers.waiting,
+            in_flight=stats.held,
+            waiting=stats.waiting,
             pool_size=self._pool_size,
-            callers=self._callers.callers,
+            callers=stats.callers,
         )
 
     # -- the fetch function -------------------------------------------------------------------
@@ -384,7 +395,11 @@ class WebFetcher:
         if cached is not None and cached.expires_at > now:
             return from_cache(cached, start=start, now=now, stale=None)
         try:
-            download = await self._fetch_network(client, caller, checked)
+            if self._warm and warms_up(options):
+                self._warm = False
+                download = await self._warming(client, caller, checked)
+            else:
+                download = await self._fetch_network(client, caller, checked)
         except Refused as refused:
             logger.debug("web fetch refused by the guard")
             raise refused.error from None
@@ -419,30 +434,42 @@ class WebFetcher:
 
     # -- network ----------------------------------------------------------------------------------
 
+    async def _warming(
+        self, client: httpx.AsyncClient, caller: Caller, checked: Checked
+    ) -> Download:
+        """The first download that may need a shaping worker, while the workers start.
+
+        The call waits for them (this call's body is shaped in one; a body that needs none
+        waits once), so nothing outlives it; a cancel kills the workers still starting.
+        """
+        shaper = self._shaper
+        assert shaper is not None  # set with the client
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(shaper.warm)
+                return await self._fetch_network(client, caller, checked)
+        except BaseExceptionGroup as group:
+            raise_single_exception_from_group(group)
+            raise
+
     async def _fetch_network(
         self, client: httpx.AsyncClient, caller: Caller, checked: Checked
     ) -> Download:
         """Take the pool slots, then download within the deadline."""
-        held: list[trio.CapacityLimiter] = []
-        with self._callers.limiter(caller.name) as limiter:
-            try:
-                with trio.move_on_after(self._slot_wait):
-                    await limiter.acquire()
-                    held.append(limiter)
-                    await self._pool.acquire()
-                    held.append(self._pool)
-                if len(held) < 2:
-                    which = "this caller's fetch slots are" if not held else "the fetch pool is"
-                    raise RetryLater(f"{which} all in use")
-
-                try:
-                    with trio.fail_after(self._timeout):
-                        return await self._download(client, checked)
-                except trio.TooSlowError:
-                    raise timeout_error(self._timeout) from None
-            finally:
-                for lim in reversed(held):
-                    lim.release()
+        pool = self._pool
+        with trio.move_on_after(self._slot_wait) as waited:
+            await pool.acquire(caller.name)
+        if waited.cancelled_caught:
+            capped = self._per_caller is not None and pool.held(caller.name) >= self._per_caller
+            which = "this caller's fetch slots are" if capped else "the fetch pool is"
+            raise RetryLater(f"{which} all in use")
+        try:
+            with trio.fail_after(self._timeout):
+                return await self._download(client, checked)
+        except trio.TooSlowError:
+            raise timeout_error(self._timeout) from None
+        finally:
+            pool.release(caller.name)
 
     async def _download(self, client: httpx.AsyncClient, first: Checked) -> Download:
         pins: dict[tuple[str, int], tuple[str, ...]] = {}

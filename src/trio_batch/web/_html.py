@@ -1,4 +1,12 @@
-"""HTML to readable text or Markdown, with the standard library's ``html.parser`` only.
+"""HTML to readable text or Markdown: lexbor's HTML5 parser (through selectolax) builds the
+tree, and our rules, walking it, decide what is content and how Markdown is written.
+
+The rules were written for the event stream of the standard library's ``html.parser``, which
+took two thirds of a page's shaping time (12.1 of 18.4 ms a page on 302 real pages) and is
+quadratic on some inputs (64 KiB of ``<a b='``: 12 s). Walking lexbor's tree gives the same
+events (each element's start, its text, its end), in C but for the walk, linear in the input,
+and every output on those pages and on the fixture pages stays the same byte for byte
+(``docs/web.md`` has the measurements, and why lexbor over lxml and html5-parser).
 
 Scripts, styles, navigation, sidebars, footers and permalink marks are dropped; headings,
 paragraphs, lists, tables, quotes and preformatted blocks keep their shape. Markdown adds
@@ -10,11 +18,13 @@ per code block; text that Markdown would read as markup (``# ``, ``1. ``, ``[](`
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from typing import Final, TypeAlias
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from ._html_tags import (
     AUTOCLOSE,
@@ -64,8 +74,8 @@ class _Mark:
 
 
 @dataclass
-class _Converter(HTMLParser):
-    """The parser's callbacks, writing blocks of text or Markdown as the tags arrive.
+class _Converter:
+    """The tree walk's callbacks, writing blocks of text or Markdown as the tags arrive.
 
     Each tag's meaning is a small handler, found by name in a table (``_TEXT_STARTS``,
     ``_MARKDOWN_STARTS`` and their end-tag twins, after the class): the callbacks only take
@@ -122,7 +132,6 @@ class _Converter(HTMLParser):
     _ends: dict[str, _End] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        super().__init__(convert_charrefs=True)
         self._starts = _MARKDOWN_STARTS if self.markdown else _TEXT_STARTS
         self._ends = _MARKDOWN_ENDS if self.markdown else _TEXT_ENDS
 
@@ -340,8 +349,8 @@ class _Converter(HTMLParser):
     def handle_data(self, data: str) -> None:
         self._emit(data)
 
-    def close(self) -> None:
-        super().close()
+    def finish(self) -> None:
+        """The end of the document: the text still open is a block."""
         self._flush()
 
     # -- what is dropped ----------------------------------------------------------------------
@@ -707,13 +716,84 @@ def _join(blocks: list[tuple[str, bool]]) -> str:
     return "".join(out).strip() + ("\n" if out else "")
 
 
+_SKIPPED: Final = frozenset({"-comment", "-doctype", "!doctype", "-document"})
+"""Nodes that are neither elements nor text, which the converter never sees."""
+_HEAD_START = re.compile(r"<head[\s>/]", re.I)
+_HEAD_END = re.compile(r"</head\s*>", re.I)
+_HEAD_ONLY: Final = frozenset({"link", "meta", "script", "style", "title", "base", "noscript"})
+
+
+def _walk(converter: _Converter, top: LexborNode) -> None:
+    """Give ``converter`` the start, text and end of every node under ``top``, in document
+    order, as ``html.parser`` did (an end tag for every element but the void ones).
+
+    A dropped subtree (scripts, navigation...) is not walked: everything in it would be
+    ignored anyway, except a ``<title>``, so ``<head>`` is walked.
+    """
+    start, end, data = converter.handle_starttag, converter.handle_endtag, converter.handle_data
+    drops = converter._drop
+    node: LexborNode | None = top
+    depth = 0
+    while node is not None:
+        tag = node.tag
+        descend = False
+        if tag == "-text":
+            data(node.text_content or "")
+        elif tag is not None and tag not in _SKIPPED:
+            dropping = bool(drops)
+            start(tag, list(node.attributes.items()))
+            if tag in VOID:
+                pass
+            elif not dropping and drops and tag != "head":
+                end(tag)  # started a drop: nothing inside it would be kept
+            else:
+                child = node.child
+                if child is None:
+                    end(tag)
+                else:
+                    node, depth, descend = child, depth + 1, True
+        if descend:
+            continue
+        while True:  # the next node: a sibling, or the end of each parent left behind
+            if not depth:
+                return
+            following = node.next
+            if following is not None:
+                node = following
+                break
+            node = node.parent
+            depth -= 1
+            assert node is not None
+            end(node.tag or "")
+
+
+def _head_leaks(tree: LexborHTMLParser) -> bool:
+    """Whether the body starts with what the source had inside ``<head>``: text there (Node's
+    docs leave a template mark in it), which HTML5 moves into the body, where
+    ``html.parser`` dropped it with the head."""
+    body = tree.body
+    node = body.child if body is not None else None
+    while node is not None and node.tag == "-text" and not (node.text_content or "").strip():
+        node = node.next
+    return node is not None and (node.tag == "-text" or node.tag in _HEAD_ONLY)
+
+
 def html_to_text(html: str, *, base_url: str = "", markdown: bool = False) -> tuple[str, str]:
     """The readable text (or Markdown) of an HTML document, and its title.
 
-    Never raises on malformed HTML: the parser is forgiving, and what it cannot place is kept
-    as text.
+    Never raises on malformed HTML: the parser follows HTML5, which gives every input a tree.
     """
     converter = _Converter(markdown=markdown, base_url=base_url)
-    converter.feed(html)
-    converter.close()
+    tree = LexborHTMLParser(html)  # lone surrogates are dropped
+    head = _HEAD_START.search(html)
+    end = _HEAD_END.search(html, head.end()) if head is not None else None
+    root = tree.root
+    if end is not None and tree.head is not None and _head_leaks(tree):
+        # What stood in <head> is dropped with it: the head gives the title, the content is
+        # what follows </head>.
+        _walk(converter, tree.head)
+        root = LexborHTMLParser(html[end.end() :]).root
+    if root is not None:
+        _walk(converter, root)
+    converter.finish()
     return _join(converter.blocks), SPACE.sub(" ", converter.title).strip()

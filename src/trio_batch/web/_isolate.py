@@ -37,7 +37,7 @@ import trio_parallel  # type: ignore[import-untyped,import-not-found,unused-igno
 
 from .._errors import TargetError
 from .._model import Options
-from ._limits import PerCaller
+from ._limits import FairPool
 from ._shape import Body, kind_of, shape_body
 
 logger = logging.getLogger("trio_batch.web")
@@ -49,6 +49,8 @@ MIN_MEMORY: Final = 256 * 2**20
 """Smallest address-space limit a worker starts with (Python, jq and regex take ~50 MiB)."""
 NICE: Final = 10
 _IDLE_SECONDS: Final = 600.0
+_WARM_CALLER: Final = "\x00warm-up"
+"""The pool's name for the warm-up jobs (no caller's name has a NUL)."""
 _GRACE_SECONDS: Final = 5.0
 _LIMIT_HINT: Final = (
     "ask for less: a smaller page (a section, or an API), fewer PDF pages (pages=1-5), "
@@ -73,13 +75,25 @@ def in_process(body: Body, options: Options) -> bool:
     return not options.question or len(body.data) <= IN_PROCESS_BYTES
 
 
+def warms_up(options: Options) -> bool:
+    """Whether a fetch with these options may need a shaping worker, whatever its body is
+    (HTML to text or Markdown, ``grep``, ``jq``, PDF pages), so that the workers should start
+    beside its download."""
+    return bool(options.grep or options.jq or options.pages) or options.mode in (
+        "",
+        "text",
+        "markdown",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ShapeLimits:
     """What one shaping job may use, and how many run at once."""
 
     workers: int
-    """Worker processes, so at most this many jobs at once; one caller gets ``workers - 1``
-    of them (at least 1), so a single caller never holds every worker."""
+    """Worker processes, so at most this many jobs at once. A caller alone may use them all;
+    while other callers wait, each worker that comes free goes to the waiting caller that
+    holds fewest (``_limits.FairPool``), so a caller waits for one job at most."""
     cpu_seconds: float
     """CPU time per job."""
     memory: int
@@ -181,6 +195,11 @@ def _worker_retire() -> bool:
     return _retire
 
 
+def _ready() -> bool:
+    """The warm-up job: the worker has started and imported the shaping code."""
+    return True
+
+
 def _job(body: Body, options: Options, cpu_seconds: float) -> _Shaped | _Failed | _Broke:
     """Shape ``body`` in a worker, within ``cpu_seconds`` of CPU time from now."""
     global _retire
@@ -253,8 +272,7 @@ class Shaper:
         self._context = context
         self._limits = limits
         self._threads = trio.CapacityLimiter(2)  # in-process work is short: 2 at a time
-        self._workers = trio.CapacityLimiter(limits.workers)
-        self._callers = PerCaller(max(1, limits.workers - 1))
+        self._workers = FairPool(limits.workers)
         self._unlimited = trio.CapacityLimiter(math.inf)  # the slot is taken before the clock
 
     async def run(self, caller: str, body: Body, options: Options) -> tuple[str, dict[str, object]]:
@@ -275,9 +293,8 @@ class Shaper:
                 functools.partial(shape_body, body, options), limiter=self._threads
             )
 
-        with self._callers.limiter(caller) as limiter:
-            async with limiter, self._workers:
-                outcome = await self._in_worker(body, options)
+        async with self._workers.slot(caller):
+            outcome = await self._in_worker(body, options)
 
         if isinstance(outcome, _Shaped):
             return outcome.content, outcome.meta
@@ -288,6 +305,27 @@ class Shaper:
             raise self._limits.over_memory()
         logger.error("shaping failed with %s", outcome.what, extra={"error_type": outcome.what})
         raise RuntimeError(f"shaping failed with {outcome.what}")
+
+    async def warm(self) -> None:
+        """Start every worker process now, one job slot each, so the first jobs find them
+        running: a worker takes 0.3-2 s to start (a Python interpreter and the shaping
+        imports), which a short run would otherwise wait for on its first page.
+
+        A job that comes meanwhile waits for the first worker to be ready (no extra process
+        starts).
+
+        Cancellation: a worker still starting is killed (trio-parallel's ``kill_on_cancel``).
+        """
+        async with trio.open_nursery() as nursery:
+            for _ in range(self._limits.workers):
+                nursery.start_soon(self._warm_one)
+
+    async def _warm_one(self) -> None:
+        async with self._workers.slot(_WARM_CALLER):
+            try:
+                await self._context.run_sync(_ready, kill_on_cancel=True, limiter=self._unlimited)
+            except Exception as exc:  # best effort: the next job starts a worker as before
+                logger.warning("a shaping worker did not start (%s)", type(exc).__name__)
 
     async def _in_worker(self, body: Body, options: Options) -> _Shaped | _Failed | _Broke:
         limits = self._limits
@@ -331,9 +369,9 @@ class Shaper:
 async def open_shaper(limits: ShapeLimits) -> AsyncIterator[Shaper]:
     """A :class:`Shaper` whose worker processes live as long as the block.
 
-    No worker starts until the first job needs one. Leaving the block waits for jobs still
-    running in workers (each within its wall time), then ends the idle workers; one that does
-    not end within 5 s is killed and logged, never raised.
+    No worker starts until a job, or :meth:`Shaper.warm`, needs one. Leaving the block waits
+    for jobs still running in workers (each within its wall time), then ends the idle
+    workers; one that does not end within 5 s is killed and logged, never raised.
     """
     try:
         async with trio_parallel.open_worker_context(
