@@ -18,6 +18,7 @@ from ._engine import (
     EngineStatistics as EngineStatistics,
     FetchFunc as FetchFunc,
     JobWatch as JobWatch,
+    WaitingTarget as WaitingTarget,
     open_engine as open_engine,
 )
 from ._errors import (
@@ -80,6 +81,7 @@ __all__ = [
     "TargetStatus",
     "TooManyTargets",
     "Waiting",
+    "WaitingTarget",
     "Webhook",
     "open_engine",
 ]

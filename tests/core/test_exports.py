@@ -22,7 +22,7 @@ SPEC_NAMES = {
 }  # fmt: skip
 EXTRA_NAMES = {
     "EngineStatistics", "Error", "FetchFunc", "JobWatch", "NotRetryable", "StoreError", "Webhook",
-    "HostBudget", "HostSlot", "HostBlocked", "Waiting",
+    "HostBudget", "HostSlot", "HostBlocked", "Waiting", "WaitingTarget",
 }  # fmt: skip
 
 

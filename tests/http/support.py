@@ -103,6 +103,7 @@ async def open_api(
     with_fetch: bool = True,
     store: Store | None = None,
     with_lifespan: bool = True,
+    engine_kwargs: dict[str, Any] | None = None,
     **app_kwargs: Any,
 ) -> AsyncIterator[Api]:
     """An :class:`Api` over an engine of ``config`` (its caps; its hooks are the metrics')."""
@@ -120,7 +121,9 @@ async def open_api(
     )
     store = store if store is not None else MemoryStore()
 
-    async with open_engine(store, fetch, config, wall_clock=wall) as engine:
+    async with open_engine(
+        store, fetch, config, wall_clock=wall, **(engine_kwargs or {})
+    ) as engine:
         app_kwargs.setdefault("precheck", precheck)
         app = create_app(
             engine,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
 
-from trio_batch import Config
+from trio_batch import Config, HostBudget
 from trio_batch.testing import ScriptedFetch
 
 from .support import Api, auth, open_api
@@ -60,3 +62,31 @@ async def test_a_bad_concurrency_is_a_400_naming_the_limit(api: Api, value: obje
     assert "concurrency" == answer["field"]
     assert "from 1 to 8" in str(answer["error"])
     assert "--max-concurrency" in str(answer["hint"])
+
+
+async def test_a_target_waiting_for_its_host_says_so_and_stays_pending() -> None:
+    """Host budget 1: while a's target holds the host, b's pending target carries `waiting`;
+    once it ran, no more."""
+    fetch = ScriptedFetch()
+    gate = fetch.hold(A)
+    budget = HostBudget(concurrency=1)
+    scope: dict[str, Any] = {"budget": budget, "scope": lambda t: "a.example.test:443"}
+    async with open_api(
+        Config(ttl=3600, workers=2, jobs_per_caller=2), fetch=fetch, engine_kwargs=scope
+    ) as api:
+        await post(api, {"targets": [{"url": A}]})
+        _, second = await post(api, {"targets": [{"url": A + "2"}]})
+        await trio.testing.wait_all_tasks_blocked()
+        waiting = (await api.get(f"/v1/batch/{second['id']}", results="true")).json()
+        one = (await api.get(f"/v1/batch/{second['id']}/0")).json()
+        gate.set()
+        with api.engine.watch(str(second["id"])) as watch:
+            while (job := await api.engine.job(str(second["id"]))) and job.status.live:
+                await watch.wait()
+        after = (await api.get(f"/v1/batch/{second['id']}", results="true")).json()
+
+    target = waiting["targets"][0]
+    assert "pending" == target["status"]
+    assert {"reason": "host_busy", "until": None} == target["waiting"]
+    assert target["waiting"] == one["waiting"]
+    assert "waiting" not in after["targets"][0]

@@ -10,7 +10,18 @@ followers wake on (``_watch``). Other rooms import these names from here (or fro
 from __future__ import annotations
 
 from ._batch_engine import BatchEngine as BatchEngine, open_engine as open_engine
-from ._live import EngineStatistics as EngineStatistics, FetchFunc as FetchFunc
+from ._live import (
+    EngineStatistics as EngineStatistics,
+    FetchFunc as FetchFunc,
+    WaitingTarget as WaitingTarget,
+)
 from ._watch import JobWatch as JobWatch
 
-__all__ = ["BatchEngine", "EngineStatistics", "FetchFunc", "JobWatch", "open_engine"]
+__all__ = [
+    "BatchEngine",
+    "EngineStatistics",
+    "FetchFunc",
+    "JobWatch",
+    "WaitingTarget",
+    "open_engine",
+]

@@ -58,7 +58,15 @@ from ..stores._protocol import (
 )
 from ._ahead import ClaimAhead
 from ._groups import drain_in_groups
-from ._live import EngineStatistics, Fetched, FetchFunc, LiveJob, live_job_of, resumed_live_jobs
+from ._live import (
+    EngineStatistics,
+    Fetched,
+    FetchFunc,
+    LiveJob,
+    WaitingTarget,
+    live_job_of,
+    resumed_live_jobs,
+)
 from ._retry import failed_targets
 from ._rotation import Rotation, ScopeFunc, Turn
 from ._storing import store_outcomes
@@ -401,6 +409,22 @@ class BatchEngine(metaclass=NoPublicConstructor):
     def config(self) -> Config:
         """The engine's settings, as given to :func:`open_engine` (read-only)."""
         return self._config
+
+    def waiting(self, job_id: str) -> WaitingTarget | None:
+        """The job's next target if it waits for its host's budget now, else None.
+
+        That target is ``pending``; ``until`` is when its host may take it (Unix seconds; None
+        when it waits for a slot to free). Never blocks; reads nothing from the store.
+        """
+        waits = self._rotation.waits.get(job_id)
+        live = self._live.get(job_id)
+        if waits is None or live is None or not live.queued:
+            return None
+        until = None
+        if waits.until is not None:
+            until = self._wall() + max(0.0, waits.until - trio.current_time())
+        idx = live.again[0] if live.again else live.next_idx
+        return WaitingTarget(idx, waits.reason, until)
 
     def statistics(self) -> EngineStatistics:
         """Counters for debugging and metrics; never blocks."""

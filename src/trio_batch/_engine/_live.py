@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import final
+from typing import NamedTuple, final
 
 from .._model import Caller, Result, Target
 from ..stores._protocol import Claim, Outcome, ResumedJob
@@ -33,6 +33,19 @@ class EngineStatistics:
     again (None while writes work): what ``/healthz`` reads to see the engine's own writes."""
     store_error_at: float | None = None
     """When (``trio.current_time()``) that write failed; None with ``store_error``."""
+
+
+class WaitingTarget(NamedTuple):
+    """A job's next target waiting for its host (:meth:`BatchEngine.waiting`).
+
+    ``reason`` is ``host_busy`` (its host has no free slot, or its spacing), ``backoff`` (the
+    host answered 429/503) or ``crawl_delay``; ``until`` is Unix seconds, or None while the
+    target waits for a slot to free.
+    """
+
+    idx: int
+    reason: str
+    until: float | None
 
 
 class LiveJob:

@@ -312,7 +312,7 @@ async def _get_target(ctx: Ctx, request: Request) -> Response:
             f"the job has no target {idx}",
             f"targets are numbered from 0 to {job.targets_total - 1}",
         )
-    return JSONResponse(render.target(found[0]))
+    return JSONResponse(render.target(found[0], ctx.engine.waiting(job.id)))
 
 
 async def _cancel(ctx: Ctx, request: Request) -> Response:

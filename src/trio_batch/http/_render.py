@@ -8,27 +8,36 @@ from __future__ import annotations
 
 import dataclasses
 
-from .._engine import EngineStatistics
+from .._engine import EngineStatistics, WaitingTarget
 from .._model import (
     Job,
     JSONValue,
     Result,
     Submitted,
+    TargetState,
     TargetStatus,
     target_json,
 )
 from ..stores import JobSummary
 
 
-def target(t: TargetStatus) -> dict[str, JSONValue]:
-    """One target with its options and times, between ``hint`` and ``result``."""
+def target(t: TargetStatus, waiting: WaitingTarget | None = None) -> dict[str, JSONValue]:
+    """One target with its options and times, between ``hint`` and ``result``.
+
+    A pending target that waits for its host's budget (``waiting``, the job's) carries
+    ``waiting``: its ``reason`` and ``until`` (Unix seconds, or null).
+    """
     line = target_json(t)
     result = line.pop("result")
+    wait: dict[str, JSONValue] = {}
+    if waiting is not None and waiting.idx == t.idx and t.status is TargetState.PENDING:
+        wait["waiting"] = {"reason": waiting.reason, "until": waiting.until}
     return {
         **line,
         "options": t.options.to_json(),
         "started_at": t.started_at,
         "finished_at": t.finished_at,
+        **wait,
         "result": result,
     }
 

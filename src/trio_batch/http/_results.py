@@ -78,7 +78,8 @@ async def with_targets(
         await write(head)
         page, sent = first, 0
         while page:
-            encoded = b",".join(json_bytes(render.target(t)) for t in page)
+            waiting = ctx.engine.waiting(job_id)
+            encoded = b",".join(json_bytes(render.target(t, waiting)) for t in page)
             await write(b"," + encoded if sent else encoded)
             sent += len(page)
             if sent >= count:

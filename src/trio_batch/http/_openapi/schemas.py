@@ -177,6 +177,18 @@ SCHEMAS: dict[str, JSONValue] = {
             "options": ref("Options"),
             "started_at": {"type": ["number", "null"], "description": "When its last run began."},
             "finished_at": {"type": ["number", "null"], "description": "When it was stored."},
+            "waiting": {
+                "type": "object",
+                "description": "Present on a pending target that waits for its host's budget "
+                "(docs/politeness.md): why, and until when (Unix seconds; null while it waits "
+                "for a slot to free). Waiting is not failing.",
+                "required": ["reason", "until"],
+                "properties": {
+                    "reason": {"type": "string", "enum": ["host_busy", "backoff", "crawl_delay"]},
+                    "until": {"type": ["number", "null"]},
+                },
+                "additionalProperties": False,
+            },
             "result": {"anyOf": [ref("Result"), {"type": "null"}]},
         },
         "additionalProperties": False,
