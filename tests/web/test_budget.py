@@ -7,6 +7,7 @@ own. Lower bounds only: a loaded machine can make things slower, never faster.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import httpx
@@ -14,7 +15,7 @@ import pytest
 import trio
 
 from tests.support import Recorder
-from tests.web.support import CALLER, LOOPBACK, TEXT, mock_transport
+from tests.web.support import CALLER, LOOPBACK, TEXT, LocalServer, Reply, mock_transport
 from trio_batch import (
     Caller,
     Config,
@@ -119,3 +120,46 @@ def test_the_scope_is_the_host_and_port_a_refused_url_has_none() -> None:
     assert "127.0.0.1:8" == fetch.scope(Target("http://127.0.0.1:8/x"))
     assert "example.com:443" == fetch.scope(Target("https://EXAMPLE.com/x"))
     assert fetch.scope(Target("ftp://example.com/")) is None
+
+
+class ArrivalsServer(LocalServer):
+    """The local site, recording when each request arrived (Trio's clock)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrivals: list[float] = []
+
+    def _reply(self, target: str) -> Reply:
+        self.arrivals.append(trio.current_time())
+        return super()._reply(target)
+
+
+async def test_five_callers_on_a_real_socket_keep_the_spacing(nursery: trio.Nursery) -> None:
+    """A site on a real socket, one request at a time and 0.2 s apart: five callers' jobs
+    arrive spaced, all done, whatever the workers (real clock: lower bounds only)."""
+    site = ArrivalsServer()
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, site.handle, 0, host="127.0.0.1")
+    )
+    site.port = listeners[0].socket.getsockname()[1]
+    for i in range(2):
+        site.route(f"/p{i}", Reply(body=b"page", headers=TEXT))
+    budget = HostBudget(concurrency=1, interval=0.2)
+    rec = Recorder()
+    config = Config(workers=8, max_workers=8, jobs_per_caller=1, jobs_total=8, hooks=rec.hooks())
+    async with (
+        WebFetcher(allow=LOOPBACK, budget=budget) as fetch,
+        open_engine(MemoryStore(), fetch, config, budget=budget, scope=fetch.scope) as engine,
+    ):
+        subs = [
+            await engine.submit(
+                Caller(f"c{c}"), "fleet", [Target(site.url(f"/p{i}")) for i in range(2)]
+            )
+            for c in range(5)
+        ]
+        with trio.fail_after(30):
+            await rec.wait_terminal(5)
+        snaps = [await engine.status(s.id) for s in subs]
+    assert 10 == len(site.arrivals)
+    assert all(b - a >= 0.19 for a, b in itertools.pairwise(site.arrivals))
+    assert all(s is not None and s.job.status.value == "done" for s in snaps)
