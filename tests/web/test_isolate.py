@@ -265,14 +265,14 @@ async def _fails(fetch: WebFetcher, caller: Caller, target: Target) -> None:
 
 @pytest.mark.parametrize(
     ("settings", "options", "expected"),
-    [({}, Options(), 2), ({"shape_warm": False}, Options(), 0), ({}, Options(mode="raw"), 0)],
+    [({}, Options(), 1), ({"shape_warm": False}, Options(), 0), ({}, Options(mode="raw"), 0)],
 )
-def test_the_first_fetch_that_may_shape_starts_every_worker(
+def test_the_first_fetch_that_may_shape_starts_a_worker(
     settings: dict[str, object], options: Options, expected: int
 ) -> None:
-    """A worker takes 0.3-2 s to start, so both start beside the first download that may need
-    one (here a text page, shaped in a thread): the next pages find them running. A fetch
-    that cannot need one (mode=raw), or ``shape_warm=False``, starts none."""
+    """A worker takes 0.3-2 s to start, so one starts beside the first download that may need
+    it (here a text page, shaped in a thread): the next page finds it running. A fetch that
+    cannot need one (mode=raw), or ``shape_warm=False``, starts none."""
 
     async def main() -> int:
         async with fetcher(shape_workers=2, **settings) as fetch:

@@ -142,15 +142,15 @@ class WebFetcher:
         shape_workers: worker processes that shape bodies (jq, grep, HTML, PDF, long
             ``question``s), so at most this many at once. A caller alone may use them all;
             while callers wait, each worker that comes free goes to the waiting caller that
-            holds fewest, so a caller waits for one shaping job at most. They start with the
-            first fetch that may need one (``shape_warm``), not when a body is in hand.
+            holds fewest, so a caller waits for one shaping job at most. The first starts with
+            the first fetch that may need one (``shape_warm``), not when a body is in hand.
         shape_cpu_seconds: CPU seconds one target's shaping may use (and twice that plus 5 s
             of wall time); over it, the worker is killed and the target fails (422).
         shape_memory: bytes of address space of each shaping worker (at least 256 MiB); a
             target that needs more fails (422).
-        shape_warm: start every shaping worker when the first fetch that may need one
-            begins, beside its download (a worker takes 0.3-2 s to start); False: each starts
-            when a body first needs it.
+        shape_warm: start a shaping worker when the first fetch that may need one begins,
+            beside its download (a worker takes 0.3-2 s to start); False: each starts when a
+            body first needs it.
         budget: the host budget every request of this fetcher takes (a target's first request
             runs in the slot the engine took for it, see :meth:`scope`); None: no budget.
 
@@ -437,10 +437,10 @@ class WebFetcher:
     async def _warming(
         self, client: httpx.AsyncClient, caller: Caller, checked: Checked
     ) -> Download:
-        """The first download that may need a shaping worker, while the workers start.
+        """The first download that may need a shaping worker, while a worker starts.
 
-        The call waits for them (this call's body is shaped in one; a body that needs none
-        waits once), so nothing outlives it; a cancel kills the workers still starting.
+        The call waits for it (this call's body is shaped in it; a body that needs none waits
+        once), so nothing outlives the call; a cancel kills the worker still starting.
         """
         shaper = self._shaper
         assert shaper is not None  # set with the client

@@ -307,20 +307,16 @@ class Shaper:
         raise RuntimeError(f"shaping failed with {outcome.what}")
 
     async def warm(self) -> None:
-        """Start every worker process now, one job slot each, so the first jobs find them
+        """Start one worker process now, holding one job slot, so the first job finds it
         running: a worker takes 0.3-2 s to start (a Python interpreter and the shaping
-        imports), which a short run would otherwise wait for on its first page.
+        imports), which a short run would otherwise wait for after its first download. The
+        others start when jobs first need them, as before: starting them all at once slowed
+        each (two starts and the service on two cores put the first line later, not earlier).
 
-        A job that comes meanwhile waits for the first worker to be ready (no extra process
-        starts).
+        A job that comes meanwhile waits for the worker to be ready, or takes another slot.
 
         Cancellation: a worker still starting is killed (trio-parallel's ``kill_on_cancel``).
         """
-        async with trio.open_nursery() as nursery:
-            for _ in range(self._limits.workers):
-                nursery.start_soon(self._warm_one)
-
-    async def _warm_one(self) -> None:
         async with self._workers.slot(_WARM_CALLER):
             try:
                 await self._context.run_sync(_ready, kill_on_cancel=True, limiter=self._unlimited)
