@@ -111,6 +111,7 @@ async def _open_fetcher(
     fetcher = WebFetcher(
         store=store,
         budget=budget,
+        robots=settings.robots,
         allow=_networks(settings),
         restricted=restricted,
         pool_size=settings.effective_fetch_slots,

@@ -437,6 +437,15 @@ class Settings:
             "SECONDS",
         ),
     )
+    robots: bool = field(
+        default=False,
+        metadata=_about(
+            _bool,
+            "obey each site's robots.txt (RFC 9309): a disallowed URL fails without a request, "
+            "a Crawl-delay spaces the host's requests (up to 60 s) (default {default})",
+            "BOOL",
+        ),
+    )
     host_block_limit: float = field(
         default=300.0,
         metadata=_about(

@@ -59,6 +59,7 @@ from ._response import (
     hide_location,
     next_hop,
 )
+from ._robots import MAX_ROBOTS_BYTES, RobotsCache
 from ._shape import Body
 
 logger = logging.getLogger("trio_batch.web")
@@ -188,6 +189,7 @@ class WebFetcher:
         shape_memory: int = 2**30,
         shape_warm: bool = True,
         budget: HostBudget | None = None,
+        robots: bool = False,
     ) -> None:
         for name, value in (
             ("timeout", timeout),
@@ -225,6 +227,7 @@ class WebFetcher:
         self._max_retry_after = max_retry_after
         self._wall_clock = wall_clock
         self._budget = budget
+        self._robots = RobotsCache(self._robots_get) if robots else None
         self._scopes: dict[str, str | None] = {}
         self._pool = FairPool(pool_size, cap=per_caller)
         self._per_caller = per_caller
@@ -404,6 +407,7 @@ class WebFetcher:
         now = self._wall_clock()
         if cached is not None and cached.expires_at > now:
             return from_cache(cached, start=start, now=now, stale=None)
+        robots_meta = await self._obey_robots(target.url, checked)
         try:
             if self._warm and warms_up(options):
                 self._warm = False
@@ -429,6 +433,7 @@ class WebFetcher:
             "elapsed": round(trio.current_time() - start, 3),
             "redirects": download.redirects,
             "cached": False,
+            **robots_meta,
             **extra,
         }
         # Shaping in a thread ignores a cancel until it is done: honour it before caching.
@@ -520,6 +525,97 @@ class WebFetcher:
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
             PINS.reset(token)
+
+    async def _obey_robots(self, url: str, checked: Checked) -> dict[str, object]:
+        """Refuse a URL the site's robots.txt disallows (with ``robots=True``); space its host
+        by its ``Crawl-delay``. Returns what the result's ``meta`` says of a capped delay.
+
+        Raises:
+            TargetError: disallowed (403, quoting the rule), or the file stayed unreachable
+                past the host's block limit (503).
+            RetryLater: the file is unreachable for now: the host is backed off as for a 503.
+        """
+        if self._robots is None:
+            return {}
+        verdict = await self._robots.check(url)
+        if verdict.crawl_delay and self._budget is not None:
+            self._budget.set_crawl_delay(scope_of(checked), verdict.crawl_delay)
+        if verdict.unreachable:
+            limit = self._budget.block_limit if self._budget is not None else 300.0
+            if verdict.unreachable_for < limit:
+                raise RetryLater("the site's robots.txt could not be read")
+            raise TargetError(
+                f"the site's robots.txt could not be read for {verdict.unreachable_for:.0f} s "
+                "(a 5xx or no answer), which RFC 9309 reads as disallowing everything",
+                hint="try these targets again when the site is back",
+                status=503,
+            )
+        if not verdict.allowed:
+            raise TargetError(
+                f"robots.txt disallows this URL for trio-batch ({verdict.rule})",
+                hint="the site asks crawlers not to fetch this path: fetch a page it allows, "
+                "or ask its operator",
+                status=403,
+            )
+        if verdict.crawl_delay_capped:
+            return {
+                "crawl_delay": {"asked": verdict.crawl_delay_asked, "used": verdict.crawl_delay}
+            }
+        return {}
+
+    async def _robots_get(self, url: str) -> tuple[int, bytes]:
+        """GET a robots.txt through the guard and its host's budget (not the fetch pool):
+        the status and at most ``MAX_ROBOTS_BYTES + 1`` bytes, redirects followed."""
+        client = self._client
+        if client is None:
+            raise trio.ClosedResourceError("the WebFetcher is closed")
+        pins: dict[tuple[str, int], tuple[str, ...]] = {}
+        token = PINS.set(pins)
+        try:
+            current = check_url(url, self._allow)
+            with trio.fail_after(self._timeout):
+                for hop in range(self._max_redirects + 1):
+                    pins[(current.host, current.port)] = await self._addresses(current, hop)
+                    answer = await self._robots_hop(client, current, hop)
+                    if isinstance(answer, Checked):
+                        current = answer
+                        continue
+                    return answer
+            raise TargetError("robots.txt redirects too often", status=502)
+        finally:
+            PINS.reset(token)
+
+    async def _robots_hop(
+        self, client: httpx.AsyncClient, current: Checked, hop: int
+    ) -> tuple[int, bytes] | Checked:
+        """One request of :meth:`_robots_get`: its answer, or where it redirects."""
+        slot = await self._slot(current)
+        status = 0
+        try:
+            with map_transport_errors(port=current.port, timeout=self._timeout):
+                response = await client.send(client.build_request("GET", current.url), stream=True)
+                try:
+                    status = response.status_code
+                    location = response.headers.get(LOCATION)
+                    if status in REDIRECTS and location:
+                        return next_hop(
+                            current,
+                            location,
+                            hop,
+                            max_redirects=self._max_redirects,
+                            allow=self._allow,
+                        )
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_ROBOTS_BYTES:
+                            break
+                    return status, bytes(body)
+                finally:
+                    await response.aclose()
+        finally:
+            if slot is not None:
+                slot.release(rate_limited=status in BUSY_STATUSES)
 
     async def _slot(self, current: Checked) -> HostSlot | None:
         """A slot of the hop's host in the budget, unless the engine holds one for it already.
