@@ -31,6 +31,9 @@ class Hooks:
     retry: Callable[[float], None] | None = None
     evicted: Callable[[int], None] | None = None
     claimed: Callable[[int, int], None] | None = None
+    waited: Callable[[str], None] | None = None
+    """Called with the reason (``host_busy``, ``backoff``, ``crawl_delay``) each time the
+    rotation passes a job over because its next target's host is at its budget."""
 
 
 @final

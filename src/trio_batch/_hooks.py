@@ -29,6 +29,7 @@ class SafeHooks:
         "job_seconds",
         "retry",
         "target",
+        "waited",
     )
 
     def __init__(self, hooks: Hooks, log: logging.Logger) -> None:
@@ -41,6 +42,7 @@ class SafeHooks:
         self.retry = self._guard("retry", hooks.retry)
         self.evicted = self._guard("evicted", hooks.evicted)
         self.claimed = self._guard("claimed", hooks.claimed)
+        self.waited = self._guard("waited", hooks.waited)
 
     def _guard(self, name: str, fn: Callable[P, None] | None) -> Callable[P, None] | None:
         if fn is None:

@@ -45,11 +45,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
+from ._budget import HostBudget
 from ._config import Hooks
 from ._errors import TargetError, find_retry_later
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 __all__ = ["PrometheusMetrics", "target_status"]
 
@@ -64,6 +68,7 @@ _JOB_EVENTS = (
     "cancelled",
 )
 _DELIVERY_OUTCOMES = ("delivered", "retried", "given_up")
+_WAIT_REASONS = ("host_busy", "backoff", "crawl_delay")
 # Seconds: from a cached page (ms) to a slow batch (an hour).
 _JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
 _TARGET_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
@@ -150,6 +155,15 @@ class PrometheusMetrics:
         self.evictions = Counter(
             "trio_batch_evicted_jobs", "Finished jobs evicted for the byte cap", registry=r
         )
+        self.host_waits = Counter(
+            "trio_batch_host_waits",
+            "Jobs passed over because their next target's host was at its budget, by reason "
+            "(host_busy, backoff, crawl_delay); no label names a host",
+            ["reason"],
+            registry=r,
+        )
+        for reason in _WAIT_REASONS:
+            self.host_waits.labels(reason=reason)
         self.requests = Counter(
             "trio_batch_http_requests",
             "HTTP requests by method, route template and status",
@@ -175,7 +189,13 @@ class PrometheusMetrics:
             retry=self._retry,
             evicted=self.evictions.inc,
             claimed=self._claimed,
+            waited=self._waited,
         )
+
+    def watch_budget(self, budget: HostBudget) -> None:
+        """Export ``budget``'s counts: rate-limit events (429/503 answers that pushed a host
+        back, once per event) and ``Retry-After`` answers capped. Call once per budget."""
+        self.registry.register(_BudgetCollector(budget))
 
     def observe_delivery(self, outcome: str) -> None:
         """Count one webhook delivery attempt: ``delivered``, ``retried`` or ``given_up``."""
@@ -209,5 +229,30 @@ class PrometheusMetrics:
         if taken_over:
             self.claims.labels(kind="taken_over").inc(taken_over)
 
+    def _waited(self, reason: str) -> None:
+        self.host_waits.labels(reason=reason if reason in _WAIT_REASONS else "other").inc()
+
     def _retry(self, wait: float) -> None:
         self.retries.inc()
+
+
+@final
+class _BudgetCollector:
+    """A host budget's counts, read at each scrape (the budget counts; nothing is copied)."""
+
+    def __init__(self, budget: HostBudget) -> None:
+        self._budget = budget
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily
+
+        yield CounterMetricFamily(
+            "trio_batch_host_backoffs",
+            "Rate-limit events (429/503) that pushed a host back, once per event",
+            value=self._budget.backoffs,
+        )
+        yield CounterMetricFamily(
+            "trio_batch_host_retry_after_capped",
+            "Retry-After answers longer than the budget's max_backoff (capped)",
+            value=self._budget.capped_retry_after,
+        )

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
-from trio_batch import RetryLater, TargetError
+import trio
+import trio.testing
+
+from trio_batch import (
+    Caller,
+    Config,
+    HostBudget,
+    HostSlot,
+    Result,
+    RetryLater,
+    Target,
+    TargetError,
+    open_engine,
+)
 from trio_batch.metrics import PrometheusMetrics, target_status
+from trio_batch.stores import MemoryStore
 
 
 def _value(metrics: PrometheusMetrics, name: str, **labels: str) -> float:
@@ -77,3 +91,40 @@ class TestPrometheusMetrics:
             )
             == 0
         )
+
+
+class TestPolitenessMetrics:
+    async def test_host_waits_and_backoffs_are_counted_without_a_host_label(
+        self, autojump_clock: object
+    ) -> None:
+        """A job passed over for a busy host counts a wait by reason; a 429 event counts a
+        backoff (once per event) and a capped Retry-After; no sample names a host."""
+        m = PrometheusMetrics()
+        budget = HostBudget(concurrency=1, max_backoff=10.0)
+        m.watch_budget(budget)
+        gate = trio.Event()
+
+        async def fetch(caller: Caller, target: Target) -> Result:
+            await gate.wait()
+            return Result("ok")
+
+        config = Config(workers=2, max_workers=2, jobs_per_caller=2, hooks=m.hooks())
+        async with open_engine(
+            MemoryStore(), fetch, config, budget=budget, scope=lambda t: "one-host"
+        ) as engine:
+            await engine.submit(Caller("a"), "fleet", [Target("https://h.test/1")])
+            await engine.submit(Caller("a"), "fleet", [Target("https://h.test/2")])
+            await trio.testing.wait_all_tasks_blocked()
+            waits = _value(m, "trio_batch_host_waits_total", reason="host_busy")
+            gate.set()
+        slot = budget.try_start("second-host")
+        assert isinstance(slot, HostSlot)
+        slot.release(rate_limited=True, retry_after=3600.0)
+        text = m.render()[0].decode()
+
+        assert waits >= 1
+        assert 1 == _value(m, "trio_batch_host_backoffs_total")
+        assert 1 == _value(m, "trio_batch_host_retry_after_capped_total")
+        assert "h.test" not in text
+        assert "one-host" not in text
+        assert "second-host" not in text

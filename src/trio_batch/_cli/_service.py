@@ -180,6 +180,7 @@ async def run_service(
                     _open_fetcher(settings, store, keys)
                 )
                 fetch = web
+                metrics.watch_budget(politeness["budget"])
                 if precheck is None:
                     precheck = _web_precheck(settings)
             async with (

@@ -121,7 +121,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._workers = config.effective_workers
         self._live: dict[str, LiveJob] = {}
         # A job is in the rotation at most once, so it holds at most jobs_total jobs.
-        self._rotation = Rotation(budget, scope, self._dropped, config.retry_for)
+        self._rotation = Rotation(
+            budget, scope, self._dropped, config.retry_for, waited=self._waited
+        )
         # Outcomes in the order their fetches ended; bounded like the rotation (one a job).
         self._fetched_send, self._fetched_recv = trio.open_memory_channel[Fetched](math.inf)
         self._inflight = 0
@@ -803,6 +805,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 self._store_error("release_claim", live.id, exc)
         if self._live.pop(live.id, None) is not None:
             self._report_depth()
+
+    def _waited(self, reason: str) -> None:
+        if (hook := self._hooks.waited) is not None:
+            hook(reason)
 
     def _dropped(self, live: LiveJob) -> None:
         """A cancelled job left the rotation; a fleet's claim on it goes back at once."""

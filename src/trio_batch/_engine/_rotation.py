@@ -52,10 +52,12 @@ class Rotation:
         scope: ScopeFunc | None,
         dropped: Callable[[LiveJob], None],
         retry_for: float = math.inf,
+        waited: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self._budget = budget if scope is not None else None
         self._dropped = dropped  # a cancelled job leaves the rotation: a fleet's claim goes back
         self._retry_for = retry_for
+        self._waited = waited  # each pass-over, with its reason (metrics)
         self._scope = scope
         self._turns = itertools.count()
         self._ready: list[tuple[int, LiveJob]] = []  # a heap by turn
@@ -145,6 +147,7 @@ class Rotation:
             self.waits.pop(live.id, None)
             return Turn(live, None, got)
         self.waits[live.id] = got
+        self._waited(got.reason)
         live.queued = True
         parked = self._parked.setdefault(scope, [])
         parked.append((turn, live))
