@@ -21,7 +21,7 @@ def shape(body: bytes, *, url: str, content_type: str, options: Options) -> Resu
 
     It is synchronous and pure: CPU work in the caller's thread and process, **without** the
     limits that the fetcher puts around it (the fetcher runs this same code in worker processes
-    with CPU time, wall time and memory limits, since ``jq``, ``grep``, ``html.parser`` and
+    with CPU time, wall time and memory limits, since ``jq``, ``grep``, the HTML parser and
     pypdf can take without bound on hostile input). Call it on bodies you trust, or run it in a
     process you can kill (``trio_parallel.run_sync(functools.partial(shape, ...))``).
 

@@ -315,10 +315,9 @@ class _Converter:
 
     # -- parser callbacks ---------------------------------------------------------------------
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    def handle_starttag(self, tag: str, attributes: dict[str, str | None]) -> None:
         """Steps every tag takes (the title, dropped subtrees, a table cell that turns out to
         hold a layout block), then what this tag does: its handler in ``_starts``."""
-        attributes = dict(attrs)
         if tag == "title":
             self._in_title = True
             return
@@ -741,7 +740,7 @@ def _walk(converter: _Converter, top: LexborNode) -> None:
             data(node.text_content or "")
         elif tag is not None and tag not in _SKIPPED:
             dropping = bool(drops)
-            start(tag, list(node.attributes.items()))
+            start(tag, node.attributes)
             if tag in VOID:
                 pass
             elif not dropping and drops and tag != "head":

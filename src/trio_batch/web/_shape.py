@@ -1,7 +1,7 @@
 """Turning a response body into the content an agent asked for (SPEC §6 options).
 
 Pure functions over bytes. :func:`shape_body` runs user code (jq, grep) and parsers with
-superlinear worst cases (``html.parser``, pypdf) on untrusted input, so the fetcher runs it in a
+superlinear worst cases (HTML5 tree building, pypdf) on untrusted input, so the fetcher runs it in a
 worker process with CPU and memory limits (``_isolate``); only work that is cheap and bounded
 whatever the input runs in a thread of the service. Every failure is a ``TargetError`` that
 says what was wrong and what to ask for instead.
