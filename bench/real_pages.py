@@ -68,7 +68,7 @@ PREVIOUS = "d55ab8b"
 """The last commit whose extractor ran on ``html.parser`` (before issue 28)."""
 MODES = ("raw", "text", "markdown")
 _WORD = re.compile(r"[^\W_]+")
-_LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
+_LINK_TARGET = re.compile(r"\]\((?:[^()]|\([^()]*\))*\)")
 
 
 def cache_dir() -> Path:
