@@ -150,6 +150,40 @@ class TestBusy:
 
         assert 2 == in_flight == started
 
+    async def test_a_caller_alone_uses_the_whole_pool(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """Without per_caller, one caller's fetches fill every slot while no one else waits
+        (a fixed share left slots idle); a second caller waiting for a slot gets the first one
+        that comes back, before the first caller's own waiting fetch."""
+        gates = {f"/{i}": trio.Event() for i in range(5)}
+        order: list[str] = []
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            order.append(request.url.path)
+            await gates.setdefault(request.url.path, trio.Event()).wait()
+            return httpx.Response(200, text="ok", headers={"content-type": "text/plain"})
+
+        async with (
+            mock_fetcher(handler, pool_size=3, slot_wait=60.0, shape_warm=False) as fetch,
+            trio.open_nursery() as nursery,
+        ):
+            for i in range(4):
+                nursery.start_soon(fetch, Caller("a"), Target(f"{SITE}/{i}"))
+                await trio.testing.wait_all_tasks_blocked()
+            alone = fetch.statistics()
+            nursery.start_soon(fetch, Caller("b"), Target(f"{SITE}/b"))
+            await trio.testing.wait_all_tasks_blocked()
+            gates[order[0]].set()
+            await trio.testing.wait_all_tasks_blocked()
+            after_one = order[3:]
+            for gate in gates.values():
+                gate.set()
+            gates["/b"].set()
+
+        assert (3, 1, 3) == (alone.in_flight, alone.waiting, alone.pool_size)
+        assert ["/b"] == after_one
+
 
 class TestLimits:
     async def test_declared_size_over_the_cap(self, server: LocalServer) -> None:
