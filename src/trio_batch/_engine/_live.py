@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, final
+from typing import final
 
 from .._model import Caller, Result, Target
 from ..stores._protocol import Claim, Outcome, ResumedJob
@@ -35,7 +35,9 @@ class EngineStatistics:
     """When (``trio.current_time()``) that write failed; None with ``store_error``."""
 
 
-class WaitingTarget(NamedTuple):
+@final
+@dataclass(frozen=True, slots=True)
+class WaitingTarget:
     """A job's next target waiting for its host (:meth:`BatchEngine.waiting`).
 
     ``reason`` is ``host_busy`` (its host has no free slot, or its spacing), ``backoff`` (the
