@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batch import Config, HostBudget
+from trio_batch import Caller, Config, HostBudget, Result, Target
 from trio_batch.testing import ScriptedFetch
 
 from .support import Api, auth, open_api
@@ -90,3 +90,26 @@ async def test_a_target_waiting_for_its_host_says_so_and_stays_pending() -> None
     assert {"reason": "host_busy", "until": None} == target["waiting"]
     assert target["waiting"] == one["waiting"]
     assert "waiting" not in after["targets"][0]
+
+
+async def test_a_refused_submit_waits_for_the_work_ahead(autojump_clock: object) -> None:
+    """The caller's one live job has 9 targets of 10 s to start and one in flight (the pace
+    known from the first one's 10 s): a second submit is refused with a Retry-After of the
+    work ahead, about 100 s, not the 5 s setting."""
+    done = trio.Event()
+    ended = 0
+
+    async def fetch(caller: Caller, target: Target) -> Result:
+        nonlocal ended
+        await trio.sleep(10)
+        ended += 1
+        if ended == 1:
+            done.set()
+        return Result("ok")
+
+    async with open_api(Config(ttl=3600, workers=2), fetch=fetch) as api:  # type: ignore[arg-type]
+        await post(api, {"targets": [{"url": f"{A}{i}"} for i in range(10)]})
+        await done.wait()
+        r = await api.client.post("/v1/batch", json={"targets": [{"url": B}]}, headers=auth())
+    assert 429 == r.status_code
+    assert 90 <= int(r.headers["retry-after"]) <= 100

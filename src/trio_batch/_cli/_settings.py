@@ -282,7 +282,8 @@ class Settings:
         default=5,
         metadata=_about(
             _whole(1, 3600),
-            "the Retry-After seconds sent with 429 and 503 (default {default})",
+            "the least Retry-After seconds sent with 429 and 503; a refused submit's is computed "
+            "from the work ahead of it (default {default})",
             "SECONDS",
         ),
     )

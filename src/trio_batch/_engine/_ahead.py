@@ -41,6 +41,11 @@ class ClaimAhead:
         else:
             self._fetch += _WEIGHT * (seconds - self._fetch)
 
+    @property
+    def fetch_seconds(self) -> float | None:
+        """The running mean of a fetch's seconds (None until one has ended)."""
+        return self._fetch
+
     def turns(self, workers: int) -> int:
         """Turns to hold claimed beyond the idle workers of an instance of ``workers``."""
         if self._fetch is None or self._claim <= 0.0:

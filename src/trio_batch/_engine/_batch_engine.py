@@ -412,6 +412,29 @@ class BatchEngine(metaclass=NoPublicConstructor):
         """The engine's settings, as given to :func:`open_engine` (read-only)."""
         return self._config
 
+    def work_ahead(self, caller: str | None = None) -> float | None:
+        """Seconds until a live job (of ``caller``, or any) may end, from the fetches' pace.
+
+        What a refused submit's ``Retry-After`` is computed from: each job's targets left,
+        over its share of the workers (live jobs per worker, its ``concurrency``), at the
+        running mean of a fetch. None when there is no estimate (no fetch has ended yet, no
+        such job here, or a fleet, whose other instances' jobs this one does not know).
+        """
+        seconds = self._ahead.fetch_seconds
+        if self._fleet or seconds is None:
+            return None
+        jobs = [j for j in self._live.values() if caller is None or j.caller.name == caller]
+        if not jobs:
+            return None
+        share = max(1.0, len(self._live) / self._workers)
+        return min(
+            (len(j.targets) - j.next_idx + len(j.again) + j.in_flight)
+            * seconds
+            * share
+            / j.concurrency
+            for j in jobs
+        )
+
     def waiting(self, job_id: str) -> WaitingTarget | None:
         """The job's next target if it waits for its host's budget now, else None.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Protocol, TypeVar
@@ -22,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._engine import BatchEngine, FetchFunc
-from .._errors import NotRetryable, SubmitError, TargetError, classify_failure
+from .._errors import CallerBusy, NotRetryable, SubmitError, TargetError, classify_failure
 from .._model import Job, JobStatus, JSONValue, Submitted
 from ..metrics import PrometheusMetrics
 from ..stores import JobSummary
@@ -254,10 +255,23 @@ async def _submit(ctx: Ctx, request: Request) -> Response:
             exc,
             count=len(targets),
             limits=ctx.engine.config,
-            retry_after_seconds=ctx.retry_after,
+            retry_after_seconds=_retry_after(ctx, exc, record.caller().name),
         ) from None
 
     return await _answer_submitted(ctx, store, sub)
+
+
+MAX_RETRY_AFTER = 3600
+"""A computed ``Retry-After`` is at most an hour: past that, asking again costs little."""
+
+
+def _retry_after(ctx: Ctx, exc: SubmitError, caller: str) -> int:
+    """A refused submit's ``Retry-After``: the work ahead of it (the caller's own live jobs
+    for ``CallerBusy``, every one for ``Busy``), at least the ``retry_after`` setting."""
+    ahead = ctx.engine.work_ahead(caller if isinstance(exc, CallerBusy) else None)
+    if ahead is None:
+        return ctx.retry_after
+    return max(ctx.retry_after, min(MAX_RETRY_AFTER, math.ceil(ahead)))
 
 
 async def _answer_submitted(
