@@ -56,6 +56,7 @@ from ._harness import (
 )
 from .fleet import FLEET_FULL, FLEET_QUICK, FLEET_TINY, FleetSettings, run_fleet
 from .followers import LABELS, measure
+from .politeness import run_politeness
 from .real_pages import run_pages
 from .report import figure_from_json, goals, render, report
 from .workloads import (
@@ -134,7 +135,7 @@ def versions() -> dict[str, str]:
 # -- the run --------------------------------------------------------------------------------------
 
 
-ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5", "W6", "FLEET", "PAGES"})
+ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5", "W6", "FLEET", "PAGES", "POLITE"})
 
 
 def run_w1_w2(
@@ -431,7 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument(
-        "--only", default="W1,W2,W3,W4,W5,W6,FLEET,PAGES", help="workloads, comma-separated"
+        "--only",
+        default="W1,W2,W3,W4,W5,W6,FLEET,PAGES,POLITE",
+        help="workloads, comma-separated",
     )
     parser.add_argument(
         "--render",
@@ -458,8 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trio-batch-bench-") as workdir:
         only = frozenset(w.strip().upper() for w in args.only.split(",") if w.strip())
         if not only <= ALL_WORKLOADS:
-            parser.error(f"--only takes W1 ... W6, FLEET and PAGES (got {args.only!r})")
+            parser.error(f"--only takes W1 ... W6, FLEET, PAGES and POLITE (got {args.only!r})")
         figures = run_all(s, kinds, workdir, args.pg, only, fleet)
+    if "POLITE" in only:  # host budgets on the real clock (bench/politeness.py)
+        figures += run_politeness(1 if mode != "full" else 3)
     if "PAGES" in only:  # real pages through the CLI (bench/real_pages.py)
         pages, pages_notes = run_pages(mode)
         figures += pages

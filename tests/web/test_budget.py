@@ -63,7 +63,7 @@ async def test_fetch_one_calls_share_the_budget() -> None:
         for i in range(4):
             nursery.start_soon(fetch.fetch_one, CALLER, Target(f"http://127.0.0.1:8/p{i}"))
     assert 1 == host.most
-    assert all(b - a >= 0.1 for a, b in itertools.pairwise(host.starts))
+    assert all(b - a >= 0.1 - 0.005 for a, b in itertools.pairwise(host.starts))  # float
 
 
 async def test_a_429_holds_back_the_requests_of_other_doors() -> None:
