@@ -210,7 +210,12 @@ class Settings:
     )
     workers: int = field(
         default=2,
-        metadata=_about(_whole(1, 256), "worker tasks draining jobs (default {default})", "N"),
+        metadata=_about(
+            _whole(1, 256),
+            "worker tasks draining jobs, so fetches at once; raise it past 2 where the hosts' "
+            "budgets allow: each host still gets at most --host-concurrency (default {default})",
+            "N",
+        ),
     )
     allow_net: tuple[str, ...] = field(
         default=(),
