@@ -423,3 +423,32 @@ class TestEvents:
 
         assert all(["0", "1", "2", "end"] == [e[0] for e in events(b)] for b in bodies)
         assert reads - before <= 3
+
+
+class TestConcurrentJobs:
+    async def test_a_later_target_ending_first_waits_for_the_earlier_one(self) -> None:
+        """concurrency 2: B ends before A; the followers (NDJSON and SSE) still read A, then B,
+        then C, none skipped (before, B's index moved the follower past A)."""
+        async with open_api(Config(ttl=3600, workers=2)) as api:
+            gate_a, gate_b = api.fetch.hold(A), api.fetch.hold(B)
+            r = await api.client.post(
+                "/v1/batch",
+                json={"targets": [{"url": A}, {"url": B}, {"url": C}], "concurrency": 2},
+                headers=auth(),
+            )
+            job = r.json()["id"]
+            async with (
+                open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE, follow=1) as ndjson,
+                open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as sse,
+            ):
+                await trio.testing.wait_all_tasks_blocked()
+                gate_b.set()
+                await trio.testing.wait_all_tasks_blocked()
+                nothing_yet = (lines(ndjson.body), events(sse.body))
+                gate_a.set()
+                await ndjson.read_all()
+                await sse.read_all()
+
+        assert ([], []) == nothing_yet
+        assert [0, 1, 2] == [x["idx"] for x in lines(ndjson.body)]
+        assert ["0", "1", "2", "end"] == [e[0] for e in events(sse.body)]

@@ -10,6 +10,7 @@ and is never printed.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -202,6 +203,8 @@ async def run_remote(
     return EXIT_FAILED if failed else EXIT_OK
 
 
+_ENDED = (TargetState.DONE, TargetState.FAILED)
+
 LOCAL_POLL_SECONDS = 0.5
 """How often ``results --follow --db`` reads the file: another process's engine writes it, so
 nothing can wake this one (the server's ``follow`` wakes on its engine instead)."""
@@ -223,12 +226,14 @@ async def follow_local(db: str, job_id: str, state: str | None, out: Callable[[s
             job = await store.read_job(job_id)
             if job is None:
                 return False
-            while wanted:
-                found = await store.read_targets(job_id, after, 500, wanted)
-                for target in found:
-                    out(dump_line(target_line(target.idx, target)))
+            while wanted:  # a target once it and every one before it ended (concurrency)
+                found = await store.read_targets(job_id, after, 500, None)
+                ended = list(itertools.takewhile(lambda t: t.status in _ENDED, found))
+                for target in ended:
+                    if target.status in wanted:
+                        out(dump_line(target_line(target.idx, target)))
                     after = target.idx
-                if len(found) < 500:
+                if len(ended) < 500:
                     break
             if not job.status.live:
                 return True

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -179,6 +180,22 @@ async def _read_targets(
     return await _read(ctx, read)
 
 
+async def finished_in_order(
+    ctx: Ctx, job_id: str, after: int, wanted: Sequence[TargetState], *, results: bool
+) -> tuple[list[TargetStatus], int, bool]:
+    """The ``wanted`` targets after ``after`` that have ended with every target before them.
+
+    A job of more ``concurrency`` may end target 3 before target 2: 3 is emitted once 2 has
+    ended, so a follower reads input order and an index to resume after never skips one. One
+    read of a chunk of targets in every state. Returns the targets, the index to read after
+    next time, and whether more may follow now (a whole chunk had ended).
+    """
+    found = await _read_targets(ctx, job_id, after, None, results=results)
+    ended = list(itertools.takewhile(lambda t: t.status in _FINISHED, found))
+    last = ended[-1].idx if ended else after
+    return [t for t in ended if t.status in wanted], last, len(ended) == CHUNK
+
+
 async def _owned_job(ctx: Ctx, request: Request, caller: str) -> Job:
     """The job in the path if it is ``caller``'s (else 404), its lease moved in the background."""
     job_id: str = request.path_params["id"]
@@ -239,10 +256,10 @@ async def follow_targets(
     """Emit each target after ``after`` once it is done or failed, in input order, until the job
     is terminal; return the job as it ended (None if it was swept meanwhile).
 
-    A job's targets end in input order (one at a time), so the finished ones are the first ones:
-    reading the finished targets after the last one emitted never skips one. Each change costs
-    one store call: the job's row, and the new targets only when its status or its count of
-    finished targets moved. Followers of the same job at the same place share that call and its
+    A target is emitted once it and every target before it have ended (:func:`finished_in_order`:
+    a job of more ``concurrency`` may end them out of order). Each change costs a store call:
+    the job's row, and the new targets only when its status or its count of finished targets
+    moved. Followers of the same job at the same place share that call and its
     encoded bytes (``JobWatch.memo``), so 200 of them cost about one read a change. ``idle``
     runs after each ``ctx.keepalive`` seconds without a change. ``encode`` must depend on
     ``results`` and ``states`` only.
@@ -250,30 +267,29 @@ async def follow_targets(
     wanted = tuple(s for s in _FINISHED if states is None or s in states)
     seen: tuple[str, int] | None = None
 
-    async def step() -> tuple[Job | None, int, int, bytes]:
-        """The job, and the targets to emit: how many, the last one's index, their bytes."""
+    async def step() -> tuple[Job | None, bool, int, bytes]:
+        """The job; whether more may follow at once, the index to read after, the bytes."""
         job = await ctx.engine.job(job_id)
         if job is None or not wanted or (job.status.value, job.targets_done) == seen:
-            return job, 0, after, b""
-        found = await ctx.engine.targets(
-            job_id, after=after, limit=CHUNK, states=wanted, results=results
-        )
-        return job, len(found), found[-1].idx if found else after, encode(found)
+            return job, False, after, b""
+        found, last, more = await finished_in_order(ctx, job_id, after, wanted, results=results)
+        return job, more, last, encode(found) if found else b""
 
     with ctx.engine.watch(job_id) as watch:
         while True:
             key = (encode, results, wanted, after, seen)
-            job, n, last, data = await _shared(watch.memo, key, functools.partial(_read, ctx, step))
+            job, more, after, data = await _shared(
+                watch.memo, key, functools.partial(_read, ctx, step)
+            )
             if job is None:
                 return None
-            if n:
-                after = last
+            if data:
                 await emit(data)
-            while n == CHUNK:
-                found = await _read_targets(ctx, job_id, after, wanted, results=results)
-                n = len(found)
+            while more:
+                found, after, more = await finished_in_order(
+                    ctx, job_id, after, wanted, results=results
+                )
                 if found:
-                    after = found[-1].idx
                     await emit(encode(found))
             seen = (job.status.value, job.targets_done)
             if not job.status.live:
