@@ -44,7 +44,8 @@ class Caller:
 class Options:
     """Per-target options for the fetch function; the engine only stores and forwards them.
 
-    ``context=None`` means the fetcher's default (on when there is a question).
+    ``context=None`` means the fetcher's default (on when there is a question); so does
+    ``robots=None`` (the fetcher's ``robots`` setting: whether to obey the site's robots.txt).
     """
 
     mode: str = ""
@@ -54,11 +55,12 @@ class Options:
     jq: str = ""
     context: bool | None = None
     recover: bool = False
+    robots: bool | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "context":
+            if f.name in ("context", "robots"):
                 ok = value is None or isinstance(value, bool)
                 want = "a bool or None"
             elif f.name == "recover":

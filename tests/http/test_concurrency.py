@@ -113,3 +113,26 @@ async def test_a_refused_submit_waits_for_the_work_ahead(autojump_clock: object)
         r = await api.client.post("/v1/batch", json={"targets": [{"url": B}]}, headers=auth())
     assert 429 == r.status_code
     assert 90 <= int(r.headers["retry-after"]) <= 100
+
+
+async def test_robots_in_the_body_goes_to_every_target_that_does_not_say(api: Api) -> None:
+    status, answer = await post(
+        api,
+        {
+            "targets": [{"url": A}, {"url": B, "options": {"robots": False}}],
+            "robots": True,
+        },
+    )
+    job = (await api.get(f"/v1/batch/{answer['id']}", results="true")).json()
+    assert 202 == status
+    assert [{"robots": True}, {"robots": False}] == [t["options"] for t in job["targets"]]
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+async def test_a_bad_robots_is_a_400(api: Api, value: object) -> None:
+    status, answer = await post(api, {"targets": [{"url": A}], "robots": value})
+    if value is None:  # null: the server's default
+        assert 202 == status
+        return
+    assert 400 == status
+    assert "robots" == answer["field"]

@@ -70,7 +70,8 @@ class TestLoneSurrogates:
 
         assert (400, "\\ud800") == (r.status_code, r.json()["field"])
         assert r.json()["error"] == (
-            "\\ud800 is not a field; the body has the fields targets, webhook and concurrency"
+            "\\ud800 is not a field; the body has the fields targets, webhook, concurrency "
+            "and robots"
         )
         assert_no_request_text_logged(caplog)
 

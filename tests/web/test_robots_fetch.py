@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from tests.web.support import CALLER, LOOPBACK, TEXT, mock_transport
-from trio_batch import HostBudget, RetryLater, Target, TargetError
+from trio_batch import HostBudget, Options, RetryLater, Target, TargetError
 from trio_batch.web import WebFetcher
 
 SITE = "http://127.0.0.1:8"
@@ -91,3 +91,18 @@ async def test_crawl_delay_spaces_the_host() -> None:
     pages = [t for path, t in site.requests if path != "/robots.txt"]
     assert 3 == len(pages)
     assert all(b - a >= 1.0 - 0.02 for a, b in itertools.pairwise(pages))
+
+
+async def test_a_target_may_ask_for_robots_or_not_whatever_the_default() -> None:
+    """Options.robots decides for its target: True obeys with the default off, False does not
+    with the default on."""
+    site = Site(robots_txt("User-agent: *\nDisallow: /\n"))
+    async with WebFetcher(allow=LOOPBACK, transport=mock_transport(site.handle)) as fetch:
+        with pytest.raises(TargetError, match="robots"):
+            await fetch(CALLER, Target(SITE + "/a", Options(robots=True)))
+    async with WebFetcher(
+        allow=LOOPBACK, transport=mock_transport(site.handle), robots=True
+    ) as fetch:
+        page = await fetch(CALLER, Target(SITE + "/b", Options(robots=False)))
+    assert "page" == page.content
+    assert ["/robots.txt", "/b"] == site.paths()

@@ -209,11 +209,11 @@ def parse_batch(data: object) -> list[Target]:
             field="body",
         )
     for name in data:
-        if name not in ("targets", "webhook", "concurrency"):  # the webhook: _webhook_input
+        if name not in _BATCH_FIELDS:  # the webhook: _webhook_input
             raise ApiError(
                 400,
-                f"{shown(name)} is not a field; the body has the fields targets, webhook "
-                "and concurrency",
+                f"{shown(name)} is not a field; the body has the fields targets, webhook, "
+                "concurrency and robots",
                 "remove the field",
                 field=shown(name),
             )
@@ -227,7 +227,26 @@ def parse_batch(data: object) -> list[Target]:
     items = data["targets"]
     if not isinstance(items, list):
         raise ApiError(400, f"targets must be an array (got {_type_name(items)})", field="targets")
-    return [parse_target(item, f"targets[{i}]") for i, item in enumerate(items)]
+    targets = [parse_target(item, f"targets[{i}]") for i, item in enumerate(items)]
+    robots = data.get("robots")
+    if robots is None:
+        return targets
+    if not isinstance(robots, bool):
+        raise ApiError(
+            400,
+            f"robots must be true or false (got {_type_name(robots)})",
+            "send true to obey each site's robots.txt, false not to",
+            field="robots",
+        )
+    return [
+        t
+        if t.options.robots is not None
+        else Target(t.url, dataclasses.replace(t.options, robots=robots))
+        for t in targets
+    ]
+
+
+_BATCH_FIELDS = ("targets", "webhook", "concurrency", "robots")
 
 
 def parse_concurrency(data: object, most: int) -> int:

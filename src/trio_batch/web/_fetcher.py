@@ -157,6 +157,9 @@ class WebFetcher:
             body first needs it.
         budget: the host budget every request of this fetcher takes (a target's first request
             runs in the slot the engine took for it, see :meth:`scope`); None: no budget.
+        robots: obey each site's robots.txt (RFC 9309) unless a target's ``Options.robots``
+            says otherwise: a disallowed URL fails (403) without a request, a ``Crawl-delay``
+            spaces the host through ``budget`` (docs/politeness.md).
 
     Raises:
         ValueError: a non-positive number (or a ``shape_memory`` under 256 MiB), naming the
@@ -227,7 +230,8 @@ class WebFetcher:
         self._max_retry_after = max_retry_after
         self._wall_clock = wall_clock
         self._budget = budget
-        self._robots = RobotsCache(self._robots_get) if robots else None
+        self._robots = RobotsCache(self._robots_get)
+        self._obey_robots_by_default = robots
         self._scopes: dict[str, str | None] = {}
         self._pool = FairPool(pool_size, cap=per_caller)
         self._per_caller = per_caller
@@ -407,7 +411,8 @@ class WebFetcher:
         now = self._wall_clock()
         if cached is not None and cached.expires_at > now:
             return from_cache(cached, start=start, now=now, stale=None)
-        robots_meta = await self._obey_robots(target.url, checked)
+        obey = self._obey_robots_by_default if options.robots is None else options.robots
+        robots_meta = await self._obey_robots(target.url, checked) if obey else {}
         try:
             if self._warm and warms_up(options):
                 self._warm = False
@@ -535,8 +540,6 @@ class WebFetcher:
                 past the host's block limit (503).
             RetryLater: the file is unreachable for now: the host is backed off as for a 503.
         """
-        if self._robots is None:
-            return {}
         verdict = await self._robots.check(url)
         if verdict.crawl_delay and self._budget is not None:
             self._budget.set_crawl_delay(scope_of(checked), verdict.crawl_delay)

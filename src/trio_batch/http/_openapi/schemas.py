@@ -22,6 +22,8 @@ _OPTION_DOCS = {
     "jq": "A jq program for a JSON response.",
     "context": "Lines around grep matches; null = on when there is a question.",
     "recover": "On failure, serve the last cached copy, marked stale.",
+    "robots": "Obey the site's robots.txt (a disallowed URL fails without a request); null = "
+    "the server's robots setting.",
 }
 """One line per field of ``trio_batch.Options``; a new field without one fails at import."""
 
@@ -87,6 +89,11 @@ SCHEMAS: dict[str, JSONValue] = {
         "properties": {
             "targets": {"type": "array", "items": ref("TargetIn")},
             "webhook": ref("WebhookIn"),
+            "robots": {
+                "type": "boolean",
+                "description": "Obey each site's robots.txt for every target of the job that "
+                "does not say otherwise in its options (the server's robots setting otherwise).",
+            },
             "concurrency": {
                 "type": "integer",
                 "minimum": 1,
