@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batch import Config, TargetError, TargetStatus
+from trio_batch import Config, HostBudget, TargetError, TargetStatus
 from trio_batch.http._stream import CHUNK
 from trio_batch.stores import MemoryStore
 
@@ -29,7 +29,7 @@ def events(body: bytes) -> list[tuple[str, str, object]]:
     for block in body.decode().split("\n\n"):
         fields = dict(line.split(": ", 1) for line in block.splitlines() if line and ":" != line[0])
         if fields:
-            found.append((fields["id"], fields["event"], json.loads(fields["data"])))
+            found.append((fields.get("id", ""), fields["event"], json.loads(fields["data"])))
     return found
 
 
@@ -452,3 +452,25 @@ class TestConcurrentJobs:
         assert ([], []) == nothing_yet
         assert [0, 1, 2] == [x["idx"] for x in lines(ndjson.body)]
         assert ["0", "1", "2", "end"] == [e[0] for e in events(sse.body)]
+
+    async def test_a_target_waiting_for_its_host_is_an_event(self) -> None:
+        """Host budget 1: B's job waits while A holds the host: its follower gets a `waiting`
+        event (no id, so a resume skips nothing), then its target, then the end."""
+        budget = HostBudget(concurrency=1)
+        scope = {"budget": budget, "scope": lambda t: "one-host:443"}
+        async with open_api(
+            Config(ttl=3600, workers=2, jobs_per_caller=2), engine_kwargs=scope
+        ) as api:
+            gate = api.fetch.hold(A)
+            await submitted(api, A)
+            job = await submitted(api, B)
+            async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as sse:
+                await sse.read_until(b"\n\n")
+                early = sse.body
+                gate.set()
+                await sse.read_all()
+
+        assert [("", "waiting", {"idx": 0, "reason": "host_busy", "until": None})] == events(early)
+        assert [("", "waiting"), ("0", "target"), ("end", "end")] == [
+            (e[0], e[1]) for e in events(sse.body)
+        ]

@@ -829,9 +829,12 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if self._live.pop(live.id, None) is not None:
             self._report_depth()
 
-    def _waited(self, reason: str) -> None:
+    def _waited(self, live: LiveJob, reason: str, new: bool) -> None:
+        """A pass-over: counted; a new wait also wakes the job's followers (SSE ``waiting``)."""
         if (hook := self._hooks.waited) is not None:
             hook(reason)
+        if new:
+            self._watchers.changed(live.id)
 
     def _dropped(self, live: LiveJob) -> None:
         """A cancelled job left the rotation; a fleet's claim on it goes back at once."""

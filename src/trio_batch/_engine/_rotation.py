@@ -52,12 +52,12 @@ class Rotation:
         scope: ScopeFunc | None,
         dropped: Callable[[LiveJob], None],
         retry_for: float = math.inf,
-        waited: Callable[[str], None] = lambda reason: None,
+        waited: Callable[[LiveJob, str, bool], None] = lambda live, reason, new: None,
     ) -> None:
         self._budget = budget if scope is not None else None
         self._dropped = dropped  # a cancelled job leaves the rotation: a fleet's claim goes back
         self._retry_for = retry_for
-        self._waited = waited  # each pass-over, with its reason (metrics)
+        self._waited = waited  # each pass-over: the job, the reason, whether it is a new wait
         self._scope = scope
         self._turns = itertools.count()
         self._ready: list[tuple[int, LiveJob]] = []  # a heap by turn
@@ -146,8 +146,9 @@ class Rotation:
         if got.blocked or self._busy_too_long(live, got):
             self.waits.pop(live.id, None)
             return Turn(live, None, got)
+        before = self.waits.get(live.id)
         self.waits[live.id] = got
-        self._waited(got.reason)
+        self._waited(live, got.reason, before is None or before.reason != got.reason)
         live.queued = True
         parked = self._parked.setdefault(scope, [])
         parked.append((turn, live))

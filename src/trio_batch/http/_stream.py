@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from .._engine import WaitingTarget
 from .._model import Job, JSONValue, TargetState, TargetStatus, target_json
 from . import _render as render
 from ._context import Ctx, Stopping, authenticate
@@ -252,6 +253,7 @@ async def follow_targets(
     *,
     results: bool,
     idle: Callable[[], Awaitable[None]] | None = None,
+    woken: Callable[[int], Awaitable[None]] | None = None,
 ) -> Job | None:
     """Emit each target after ``after`` once it is done or failed, in input order, until the job
     is terminal; return the job as it ended (None if it was swept meanwhile).
@@ -261,7 +263,8 @@ async def follow_targets(
     the job's row, and the new targets only when its status or its count of finished targets
     moved. Followers of the same job at the same place share that call and its
     encoded bytes (``JobWatch.memo``), so 200 of them cost about one read a change. ``idle``
-    runs after each ``ctx.keepalive`` seconds without a change. ``encode`` must depend on
+    runs after each ``ctx.keepalive`` seconds without a change; ``woken(after)`` after each
+    change has been emitted. ``encode`` must depend on
     ``results`` and ``states`` only.
     """
     wanted = tuple(s for s in _FINISHED if states is None or s in states)
@@ -291,6 +294,8 @@ async def follow_targets(
                 )
                 if found:
                     await emit(encode(found))
+            if woken is not None and job.status.live:
+                await woken(after)
             seen = (job.status.value, job.targets_done)
             if not job.status.live:
                 return job
@@ -361,6 +366,13 @@ def sse(event: str, event_id: str, data: JSONValue) -> bytes:
 KEEPALIVE = b": keep-alive\n\n"
 
 
+def waiting_event(waiting: WaitingTarget) -> bytes:
+    """A ``waiting`` event: a target waits for its host's budget. It has no ``id``, so a
+    client's ``Last-Event-ID`` stays the last target's and a resume skips nothing."""
+    data: JSONValue = {"idx": waiting.idx, "reason": waiting.reason, "until": waiting.until}
+    return b"event: waiting\ndata: " + _dumps(data) + b"\n\n"
+
+
 async def events(ctx: Ctx, request: Request) -> Response:
     """``GET /v1/batch/{id}/events``: ``target`` events as targets end, then ``end``."""
     record = authenticate(ctx, request)
@@ -372,9 +384,20 @@ async def events(ctx: Ctx, request: Request) -> Response:
         async def idle() -> None:
             await write(KEEPALIVE)
 
+        sent: tuple[int, str] | None = None
+
+        async def woken(after: int) -> None:
+            """A ``waiting`` event when the next target begins to wait for its host."""
+            nonlocal sent
+            waiting = ctx.engine.waiting(job_id)
+            now = None if waiting is None else (waiting.idx, waiting.reason)
+            if waiting is not None and now != sent and waiting.idx > after:
+                await write(waiting_event(waiting))
+            sent = now
+
         start = -1 if resume is None else resume
         ended = await follow_targets(
-            ctx, job_id, start, None, target_events, write, results=False, idle=idle
+            ctx, job_id, start, None, target_events, write, results=False, idle=idle, woken=woken
         )
         last = None
         if ended is not None:

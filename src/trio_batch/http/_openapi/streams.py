@@ -67,6 +67,8 @@ def stream_events() -> dict[str, JSONValue]:
         "summary": "The job's progress as Server-Sent Events",
         "description": "`event: target` (data `{idx, url, status, error, hint}`, never the "
         "content; id = the index) each time a target ends done or failed, in input order; "
+        "`event: waiting` (data `{idx, reason, until}`, no id) when the next target begins to "
+        "wait for its host's budget (docs/politeness.md); "
         "then `event: end` (data = the summary, "
         "id `end`) and the stream closes. A comment line at least every 15 s. A job already "
         "terminal answers its target events and `end` at once. Reading moves the job's expiry.",
