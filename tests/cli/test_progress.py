@@ -8,7 +8,7 @@ import io
 import trio
 from rich.console import Console
 
-from trio_batch import Caller, Config, Hooks, RetryLater, Target, open_engine
+from trio_batch import Caller, Config, Hooks, HostBudget, RetryLater, Target, open_engine
 from trio_batch._cli._progress import ProgressTracker, render_plain, render_rich, show_progress
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
@@ -130,3 +130,31 @@ class TestShowProgress:
         assert first == (
             "trio-batch: checking the input: 2,000/100,000 targets checked, 0:01 elapsed\n"
         )
+
+
+class TestWaitingForHosts:
+    async def test_a_job_waiting_for_its_host_is_counted(self) -> None:
+        """Host budget 1: one job holds the host, the other waits: both displays say 1."""
+        fetch = ScriptedFetch()
+        gate = fetch.hold("https://h.test/a")
+        tracker = ProgressTracker(total=2, clock=lambda: 0.0)
+        config = Config(workers=2, max_workers=2, jobs_per_caller=2)
+        async with open_engine(
+            MemoryStore(),
+            fetch,
+            config,
+            budget=HostBudget(concurrency=1),
+            scope=lambda t: "h.test:443",
+        ) as engine:
+            for url in ("https://h.test/a", "https://h.test/b"):
+                sub = await engine.submit(Caller("cli"), "fleet", [Target(url)])
+                tracker.add_job(sub.id, "cli", 1)
+            await trio.testing.wait_all_tasks_blocked()
+            await tracker.poll(engine)
+            gate.set()
+        console = _recording_console()
+        console.print(render_rich(tracker))
+
+        assert 1 == tracker.waiting
+        assert ", 1 waiting for their hosts, " in render_plain(tracker)
+        assert "waiting for their hosts 1" in console.export_text()

@@ -80,6 +80,7 @@ class ProgressTracker:
         self.retries = 0
         """Busy retries so far."""
         self.retrying = 0
+        self.waiting = 0  # live jobs whose next target waits for its host's budget
         """Jobs waiting out a busy retry now."""
         self.inflight = 0
         self.jobs: dict[str, JobView] = {}
@@ -136,6 +137,9 @@ class ProgressTracker:
             running = [t.url for t in snap.targets if t.status is TargetState.RUNNING]
             view.current = running[0] if running and view.live else ""
         self.retrying = engine.statistics().retrying_jobs
+        self.waiting = sum(
+            1 for v in self.jobs.values() if v.live and engine.waiting(v.id) is not None
+        )
 
     def _on_target(self, error: BaseException | None, seconds: float, size: int) -> None:
         self._finishes.append(self._clock())
@@ -212,6 +216,7 @@ def render_plain(tracker: ProgressTracker) -> str:
     return (
         f"trio-batch: {tracker.finished}/{tracker.total} target{plural(tracker.total)} "
         f"({tracker.done} done, {tracker.failed} failed), {tracker.retrying} busy-retrying, "
+        f"{tracker.waiting} waiting for their hosts, "
         f"{tracker.rate():.1f}/s, ETA {_duration(tracker.eta())}, {live} live job{plural(live)}, "
         f"{_duration(tracker.elapsed)} elapsed"
     )
@@ -244,6 +249,8 @@ def render_rich(tracker: ProgressTracker, *, max_jobs: int = 12) -> RenderableTy
         (str(tracker.inflight), "blue"),
         ("  retries so far ", "dim"),
         (str(tracker.retries), "yellow"),
+        ("  waiting for their hosts ", "dim"),
+        (str(tracker.waiting), "yellow"),
     )
     parts: list[RenderableType] = [bar, counts]
     phase = _phase_text(tracker)
