@@ -13,11 +13,11 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
-from typing import Final, final
+from typing import Final, TypeVar, final
 
 import httpcore
 import httpx
@@ -64,6 +64,8 @@ from ._shape import Body
 
 logger = logging.getLogger("trio_batch.web")
 
+T = TypeVar("T")
+
 _SCOPES_KEPT: Final = 4096
 """URLs whose budget scope is remembered (the engine asks for a job's next target's scope
 each time its rotation tries the job: 4.4 times a target on the real-page bench)."""
@@ -87,6 +89,17 @@ class WebFetcherStatistics:
     """Most fetches in flight at once (the ``pool_size`` setting)."""
     callers: int
     """Callers with a fetch in flight or waiting."""
+
+
+async def _read_robots(response: httpx.Response, current: Checked, hop: int) -> tuple[int, bytes]:
+    """A robots.txt answer, whatever its status: the status and at most
+    ``MAX_ROBOTS_BYTES + 1`` bytes (the parser reads the first ``MAX_ROBOTS_BYTES``)."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_ROBOTS_BYTES:
+            break
+    return response.status_code, bytes(body)
 
 
 def scope_of(checked: Checked) -> str:
@@ -485,13 +498,20 @@ class WebFetcher:
             raise RetryLater(f"{which} all in use")
         try:
             with trio.fail_after(self._timeout):
-                return await self._download(client, checked)
+                return await self._download(client, checked, self._read)
         except trio.TooSlowError:
             raise timeout_error(self._timeout) from None
         finally:
             pool.release(caller.name)
 
-    async def _download(self, client: httpx.AsyncClient, first: Checked) -> Download:
+    async def _download(
+        self,
+        client: httpx.AsyncClient,
+        first: Checked,
+        read: Callable[[httpx.Response, Checked, int], Awaitable[T]],
+    ) -> T:
+        """Follow redirects through the guard, each hop in its host's budget; ``read`` reads
+        the final answer (the page's :meth:`_read`, or robots.txt's)."""
         pins: dict[tuple[str, int], tuple[str, ...]] = {}
         token = PINS.set(pins)
         try:
@@ -524,7 +544,7 @@ class WebFetcher:
                                 allow=self._allow,
                             )
                             continue
-                        return await self._read(response, current, hop)
+                        return await read(response, current, hop)
                 finally:
                     await response.aclose()
             raise AssertionError("unreachable")  # pragma: no cover
@@ -572,53 +592,9 @@ class WebFetcher:
         client = self._client
         if client is None:
             raise trio.ClosedResourceError("the WebFetcher is closed")
-        pins: dict[tuple[str, int], tuple[str, ...]] = {}
-        token = PINS.set(pins)
-        try:
-            current = check_url(url, self._allow)
-            with trio.fail_after(self._timeout):
-                for hop in range(self._max_redirects + 1):
-                    pins[(current.host, current.port)] = await self._addresses(current, hop)
-                    answer = await self._robots_hop(client, current, hop)
-                    if isinstance(answer, Checked):
-                        current = answer
-                        continue
-                    return answer
-            raise TargetError("robots.txt redirects too often", status=502)
-        finally:
-            PINS.reset(token)
-
-    async def _robots_hop(
-        self, client: httpx.AsyncClient, current: Checked, hop: int
-    ) -> tuple[int, bytes] | Checked:
-        """One request of :meth:`_robots_get`: its answer, or where it redirects."""
-        slot = await self._slot(current)
-        status = 0
-        try:
-            with map_transport_errors(port=current.port, timeout=self._timeout):
-                response = await client.send(client.build_request("GET", current.url), stream=True)
-                try:
-                    status = response.status_code
-                    location = response.headers.get(LOCATION)
-                    if status in REDIRECTS and location:
-                        return next_hop(
-                            current,
-                            location,
-                            hop,
-                            max_redirects=self._max_redirects,
-                            allow=self._allow,
-                        )
-                    body = bytearray()
-                    async for chunk in response.aiter_bytes():
-                        body += chunk
-                        if len(body) > MAX_ROBOTS_BYTES:
-                            break
-                    return status, bytes(body)
-                finally:
-                    await response.aclose()
-        finally:
-            if slot is not None:
-                slot.release(rate_limited=status in BUSY_STATUSES)
+        checked = check_url(url, self._allow)
+        with trio.fail_after(self._timeout):
+            return await self._download(client, checked, _read_robots)
 
     async def _slot(self, current: Checked) -> HostSlot | None:
         """A slot of the hop's host in the budget, unless the engine holds one for it already.
