@@ -448,8 +448,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         until = None
         if waits.until is not None:
             until = self._wall() + max(0.0, waits.until - trio.current_time())
-        idx = live.again[0] if live.again else live.next_idx
-        return WaitingTarget(idx, waits.reason, until)
+        return WaitingTarget(live.upcoming, waits.reason, until)
 
     def statistics(self) -> EngineStatistics:
         """Counters for debugging and metrics; never blocks."""

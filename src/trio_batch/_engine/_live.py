@@ -94,9 +94,14 @@ class LiveJob:
         self.queued = False  # in the rotation (ready or waiting for its host)
         self.again: list[int] = []  # busy targets to start again, before next_idx
 
+    @property
+    def upcoming(self) -> int:
+        """The index of the target the job's next turn starts."""
+        return self.again[0] if self.again else self.next_idx
+
     def next_target(self) -> Target:
         """The target the job's next turn starts."""
-        return self.targets[self.again[0] if self.again else self.next_idx]
+        return self.targets[self.upcoming]
 
     def take_index(self) -> int:
         """Start the next target: its index (one more in flight)."""
