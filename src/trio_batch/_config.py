@@ -34,6 +34,10 @@ class Hooks:
     waited: Callable[[str], None] | None = None
     """Called with the reason (``host_busy``, ``backoff``, ``crawl_delay``) each time the
     rotation passes a job over because its next target's host is at its budget."""
+    turn: Callable[[str, float], None] | None = None
+    """Called as a worker takes a job's turn with the job's caller class (``fleet`` or
+    ``restricted``) and the seconds the job waited for it since it entered the rotation
+    (waits for its host included): the queue wait a caller feels."""
 
 
 @final

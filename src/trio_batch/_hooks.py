@@ -29,6 +29,7 @@ class SafeHooks:
         "job_seconds",
         "retry",
         "target",
+        "turn",
         "waited",
     )
 
@@ -43,6 +44,7 @@ class SafeHooks:
         self.evicted = self._guard("evicted", hooks.evicted)
         self.claimed = self._guard("claimed", hooks.claimed)
         self.waited = self._guard("waited", hooks.waited)
+        self.turn = self._guard("turn", hooks.turn)
 
     def _guard(self, name: str, fn: Callable[P, None] | None) -> Callable[P, None] | None:
         if fn is None:

@@ -252,7 +252,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._check_open()
         if retry_of:
             self._call_job_hook("retried")
-        live = LiveJob(job.id, caller, targets, trio.current_time())
+        live = LiveJob(job.id, caller, targets, trio.current_time(), caller_class)
         live.has_webhook = webhook is not None
         live.concurrency = concurrency
         self._enter(live, "created")
@@ -646,6 +646,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     async def _run_target(self, turn: Turn) -> None:
         live, slot = turn.live, turn.slot
+        if (hook := self._hooks.turn) is not None:
+            hook(live.caller_class, trio.current_time() - live.queued_at)
         idx = live.take_index()
         if not await self._start(live, idx):  # cancelled from elsewhere, or gone
             if slot is not None:

@@ -61,6 +61,7 @@ class LiveJob:
         "again",
         "busy_since",
         "caller",
+        "caller_class",
         "cancelled",
         "claim",
         "concurrency",
@@ -69,6 +70,7 @@ class LiveJob:
         "in_flight",
         "next_idx",
         "queued",
+        "queued_at",
         "started",
         "targets",
     )
@@ -79,9 +81,11 @@ class LiveJob:
         caller: Caller,
         targets: list[Target] | Mapping[int, Target],
         started: float,
+        caller_class: str = "fleet",
     ) -> None:
         self.id = job_id
         self.caller = caller
+        self.caller_class = caller_class
         self.targets = targets
         self.next_idx = 0
         self.started = started
@@ -92,6 +96,7 @@ class LiveJob:
         self.concurrency = 1
         self.in_flight = 0  # its targets being fetched (or waiting out a busy answer)
         self.queued = False  # in the rotation (ready or waiting for its host)
+        self.queued_at = started  # when it last entered the rotation (Trio's clock)
         self.again: list[int] = []  # busy targets to start again, before next_idx
 
     @property
@@ -143,7 +148,8 @@ def resumed_live_jobs(resumed: Sequence[ResumedJob], now: float, wall: float) ->
     jobs = []
     for job in resumed:
         started = now - max(0.0, wall - job.created_at)
-        live = LiveJob(job.id, Caller(job.caller, job.workspace), list(job.targets), started)
+        caller = Caller(job.caller, job.workspace)
+        live = LiveJob(job.id, caller, list(job.targets), started, job.caller_class)
         live.next_idx = job.next_idx
         live.has_webhook = bool(job.webhook)
         jobs.append(live)
@@ -157,9 +163,8 @@ def live_job_of(claim: Claim, now: float, wall: float) -> LiveJob:
     creation, and a busy target's from its first busy answer, wherever that was.
     """
     started = now - max(0.0, wall - claim.created_at)
-    live = LiveJob(
-        claim.job_id, Caller(claim.caller, claim.workspace), {claim.idx: claim.target}, started
-    )
+    caller = Caller(claim.caller, claim.workspace)
+    live = LiveJob(claim.job_id, caller, {claim.idx: claim.target}, started, claim.caller_class)
     live.next_idx = claim.idx
     live.has_webhook = claim.has_webhook
     live.claim = claim

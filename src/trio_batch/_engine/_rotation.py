@@ -90,6 +90,7 @@ class Rotation:
     def put(self, live: LiveJob) -> None:
         """Enter ``live`` at the end of the round robin (a job is in it at most once)."""
         live.queued = True
+        live.queued_at = trio.current_time()
         self._push(next(self._turns), live)
 
     async def take(self) -> Turn:

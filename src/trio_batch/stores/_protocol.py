@@ -437,6 +437,8 @@ class Claim:
     """Wall-clock time the target first came back busy, for ``Config.retry_for``; or None."""
     taken_over: bool
     """The job's previous claim had expired: its target is fetched again (at least once)."""
+    caller_class: str = "fleet"
+    """The job's caller class (``fleet`` or ``restricted``), for the queue-wait metrics."""
 
 
 class FleetStore(Store, Protocol):

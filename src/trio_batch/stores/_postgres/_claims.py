@@ -54,14 +54,14 @@ CLAIM_SQL = f"""
             next_idx = d.idx, status = 'running', updated_at = %(now)s
         FROM d WHERE jb.id = d.id AND d.idx IS NOT NULL
         RETURNING jb.id, jb.next_idx, jb.claim, jb.caller, jb.workspace, jb.created_at,
-            jb.webhook <> '' AS has_webhook, jb.busy_since, d.taken_over, d.turn
+            jb.webhook <> '' AS has_webhook, jb.busy_since, d.taken_over, d.turn, jb.caller_class
     ), t AS (
         UPDATE targets AS tg SET status = 'running', started_at = %(now)s
         FROM j WHERE tg.job_id = j.id AND tg.idx = j.next_idx
         RETURNING tg.job_id, tg.url, tg.options
     )
     SELECT j.id, j.next_idx, j.claim, j.caller, j.workspace, j.created_at, j.has_webhook,
-        j.busy_since, j.taken_over, t.url, t.options
+        j.busy_since, j.taken_over, t.url, t.options, j.caller_class
     FROM j JOIN t ON t.job_id = j.id
     ORDER BY j.turn
 """
@@ -144,6 +144,7 @@ def claim(conn: Conn, instance: str, n: int, now: float, ttl: float) -> list[Cla
             has_webhook=bool(has_webhook),
             busy_since=None if busy_since is None else float(busy_since),
             taken_over=bool(taken_over),
+            caller_class=str(caller_class),
         )
         for (
             job_id,
@@ -157,6 +158,7 @@ def claim(conn: Conn, instance: str, n: int, now: float, ttl: float) -> list[Cla
             taken_over,
             url,
             options,
+            caller_class,
         ) in rows
     ]
 
