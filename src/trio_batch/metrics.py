@@ -32,6 +32,9 @@ name                                            type       labels
 ``trio_batch_claims_total``                     counter    ``kind``: new, taken_over (a claim
                                                            of a gone instance expired: its
                                                            target is fetched again)
+``trio_batch_queue_wait_seconds``               histogram  ``caller_class``: fleet,
+                                                           restricted (a job's wait for a
+                                                           worker to take its turn)
 ``trio_batch_webhook_deliveries_total``         counter    ``outcome``: delivered retried
                                                            given_up
 ``trio_batch_http_requests_total``              counter    ``method``, ``route``, ``status``
@@ -69,9 +72,15 @@ _JOB_EVENTS = (
 )
 _DELIVERY_OUTCOMES = ("delivered", "retried", "given_up")
 _WAIT_REASONS = ("host_busy", "backoff", "crawl_delay")
+_CALLER_CLASSES = ("fleet", "restricted")
 # Seconds: from a cached page (ms) to a slow batch (an hour).
 _JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
 _TARGET_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
+# Seconds a job waits for its turn: an idle engine takes it at once (under a millisecond); a
+# queue of long jobs, or a host in backoff, makes it minutes.
+_QUEUE_WAIT_BUCKETS = (
+    0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"),
+)  # fmt: skip
 _REQUEST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30, float("inf"))
 
 
@@ -164,6 +173,16 @@ class PrometheusMetrics:
         )
         for reason in _WAIT_REASONS:
             self.host_waits.labels(reason=reason)
+        self.queue_wait = Histogram(
+            "trio_batch_queue_wait_seconds",
+            "Seconds a job waited in the rotation for a worker to take its turn (waits for its "
+            "host included), by caller class (fleet, restricted)",
+            ["caller_class"],
+            registry=r,
+            buckets=_QUEUE_WAIT_BUCKETS,
+        )
+        for caller_class in _CALLER_CLASSES:
+            self.queue_wait.labels(caller_class=caller_class)
         self.requests = Counter(
             "trio_batch_http_requests",
             "HTTP requests by method, route template and status",
@@ -190,6 +209,7 @@ class PrometheusMetrics:
             evicted=self.evictions.inc,
             claimed=self._claimed,
             waited=self._waited,
+            turn=self._turn,
         )
 
     def watch_budget(self, budget: HostBudget) -> None:
@@ -231,6 +251,10 @@ class PrometheusMetrics:
 
     def _waited(self, reason: str) -> None:
         self.host_waits.labels(reason=reason if reason in _WAIT_REASONS else "other").inc()
+
+    def _turn(self, caller_class: str, seconds: float) -> None:
+        known = caller_class if caller_class in _CALLER_CLASSES else "other"
+        self.queue_wait.labels(caller_class=known).observe(seconds)
 
     def _retry(self, wait: float) -> None:
         self.retries.inc()

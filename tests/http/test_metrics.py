@@ -38,6 +38,7 @@ class TestPrometheusMetrics:
         assert hooks.retry is not None
         assert hooks.evicted is not None
         assert hooks.claimed is not None
+        assert hooks.turn is not None
         hooks.job("created")
         hooks.job("done")
         hooks.target(None, 0.5, 120)
@@ -48,6 +49,7 @@ class TestPrometheusMetrics:
         hooks.retry(2.0)
         hooks.evicted(3)
         hooks.claimed(5, 2)
+        hooks.turn("restricted", 0.02)
 
         assert _value(m, "trio_batch_jobs_total", event="created") == 1
         assert _value(m, "trio_batch_jobs_total", event="done") == 1
@@ -61,6 +63,8 @@ class TestPrometheusMetrics:
         assert _value(m, "trio_batch_evicted_jobs_total") == 3
         assert _value(m, "trio_batch_claims_total", kind="new") == 3
         assert _value(m, "trio_batch_claims_total", kind="taken_over") == 2
+        assert _value(m, "trio_batch_queue_wait_seconds_count", caller_class="restricted") == 1
+        assert _value(m, "trio_batch_queue_wait_seconds_count", caller_class="fleet") == 0
 
     def test_target_status_is_what_a_single_fetch_would_get(self) -> None:
         """200 done, TargetError.status, 503 for a target that stayed busy, 500 otherwise."""
@@ -128,3 +132,41 @@ class TestPolitenessMetrics:
         assert "h.test" not in text
         assert "one-host" not in text
         assert "second-host" not in text
+
+
+class TestQueueWaitMetrics:
+    async def test_queue_waits_are_observed_per_caller_class(self, autojump_clock: object) -> None:
+        """One worker, fetches of 1 s: a fleet job of two targets and a restricted job of one.
+        Each turn is one observation under its caller class, with the seconds the job waited
+        for it: fleet 0 s then 1 s (behind the restricted job), restricted 1 s; no sample names
+        a caller."""
+        m = PrometheusMetrics()
+
+        async def fetch(caller: Caller, target: Target) -> Result:
+            await trio.sleep(1.0)
+            return Result("ok")
+
+        config = Config(workers=1, hooks=m.hooks())
+        async with open_engine(MemoryStore(), fetch, config) as engine:
+            fleet = await engine.submit(
+                Caller("alice"), "fleet", [Target("https://a.test/0"), Target("https://a.test/1")]
+            )
+            restricted = await engine.submit(
+                Caller("bob"), "restricted", [Target("https://b.test/0")]
+            )
+            for job_id in (fleet.id, restricted.id):
+                with engine.watch(job_id) as watch:
+                    while (job := await engine.job(job_id)) is not None and job.status.live:
+                        await watch.wait()
+        text = m.render()[0].decode()
+
+        def wait(stat: str, caller_class: str, **labels: str) -> float:
+            name = f"trio_batch_queue_wait_seconds_{stat}"
+            return _value(m, name, caller_class=caller_class, **labels)
+
+        assert (2, 1.0) == (wait("count", "fleet"), wait("sum", "fleet"))
+        assert (1, 1.0) == (wait("count", "restricted"), wait("sum", "restricted"))
+        assert 1 == wait("bucket", "fleet", le="0.001")  # its first turn, at once
+        assert 0 == wait("bucket", "restricted", le="0.5")
+        assert 1 == wait("bucket", "restricted", le="1.0")
+        assert "alice" not in text and "bob" not in text
