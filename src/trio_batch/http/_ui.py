@@ -10,10 +10,14 @@ second while the tab is visible (one indexed page of 20 summaries, and never two
 so a job submitted elsewhere shows within about a second and a cancel is painted from its own
 answer at once. Under each job with failed targets the page lists them, URL, error and hint
 (from the ``target`` events of a followed job, else one ``?results=1&state=failed`` read when
-its failed count changes). ``GET /v1/me`` names the key's caller. Each job has Cancel (while
-live), Retry (once finished with failed or unfinished targets: ``POST /v1/batch/{id}/retry``,
-the new job appears on top) and an NDJSON link. Below 40rem the table becomes one card a job,
-so the actions stay on screen at 400 px.
+its failed count changes). A target that waits for its host's budget says so under its job, in
+words (the site is busy with our requests, asked us to slow down, or its robots.txt asks for a
+pause) and until when: from the stream's ``waiting`` events, and checked again with
+``GET /v1/batch/{id}/{idx}`` at that time (or every two seconds when the end is unknown), so
+the line goes once the target starts. ``GET /v1/me`` names the key's caller. Each job has
+Cancel (while live), Retry (once finished with failed or unfinished targets:
+``POST /v1/batch/{id}/retry``, the new job appears on top) and an NDJSON link. Below 40rem
+the table becomes one card a job, so the actions stay on screen at 400 px.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from starlette.responses import HTMLResponse, Response
 
 _STYLE = """
 :root { --fg: #1a1a1a; --muted: #4a4a4a; --bg: #ffffff; --line: #c8c8c8; --accent: #0b57d0;
-  --done: #1e7a34; --failed: #b3261e; --running: #0b57d0; --pending: #d9d9d9; }
+  --done: #1e7a34; --failed: #b3261e; --running: #0b57d0; --pending: #d9d9d9;
+  --waiting: #7a4100; }
 * { box-sizing: border-box; }
 body { font: 16px/1.5 system-ui, sans-serif; color: var(--fg); background: var(--bg);
   margin: 0 auto; max-width: 72rem; padding: 1rem 1.5rem 3rem; }
@@ -63,6 +68,7 @@ code { font-size: 0.9rem; }
 .failures li { overflow-wrap: anywhere; }
 .failures .error { color: var(--failed); }
 .failures .hint { color: var(--muted); }
+.waiting { margin: 0.25rem 0 0; font-size: 0.85rem; color: var(--waiting); }
 #who { font-weight: 600; }
 @media (max-width: 40rem) {
   body { padding: 0.5rem 0.75rem 2rem; }
@@ -85,6 +91,8 @@ const KEY = "trio-batch-key";
 const MAX_STREAMS = 4;  // browsers allow about 6 connections per host: keep some free
 const POLL_MS = 1000;  // a new job shows within about a second
 const POLL_LIMIT = 20;  // the poll reads one small indexed page
+const WAIT_CHECK_MS = 2000;  // a wait with no known end: is it over yet?
+const WAIT_CHECK_MAX_MS = 20000;  // a long backoff is still checked now and then
 const jobs = new Map();  // id -> {summary, row, ctl, last, failures, failedShown}
 let next = null;
 let polling = false;
@@ -133,7 +141,8 @@ function row(id) {
     el("td", {}, ""), el("td", {}, ""), el("td", {}), el("td", {}),
   ];
   cells[0].append(el("code", {title: id}, id.slice(0, 12)));
-  cells[2].append(bar, el("div", {class: "counts"}), el("ul", {class: "failures"}));
+  cells[2].append(bar, el("div", {class: "counts"}), el("p", {class: "waiting", hidden: ""}),
+    el("ul", {class: "failures"}));
   const actions = el("div", {class: "actions"});
   actions.append(cancel, retry, link);
   cells[3].append(actions);
@@ -166,7 +175,68 @@ function paint(job) {
   retry.disabled = live(s.status) || !(c.failed + c.pending + c.running);
   retry.setAttribute("aria-label",
     "Retry failed and unfinished targets of job " + s.id.slice(0, 12));
+  paintWait(job);
   paintFailures(job);
+}
+
+function waitWords(w, total) {
+  // What a waiting target waits for, in a person's words (reasons: docs/politeness.md).
+  const which = "Target " + (w.idx + 1) + (total ? " of " + total : "") + " is waiting: ";
+  const at = w.until ? new Date(w.until * 1000).toLocaleTimeString() : "";
+  if (w.reason === "backoff") {
+    return which + "its site asked us to slow down (HTTP 429 or 503); " +
+      (at ? "trying again at " + at : "trying again when the site allows");
+  }
+  if (w.reason === "crawl_delay") {
+    return which + "its site's robots.txt asks for a pause between requests (Crawl-delay)" +
+      (at ? "; next request at " + at : "");
+  }
+  if (at) return which + "requests to its site are spaced apart; next request at " + at;
+  return which + "its site already has as many requests from this server as it takes at once";
+}
+
+function paintWait(job) {
+  const line = job.row.querySelector(".waiting"), w = job.waiting;
+  line.hidden = !w;
+  line.textContent = w ? waitWords(w, job.summary.targets_total) : "";
+  if (w) job.row.setAttribute("data-waiting", w.reason);
+  else job.row.removeAttribute("data-waiting");
+}
+
+function onWaiting(job, w) {
+  job.waiting = w;
+  paint(job);
+  checkWaitLater(job);
+}
+
+function stopWaiting(job) {
+  clearTimeout(job.waitCheck);
+  job.waiting = null;
+}
+
+function checkWaitLater(job) {
+  // No event says a wait is over: read the target when it should be, or now and then.
+  clearTimeout(job.waitCheck);
+  const w = job.waiting;
+  if (!w) return;
+  let ms = WAIT_CHECK_MS;
+  if (w.until) ms = Math.min(Math.max(w.until * 1000 - Date.now() + 100, 250), WAIT_CHECK_MAX_MS);
+  job.waitCheck = setTimeout(() => checkWait(job, w), ms);
+}
+
+async function checkWait(job, w) {
+  if (job.waiting !== w || jobs.get(job.summary.id) !== job) return;
+  if (!live(job.summary.status)) { stopWaiting(job); paint(job); return; }
+  try {
+    const t = await (await api("/v1/batch/" + job.summary.id + "/" + w.idx)).json();
+    if (job.waiting !== w) return;  // an event came meanwhile
+    job.waiting = t.waiting ? Object.assign({idx: w.idx}, t.waiting) : null;
+  } catch (e) {
+    if (job.waiting !== w) return;
+    if (e.status === 404 || e.status === 401) job.waiting = null;  // gone, or no key
+  }
+  paint(job);
+  checkWaitLater(job);
 }
 
 function paintFailures(job) {
@@ -210,6 +280,7 @@ function onTarget(job, data) {
   c.running = left > 0 && live(job.summary.status) ? 1 : 0;
   job.summary.status = "running";
   c.pending = left - c.running;
+  if (job.waiting && job.waiting.idx === data.idx) stopWaiting(job);
   if (data.status === "failed" && data.url !== undefined) {
     job.failures = job.failures || new Map();
     job.failures.set(data.idx, data);
@@ -259,7 +330,9 @@ async function follow(job) {
             }
             if (ev.id !== null) job.last = ev.id;
             if (ev.event === "target") onTarget(job, JSON.parse(ev.data));
+            else if (ev.event === "waiting") onWaiting(job, JSON.parse(ev.data));
             else if (ev.event === "end") {
+              stopWaiting(job);
               job.summary = JSON.parse(ev.data);
               paint(job);
               const why = job.summary.error ? " (" + job.summary.error + ")" : "";
@@ -366,6 +439,7 @@ async function cancelJob(id) {
     const after = await r.json();
     if (job) {
       if (job.ctl) { job.ctl.abort(); job.ctl = null; }
+      stopWaiting(job);
       job.summary = after;
       paint(job);
     }
@@ -456,7 +530,8 @@ _BODY = """<!doctype html>
   <button id="reload" type="button">Reload</button>
 </form>
 <p id="keyhelp" class="counts">The key stays in this tab (sessionStorage) and is sent only to
-this server. Live jobs update as their targets finish; new jobs show within a second.</p>
+this server. Live jobs update as their targets finish, and say when a target waits for its
+site; new jobs show within a second.</p>
 <p id="who"></p>
 <p id="message" role="status" aria-live="polite"></p>
 <table>
