@@ -128,17 +128,41 @@ class TargetEvent(TypedDict):
     hint: str
 
 
+class WaitingEvent(TypedDict):
+    """The data of a ``waiting`` event: the job's next target waits for its host's budget.
+
+    ``reason`` is ``"host_busy"``, ``"backoff"`` or ``"crawl_delay"``; ``until`` the Unix time
+    the wait ends, or None when it ends with another request to the host (docs/politeness.md).
+    Waiting is not failing: the target's own ``target`` event follows when it ends.
+    """
+
+    idx: int
+    reason: str
+    until: float | None
+
+
+class SiteMap(TypedDict):
+    """A site's URLs, as ``POST /v1/map`` answers them (see :meth:`BatchClient.map`)."""
+
+    urls: list[str]
+    complete: bool
+    """False when a bound ended the map early or a source could not be read."""
+    notes: list[str]
+    """What was cut or skipped, in words."""
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class BatchEvent:
     """One event of ``GET /v1/batch/{id}/events``.
 
     ``target``: ``data`` is a :class:`TargetEvent` (``{"idx", "url", "status", "error",
-    "hint"}``, never the content); ``end``: ``data`` is the job's summary.
+    "hint"}``, never the content); ``waiting``: ``data`` is a :class:`WaitingEvent` and ``id``
+    is ``""`` (the stream gives it none); ``end``: ``data`` is the job's summary.
     """
 
     id: str
-    event: Literal["target", "end"]
+    event: Literal["target", "waiting", "end"]
     data: dict[str, object]
 
 
@@ -385,8 +409,9 @@ class ResultStream(_Resuming[TargetLine]):
 class EventStream(_Resuming[BatchEvent]):
     """The events of ``GET /v1/batch/{id}/events`` (see :meth:`BatchClient.events`)."""
 
-    def __init__(self, client: BatchClient, job_id: str) -> None:
+    def __init__(self, client: BatchClient, job_id: str, *, waiting: bool = True) -> None:
         super().__init__(client, f"/v1/batch/{job_id}/events")
+        self._waiting = waiting
         self._last: str | None = None
         self._fields: dict[str, str] = {}
 
@@ -411,14 +436,18 @@ class EventStream(_Resuming[BatchEvent]):
         if "data" not in fields:
             return None
         event = fields.get("event", "message")
-        if event not in ("target", "end"):
+        if event not in ("target", "waiting", "end"):
+            return None
+        if event == "waiting" and not self._waiting:
             return None
         if "id" in fields:
             self._last = fields["id"]
         if event == "end":
             self._finished = True  # the server closes now; do not resume
         data = json.loads(fields["data"])
-        return BatchEvent(fields.get("id", ""), cast("Literal['target', 'end']", event), data)
+        return BatchEvent(
+            fields.get("id", ""), cast("Literal['target', 'waiting', 'end']", event), data
+        )
 
 
 @final
@@ -506,10 +535,36 @@ class BatchClient(metaclass=NoPublicConstructor):
         chosen = state if isinstance(state, str) or state is None else ",".join(state)
         return ResultStream(self, job_id, chosen, follow, after)
 
-    def events(self, job_id: str) -> EventStream:
-        """The job's events (``target``, then ``end``), resumed with Last-Event-ID if cut."""
+    def events(self, job_id: str, *, waiting: bool = True) -> EventStream:
+        """The job's events, resumed with Last-Event-ID if cut: ``target`` as each target
+        ends, ``waiting`` when the next target begins to wait for its host (``waiting=False``
+        leaves those out), then ``end``."""
         self._check_open()
-        return EventStream(self, job_id)
+        return EventStream(self, job_id, waiting=waiting)
+
+    async def target(self, job_id: str, idx: int) -> dict[str, object]:
+        """One target with its options, times and result (``GET /v1/batch/{id}/{idx}``).
+
+        A pending target that waits for its host's budget carries ``waiting``, a
+        :class:`WaitingEvent` without ``idx`` (``{"reason", "until"}``). An unknown job or
+        index is a :class:`ClientError` with status 404.
+        """
+        data: dict[str, object] = (await self._call("GET", f"/v1/batch/{job_id}/{idx}")).json()
+        return data
+
+    async def map(self, url: str, *, limit: int = 1000, same_host: bool = True) -> SiteMap:
+        """A site's URLs from its sitemaps and its start page's links (``POST /v1/map``).
+
+        At most ``limit`` (1 to 10,000) URLs, the start page first; ``same_host=False`` keeps
+        every host. Feed them to :meth:`submit` (in batches the server allows).
+
+        Raises:
+            ClientError: a bad ``url`` or ``limit`` (400 naming it), a refused address (403),
+                the start page's failure when no URL was found, a busy site or pool (503 with
+                ``retry_after``), or a server without a map (404).
+        """
+        body = {"url": url, "limit": limit, "same_host": same_host}
+        return cast("SiteMap", (await self._call("POST", "/v1/map", json_body=body)).json())
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a live job: True; False for a finished or unknown job (as the engine does)."""
@@ -648,8 +703,9 @@ class BlockingClient:
 
     ``with BlockingClient(server, key) as client:`` gives the methods of :class:`BatchClient`,
     each blocking until its answer: ``submit``, ``status``, ``jobs``, ``results``, ``events``,
-    ``cancel``, ``retry``, ``wait``. Each stream is a :class:`BlockingStream`. The block runs
-    one event loop in a thread of its own (AnyIO's blocking portal, on asyncio) with one
+    ``target``, ``cancel``, ``retry``, ``wait``, ``map``. Each stream is a
+    :class:`BlockingStream`. The block runs one event loop in a thread of its own (AnyIO's
+    blocking portal, on asyncio) with one
     :class:`BatchClient` in it, so the answers, errors and resuming are exactly the async
     client's. Outside the block every call raises :class:`trio.ClosedResourceError`. Do not
     use it from inside a running event loop: there, use :func:`open_client`.
@@ -739,9 +795,17 @@ class BlockingClient:
         """:meth:`BatchClient.results`, as a blocking iterator; use it in ``with``."""
         return self._stream(lambda c: c.results(job_id, state=state, follow=follow, after=after))
 
-    def events(self, job_id: str) -> BlockingStream[BatchEvent]:
+    def events(self, job_id: str, *, waiting: bool = True) -> BlockingStream[BatchEvent]:
         """:meth:`BatchClient.events`, as a blocking iterator; use it in ``with``."""
-        return self._stream(lambda c: c.events(job_id))
+        return self._stream(lambda c: c.events(job_id, waiting=waiting))
+
+    def target(self, job_id: str, idx: int) -> dict[str, object]:
+        """:meth:`BatchClient.target`, blocking."""
+        return self._call(lambda c: c.target(job_id, idx))
+
+    def map(self, url: str, *, limit: int = 1000, same_host: bool = True) -> SiteMap:
+        """:meth:`BatchClient.map`, blocking."""
+        return self._call(lambda c: c.map(url, limit=limit, same_host=same_host))
 
     def cancel(self, job_id: str) -> bool:
         """:meth:`BatchClient.cancel`, blocking."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
+import json
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -24,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._engine import BatchEngine, FetchFunc
 from .._errors import CallerBusy, NotRetryable, SubmitError, TargetError, classify_failure
-from .._model import Job, JobStatus, JSONValue, Submitted
+from .._model import Caller, Job, JobStatus, JSONValue, Submitted
 from ..metrics import PrometheusMetrics
 from ..stores import JobSummary
 from . import _render as render, _stream as stream
@@ -47,6 +49,7 @@ from ._parse import (
     OptionsCheckFunc,
     PrecheckFunc,
     check_target,
+    check_text,
     parse_batch,
     parse_concurrency,
     parse_target,
@@ -54,12 +57,22 @@ from ._parse import (
     query_int,
     query_states,
     read_json,
+    shown,
 )
 from ._results import with_targets
 from ._ui import ui_page
 from ._webhook_input import parse_retry_body, parse_webhook
 
 R = TypeVar("R", Job, JobSummary)
+
+SiteMapFunc = Callable[[Caller, str, int, bool], Awaitable[Mapping[str, JSONValue]]]
+"""``await site_map(caller, url, limit, same_host)`` -> ``{"urls", "complete", "notes"}``: what
+``POST /v1/map`` answers (``trio_batch.web``'s ``site_map`` over the engine's fetcher)."""
+
+MAP_LIMIT = 10_000
+"""The most URLs ``POST /v1/map`` answers."""
+MAP_DEFAULT_LIMIT = 1_000
+"""The URLs ``POST /v1/map`` answers when the body gives no ``limit``."""
 
 
 class MountedApp(Protocol):
@@ -88,11 +101,32 @@ def _default_options_check() -> OptionsCheckFunc | None:
     return validate_options
 
 
+def _default_site_map(fetch: FetchFunc | None) -> SiteMapFunc | None:
+    """``POST /v1/map`` over ``fetch`` when it is a ``WebFetcher`` (and the web room maps)."""
+    try:
+        web = importlib.import_module("trio_batch.web")
+    except ImportError:
+        return None
+    mapper = getattr(web, "site_map", None)
+    if mapper is None or not isinstance(fetch, web.WebFetcher):
+        return None
+
+    async def site_map(
+        caller: Caller, url: str, limit: int, same_host: bool
+    ) -> dict[str, JSONValue]:
+        found = await mapper(fetch, caller, url, limit=limit, same_host=same_host)
+        answer: dict[str, JSONValue] = found.to_json()
+        return answer
+
+    return site_map
+
+
 def create_app(
     engine: BatchEngine,
     keys: KeyRing,
     *,
     fetch: FetchFunc | None = None,
+    site_map: SiteMapFunc | None = None,
     precheck: PrecheckFunc | None = None,
     validate_options: OptionsCheckFunc | None = None,
     metrics: PrometheusMetrics | None = None,
@@ -112,6 +146,9 @@ def create_app(
         keys: who may call; a request's bearer key is looked up here.
         fetch: the fetch function behind ``POST /v1/fetch`` (the engine's own fetcher, so single
             fetches share its pool). Without it, that route does not exist.
+        site_map: what answers ``POST /v1/map``; by default ``trio_batch.web``'s map over
+            ``fetch`` when ``fetch`` is a ``WebFetcher``. Without either, that route does not
+            exist.
         precheck: checks each target URL at submit; defaults to ``trio_batch.web.precheck``.
         validate_options: checks each target's options at submit; defaults to
             ``trio_batch.web.validate_options`` when the web fetcher is installed.
@@ -150,8 +187,12 @@ def create_app(
         calls=StoreCalls(store_timeout),
         keepalive=keepalive,
     )
+    mapper = site_map if site_map is not None else _default_site_map(fetch)
     document = openapi_document(
-        with_fetch=fetch is not None, max_body=max_body, retry_after=retry_after
+        with_fetch=fetch is not None,
+        with_map=mapper is not None,
+        max_body=max_body,
+        retry_after=retry_after,
     )
 
     def route(path: str, fn: Callable[[Ctx, Request], Awaitable[Response]], method: str) -> Route:
@@ -182,6 +223,8 @@ def create_app(
     ]
     if fetch is not None:
         routes.append(route("/v1/fetch", _fetch, "POST"))
+    if mapper is not None:
+        routes.append(route("/v1/map", functools.partial(_map, mapper), "POST"))
     mounted = dict(mounts or {})
     routes.extend(Route(path, sub) for path, sub in mounted.items())
 
@@ -422,23 +465,88 @@ async def _fetch(ctx: Ctx, request: Request) -> Response:
     try:
         result = await ctx.fetch(record.caller(), target)
     except Exception as exc:
-        kind = classify_failure(exc)
-        if kind is None:
-            raise
-        if isinstance(kind, TargetError):
-            status = kind.status if 400 <= kind.status <= 599 else 502
-            headers = ctx.busy_headers() if status in (429, 503) else None
-            raise ApiError(
-                status, kind.msg, kind.hint, code="fetch_failed", headers=headers
-            ) from None
-        raise ApiError(
-            503,
-            "the fetch pool or the target is busy",
-            "try again after Retry-After seconds, or submit a batch (it retries by itself)",
-            code="fetch_busy",
-            headers=ctx.busy_headers(kind.after),
-        ) from None
+        raise _fetch_failure(ctx, exc) from None
     return JSONResponse(render.fetched(target.url, result))
+
+
+def _parse_map(body: object) -> tuple[str, int, bool]:
+    """The ``url``, ``limit`` and ``same_host`` of a ``POST /v1/map`` body."""
+    if not isinstance(body, dict):
+        raise ApiError(
+            400,
+            "the body must be a JSON object with a url",
+            'send {"url": "https://example.org/", "limit": 1000}',
+            field="body",
+        )
+    for name in body:
+        if name not in ("url", "limit", "same_host"):
+            raise ApiError(
+                400,
+                f"{shown(name)} is not a field; the body has the fields url, limit and same_host",
+                "remove the field",
+                field=shown(name),
+            )
+    url = body.get("url")
+    if not isinstance(url, str) or not url:
+        raise ApiError(
+            400,
+            "url must be a non-empty string",
+            "send the site's start page, such as https://example.org/",
+            field="url",
+        )
+    check_text("url", url)
+    limit = body.get("limit", MAP_DEFAULT_LIMIT)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAP_LIMIT:
+        raise ApiError(
+            400,
+            f"limit must be a whole number from 1 to {MAP_LIMIT:,} "
+            f"(got {shown(json.dumps(limit))})",
+            f"leave it out for {MAP_DEFAULT_LIMIT:,} URLs; at most {MAP_LIMIT:,}",
+            field="limit",
+        )
+    same_host = body.get("same_host", True)
+    if not isinstance(same_host, bool):
+        raise ApiError(
+            400,
+            "same_host must be true or false",
+            "true (the default) keeps the start page's host only",
+            field="same_host",
+        )
+    return url, limit, same_host
+
+
+async def _map(site_map: SiteMapFunc, ctx: Ctx, request: Request) -> Response:
+    """``POST /v1/map``: a site's URLs, from its sitemaps and its start page's links."""
+    record = authenticate(ctx, request)
+    url, limit, same_host = _parse_map(await read_json(request, ctx.max_body))
+    try:
+        ctx.precheck(url)
+    except TargetError as exc:
+        raise ApiError(400, f"url: {exc.msg}", exc.hint, field="url") from None
+    try:
+        answer = await site_map(record.caller(), url, limit, same_host)
+    except Exception as exc:
+        raise _fetch_failure(ctx, exc) from None
+    return JSONResponse(dict(answer))
+
+
+def _fetch_failure(ctx: Ctx, exc: Exception) -> ApiError:
+    """A failed single fetch (or map) as its answer: the fetch's status with its hint, or 503
+    with ``Retry-After`` when the pool or the site is busy; anything else is re-raised."""
+    kind = classify_failure(exc)
+    if kind is None:
+        raise exc
+    if isinstance(kind, TargetError):
+        status = kind.status if 400 <= kind.status <= 599 else 502
+        headers = ctx.busy_headers() if status in (429, 503) else None
+        return ApiError(status, kind.msg, kind.hint, code="fetch_failed", headers=headers)
+    return ApiError(
+        503,
+        "the fetch pool or the target is busy",
+        "try again after Retry-After seconds, or submit a batch (it retries by itself)",
+        code="fetch_busy",
+        headers=ctx.busy_headers(kind.after),
+    )
 
 
 async def _healthz(ctx: Ctx, request: Request) -> Response:

@@ -16,7 +16,9 @@ from .paths import paths
 from .schemas import SCHEMAS
 
 
-def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> dict[str, JSONValue]:
+def openapi_document(
+    *, with_fetch: bool, max_body: int, retry_after: int, with_map: bool = False
+) -> dict[str, JSONValue]:
     """The OpenAPI document of an app made by ``create_app`` with these arguments."""
     document: dict[str, JSONValue] = {
         "openapi": "3.1.0",
@@ -28,7 +30,7 @@ def openapi_document(*, with_fetch: bool, max_body: int, retry_after: int) -> di
             f"{retry_after} s).",
         },
         "security": [{"bearer": []}],
-        "paths": paths(kib=max_body // 1024, with_fetch=with_fetch),
+        "paths": paths(kib=max_body // 1024, with_fetch=with_fetch, with_map=with_map),
         "components": {
             "schemas": dict(SCHEMAS),
             "securitySchemes": {

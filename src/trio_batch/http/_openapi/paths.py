@@ -296,6 +296,39 @@ def _fetch_one(kib: int) -> dict[str, JSONValue]:
     }
 
 
+def _map_site(kib: int) -> dict[str, JSONValue]:
+    """``POST /v1/map``, which exists only when ``create_app`` has a map (the web fetcher's)."""
+    return {
+        "operationId": "mapSite",
+        "summary": "A site's URLs, from its sitemaps and its start page's links",
+        "description": "Reads the start page (its links), robots.txt (its `Sitemap:` lines), "
+        "those sitemaps or else /sitemap.xml, index files and gzip, through the same guard, "
+        "fetch pool and host budgets as fetches. Bounded in URLs, bytes, documents, depth "
+        "of indexes and time: a bound that is reached answers the URLs found so far with "
+        "`complete` false and a note.",
+        "requestBody": request_body("MapIn"),
+        "responses": {
+            "200": json_answer(ref("SiteMap"), "The site's URLs."),
+            "400": error(
+                "Malformed JSON, an unknown field, a wrong type, a `limit` out of range, or "
+                "a URL failing the pre-check (`field` names it)."
+            ),
+            "401": AUTH_401,
+            "413": error(f"The body is over {kib} KiB."),
+            "4XX": error(
+                "The guard refused the site's address (403), or the start page failed the "
+                "way a client error would and no URL was found."
+            ),
+            "500": INTERNAL_500,
+            "503": error(
+                f"The fetch pool or the site is busy and no URL was found. {SHUTTING_DOWN}.",
+                retry_after=True,
+            ),
+            "5XX": error("The start page failed upstream and no URL was found."),
+        },
+    }
+
+
 def _status_page() -> dict[str, JSONValue]:
     """``GET /ui``: open to all; the page asks for the key itself."""
     return {
@@ -309,7 +342,7 @@ def _status_page() -> dict[str, JSONValue]:
     }
 
 
-def paths(*, kib: int, with_fetch: bool) -> dict[str, JSONValue]:
+def paths(*, kib: int, with_fetch: bool, with_map: bool = False) -> dict[str, JSONValue]:
     """The document's ``paths``: every route of an app made with ``max_body`` of ``kib`` KiB."""
     target_index: dict[str, JSONValue] = {
         "name": "idx",
@@ -339,4 +372,6 @@ def paths(*, kib: int, with_fetch: bool) -> dict[str, JSONValue]:
     routes["/v1/batch/{id}/retry"] = {"parameters": [JOB_ID], "post": _retry_batch()}
     routes["/v1/me"] = {"get": _me()}
     routes["/ui"] = {"get": _status_page()}
+    if with_map:
+        routes["/v1/map"] = {"post": _map_site(kib)}
     return routes

@@ -361,3 +361,50 @@ SCHEMAS["RetryIn"] = {
     "properties": {"webhook": ref("WebhookIn")},
     "additionalProperties": False,
 }
+SCHEMAS["MapIn"] = {
+    "type": "object",
+    "description": "The site to map: its start page, how many URLs at most, which hosts.",
+    "required": ["url"],
+    "properties": {
+        "url": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 2048,
+            "description": "The site's start page: an absolute http(s) URL on a public host.",
+        },
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10_000,
+            "default": 1_000,
+            "description": "The most URLs answered.",
+        },
+        "same_host": {
+            "type": "boolean",
+            "default": True,
+            "description": "Keep the start page's host only (and the host it redirects to); "
+            "false keeps every host the sitemaps and links name.",
+        },
+    },
+    "additionalProperties": False,
+}
+SCHEMAS["SiteMap"] = {
+    "type": "object",
+    "description": "A site's URLs: the start page, its sitemaps' URLs, then its links; "
+    "deduplicated, without fragments, one a line ready for `trio-batch run -`.",
+    "required": ["urls", "complete", "notes"],
+    "properties": {
+        "urls": {"type": "array", "items": {"type": "string"}, "maxItems": 10_000},
+        "complete": {
+            "type": "boolean",
+            "description": "False when a bound (the limit, bytes, documents, index depth, "
+            "time) ended the map early or a source could not be read; `notes` says which.",
+        },
+        "notes": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "What was cut or skipped, in words.",
+        },
+    },
+    "additionalProperties": False,
+}
