@@ -1,0 +1,733 @@
+"""Rendered pages: a bounded pool of headless Chromium renderers behind the guarded proxy.
+
+A single-page app answers ``Loading...`` until its scripts run, so a target that asks for
+``render`` is loaded in a real browser and its DOM is taken once the page is ready. The browser
+runs code a site wrote, so it is treated as untrusted work (docs/render.md):
+
+- each renderer is one Chromium (``_browser``) in a process group of its own, with its own
+  :class:`~trio_batch.web._proxy.GuardedProxy` (so a render's refusals are its own) and a fresh
+  profile; each render runs in a fresh browser context (no cookie, storage or cache of another
+  render), disposed at its end;
+- a render has ``seconds`` in all: past it the renderer is killed (the whole group) and the
+  next render starts a new one; its memory is watched (``memory`` bytes over the group) and a
+  renderer over it is killed the same way; a crash ends only that render;
+- at most ``workers`` renderers exist, each rendering one page at a time; more renders wait
+  for one (their wait counts in their caller's deadline, not in ``seconds``);
+- every request the browser makes goes through the guard and the host budget (the proxy); the
+  target's own first request may run in the slot the engine holds for it (``slot``);
+- ``headers`` go to the target's exact origin only (scheme, host and port): never to a
+  subresource of another origin, and never after a redirect to another origin (each request
+  is paused and given or stripped of them, ``Fetch.requestPaused``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, final
+
+import trio
+
+from .._budget import HostBudget, HostSlot
+from .._errors import TargetError
+from .._util import raise_single_exception_from_group
+from ._browser import (
+    DEFAULT_CHROMIUM,
+    Browser,
+    chromium_missing_error,
+    find_chromium,
+    open_browser,
+    sandbox_allowed,
+)
+from ._cdp import CdpClosed, CdpConnection, CdpError, Message
+from ._guard import Network, Resolver, check_url
+from ._proxy import REFUSED_HEADER, GuardedProxy, open_guarded_proxy
+
+CREDENTIALS: Final = frozenset({"cookie", "authorization"})
+MIN_MEMORY: Final = 256 * 2**20
+"""Least ``memory`` a renderer may be given (an idle Chromium holds ~150 MiB here)."""
+IDLE_SECONDS: Final = 0.5
+"""How long the network must stay quiet for a page to count as ready (without ``wait_for``)."""
+_POLL_SECONDS: Final = 0.1
+_RENDERS_PER_BROWSER: Final = 100
+_DISPOSE_SECONDS: Final = 5.0
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RenderedPage:
+    """The DOM of a page after its scripts ran, as the browser serialized it."""
+
+    html: str
+    """``<!DOCTYPE html>`` (when the page has one) and the root element's outer HTML."""
+    url: str
+    """The address the page ended at (after redirects and script navigations)."""
+    status: int
+    """The HTTP status of the page's main document (0 when the browser did not report one)."""
+    settled: bool
+    """Whether the wait condition was met; False when ``max_wait`` passed first and the DOM was
+    taken as it was."""
+    refused: int
+    """Requests of the page the guard refused (each answered 403 by the proxy)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RenderPoolStatistics:
+    """What a :class:`RenderPool` holds and has done."""
+
+    renderers: int
+    """Renderers (browsers) running now, busy or idle."""
+    rendering: int
+    """Renders in progress now."""
+    renders: int
+    """Renders that returned a page."""
+    killed: int
+    """Renderers killed at a limit (time, memory) or after a crash."""
+    refused: int
+    """Requests the guard refused, over all renders."""
+
+
+@dataclass(eq=False)
+class _Renderer:
+    proxy: GuardedProxy
+    browser: Browser
+    scope: trio.CancelScope
+    renders: int = 0
+
+    def close(self) -> None:
+        self.browser.kill()
+        self.scope.cancel()
+
+
+@dataclass
+class _PageState:
+    """What the page's events told so far."""
+
+    frame: str = ""
+    """The main frame's id (the target's)."""
+    loader: str = ""
+    """The main frame's current document (its loader id)."""
+    loaded: set[str] = field(default_factory=set)
+    """Documents whose load event fired (events may come before the navigation's answer)."""
+    statuses: dict[str, int] = field(default_factory=dict)
+    """The HTTP status of each main-frame document."""
+    refused: set[str] = field(default_factory=set)
+    """Main-frame documents that are the proxy's refusal."""
+    in_flight: set[str] = field(default_factory=set)
+    """Requests of the page sent and not yet finished or failed."""
+    changed: trio.Event = field(default_factory=trio.Event)
+    failure: str = ""
+
+    def touch(self) -> None:
+        """Wake whoever waits for the network to be quiet."""
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def wait_network_idle(self) -> None:
+        """Return once the document has loaded and no request has been in flight for
+        ``IDLE_SECONDS`` (Playwright's ``networkidle``: WebSockets do not count)."""
+        while True:
+            changed = self.changed
+            if self.loader in self.loaded and not self.in_flight:
+                with trio.move_on_after(IDLE_SECONDS) as quiet:
+                    await changed.wait()
+                if quiet.cancelled_caught:
+                    return
+            else:
+                await changed.wait()
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    try:
+        port = parts.port or default
+    except ValueError:
+        port = None
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+@final
+class RenderPool:
+    """A bounded pool of headless Chromium renderers. Obtain one from :func:`open_render_pool`.
+
+    :meth:`render` is the one call: it loads a URL in a fresh browser context, waits for the
+    page to be ready, and returns its DOM as a :class:`RenderedPage`.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        executable: str | None,
+        asked: str,
+        workers: int,
+        seconds: float,
+        memory: int,
+        allow: Sequence[Network],
+        resolver: Resolver | None,
+        budget: HostBudget | None,
+        sandbox: bool,
+        max_html_bytes: int,
+    ) -> None:
+        self._nursery = nursery
+        self._executable = executable
+        self._asked = asked
+        self._limiter = trio.CapacityLimiter(workers)
+        self._seconds = seconds
+        self._memory = memory
+        self._allow = tuple(allow)
+        self._resolver = resolver
+        self._budget = budget
+        self._sandbox = sandbox
+        self._max_html = max_html_bytes
+        self._idle: list[_Renderer] = []
+        self._live: set[_Renderer] = set()
+        self._renders = 0
+        self._killed = 0
+        self._refused = 0
+        self._closed = False
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether the renderers run inside Chromium's sandbox (not as root: see docs)."""
+        return self._sandbox
+
+    def statistics(self) -> RenderPoolStatistics:
+        return RenderPoolStatistics(
+            renderers=len(self._live),
+            rendering=self._limiter.borrowed_tokens,
+            renders=self._renders,
+            killed=self._killed,
+            refused=self._refused,
+        )
+
+    async def render(
+        self,
+        url: str,
+        *,
+        wait_for: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_wait: float | None = None,
+        slot: HostSlot | None = None,
+    ) -> RenderedPage:
+        """Load ``url`` in a fresh browser context and return its DOM once it is ready.
+
+        Ready means: the element ``wait_for`` (a CSS selector) exists, or, without it, the
+        page has loaded and its network has been quiet for 500 ms (no request in flight).
+        With ``max_wait`` (seconds) the DOM is taken as it is when that passes first
+        (``settled=False``); without it a page that never gets ready runs into the pool's
+        time limit.
+
+        Args:
+            url: an http or https URL (the guard's pre-check applies).
+            wait_for: a CSS selector to wait for instead of network idle.
+            headers: request headers for the target's exact origin only (``Cookie``,
+                ``Authorization``, ``Accept-Language``...): never sent to another origin,
+                nor after a redirect to one. Checking which names are allowed is the caller's.
+            max_wait: the longest wait for the condition before the DOM is taken anyway.
+            slot: the host-budget slot the caller already holds for ``url``'s host (the
+                engine's, ``CURRENT_SLOT``): requests to that host run in it, one at a time.
+
+        Raises:
+            TargetError: the URL is refused (400), Chromium is not installed (501), the
+                navigation was refused by the guard (403) or failed (502), ``wait_for`` is not
+                a valid selector (400), the page went over the time limit (504) or the memory
+                limit (422), the browser crashed (502), or the DOM is over the size limit (413).
+            trio.ClosedResourceError: the pool is closed.
+
+        Cancellation: a cancelled render kills its renderer (it may be mid-page), so the next
+        render starts a fresh one.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the RenderPool is closed")
+        if self._executable is None:
+            raise chromium_missing_error(self._asked)
+        check_url(url, self._allow)
+        clean = _checked_headers(headers or {})
+        if max_wait is not None and not (math.isfinite(max_wait) and max_wait >= 0):
+            raise ValueError(f"max_wait must be a finite number >= 0 (got {max_wait!r})")
+        async with self._limiter:
+            renderer = await self._take()
+            ok = False
+            try:
+                page = await self._render_in(renderer, url, wait_for, clean, max_wait, slot)
+                ok = True
+            finally:
+                self._give_back(renderer, ok)
+        self._renders += 1
+        return page
+
+    async def _take(self) -> _Renderer:
+        while self._idle:
+            renderer = self._idle.pop()
+            if renderer.browser.alive:
+                return renderer
+            self._discard(renderer)
+        try:
+            started: _Renderer = await self._nursery.start(self._run_renderer)
+        except BaseExceptionGroup as group:
+            raise_single_exception_from_group(group)
+            raise
+        return started
+
+    def _give_back(self, renderer: _Renderer, ok: bool) -> None:
+        renderer.renders += 1
+        if ok and renderer.browser.alive and renderer.renders < _RENDERS_PER_BROWSER:
+            self._idle.append(renderer)
+        else:
+            if not ok:
+                self._killed += 1
+            self._discard(renderer)
+
+    def _discard(self, renderer: _Renderer) -> None:
+        renderer.close()
+        self._live.discard(renderer)
+
+    async def _run_renderer(self, *, task_status: trio.TaskStatus[_Renderer]) -> None:
+        assert self._executable is not None
+        with trio.CancelScope() as scope:
+            async with (
+                open_guarded_proxy(
+                    allow=self._allow, resolver=self._resolver, budget=self._budget
+                ) as proxy,
+                open_browser(
+                    self._executable,
+                    proxy_port=proxy.port,
+                    memory=self._memory,
+                    sandbox=self._sandbox,
+                    max_message_bytes=4 * self._max_html + 2**20,
+                ) as browser,
+            ):
+                renderer = _Renderer(proxy, browser, scope)
+                self._live.add(renderer)
+                task_status.started(renderer)
+                await trio.sleep_forever()
+
+    async def _render_in(
+        self,
+        renderer: _Renderer,
+        url: str,
+        wait_for: str | None,
+        headers: dict[str, str],
+        max_wait: float | None,
+        slot: HostSlot | None,
+    ) -> RenderedPage:
+        before = renderer.proxy.statistics().refused
+        try:
+            with renderer.proxy.holding(slot), trio.move_on_after(self._seconds):
+                return await _render_page(
+                    renderer.browser.cdp,
+                    url,
+                    wait_for=wait_for,
+                    headers=headers,
+                    max_wait=max_wait,
+                    max_html=self._max_html,
+                    refused=lambda: renderer.proxy.statistics().refused - before,
+                )
+            raise TargetError(
+                f"the page did not finish rendering within {self._seconds:g} s",
+                hint="the page kept loading; ask with wait_for=SELECTOR for the part you need, "
+                "or without render",
+                status=504,
+            )
+        except (CdpClosed, CdpError):
+            if renderer.browser.over_memory:
+                raise self._over_memory() from None
+            raise _crashed() from None
+        except TargetError:
+            if renderer.browser.over_memory:
+                raise self._over_memory() from None
+            raise
+        finally:
+            self._refused += renderer.proxy.statistics().refused - before
+
+    def _over_memory(self) -> TargetError:
+        return TargetError(
+            f"the page used more than {self._memory / 2**20:.0f} MiB while rendering",
+            hint="the page is too heavy to render here; ask for it without render",
+            status=422,
+        )
+
+
+def _crashed() -> TargetError:
+    return TargetError(
+        "the browser crashed while rendering the page",
+        hint="try again later, or ask for the page without render",
+        status=502,
+    )
+
+
+def _checked_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    clean: dict[str, str] = {}
+    for name, value in headers.items():
+        if not (isinstance(name, str) and isinstance(value, str)):
+            raise TargetError("header names and values must be strings", status=400)
+        if not name or any(c in name for c in ":\r\n\0 ") or any(c in value for c in "\r\n\0"):
+            raise TargetError(
+                "a header name or value holds a line break, a NUL or (in the name) a colon",
+                hint="send each header as a plain name and a one-line value",
+                status=400,
+            )
+        clean[name] = value
+    return clean
+
+
+async def _render_page(
+    cdp: CdpConnection,
+    url: str,
+    *,
+    wait_for: str | None,
+    headers: dict[str, str],
+    max_wait: float | None,
+    max_html: int,
+    refused: Callable[[], int],
+) -> RenderedPage:
+    """One render in a fresh browser context (disposed at the end, whatever happens)."""
+    context = await cdp.call("Target.createBrowserContext", {"disposeOnDetach": True})
+    context_id = str(context.get("browserContextId", ""))
+    try:
+        target = await cdp.call(
+            "Target.createTarget", {"url": "about:blank", "browserContextId": context_id}
+        )
+        target_id = str(target.get("targetId", ""))
+        attached = await cdp.call("Target.attachToTarget", {"targetId": target_id, "flatten": True})
+        session = str(attached.get("sessionId", ""))
+        events = cdp.events(session)
+        try:
+            return await _load(
+                _Page(cdp, session, headers, _origin(url), _PageState(frame=target_id)),
+                events,
+                url,
+                wait_for=wait_for,
+                max_wait=max_wait,
+                max_html=max_html,
+                refused=refused,
+            )
+        finally:
+            cdp.forget(session)
+    finally:
+        with (
+            trio.move_on_after(_DISPOSE_SECONDS, shield=True) as disposing,
+            contextlib.suppress(CdpClosed, CdpError),
+        ):
+            await cdp.call("Target.disposeBrowserContext", {"browserContextId": context_id})
+        if disposing.cancelled_caught:  # a browser that hangs is not given another page
+            cdp.abandon("the browser did not dispose of a page's context")
+
+
+@dataclass
+class _Page:
+    cdp: CdpConnection
+    session: str
+    headers: dict[str, str]
+    origin: tuple[str, str, int | None]
+    state: _PageState = field(default_factory=_PageState)
+
+    async def call(self, method: str, params: Message | None = None) -> Message:
+        return await self.cdp.call(method, params, session=self.session)
+
+
+async def _load(
+    page: _Page,
+    events: trio.MemoryReceiveChannel[Message],
+    url: str,
+    *,
+    wait_for: str | None,
+    max_wait: float | None,
+    max_html: int,
+    refused: Callable[[], int],
+) -> RenderedPage:
+    await _enable(page)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_follow_events, page, events, nursery.cancel_scope)
+            settled = await _navigate_and_wait(page, url, wait_for, max_wait, refused)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise_single_exception_from_group(group)
+        raise
+    if page.state.failure:
+        raise CdpClosed(page.state.failure)
+    if page.state.loader in page.state.refused:
+        raise _refused_error()
+    html, final_url = await _snapshot(page, max_html)
+    if final_url.startswith("chrome-error:"):
+        _check_navigation({"errorText": "the page's own navigation failed"}, refused())
+    return RenderedPage(
+        html=html,
+        url=final_url,
+        status=page.state.statuses.get(page.state.loader, 0),
+        settled=settled,
+        refused=refused(),
+    )
+
+
+async def _navigate_and_wait(
+    page: _Page,
+    url: str,
+    wait_for: str | None,
+    max_wait: float | None,
+    refused: Callable[[], int],
+) -> bool:
+    """Navigate and wait for the condition; whether it was met before ``max_wait``."""
+    navigated = await page.call("Page.navigate", {"url": url})
+    _check_navigation(navigated, refused())
+    page.state.loader = str(navigated.get("loaderId", ""))
+    with trio.move_on_after(math.inf if max_wait is None else max_wait):
+        if wait_for is not None:
+            await _wait_selector(page, wait_for)
+        else:
+            await page.state.wait_network_idle()
+        return True
+    return False
+
+
+async def _enable(page: _Page) -> None:
+    """Turn on the page's events, the commands sent at once (each waits on a new renderer
+    process starting up)."""
+    commands: list[tuple[str, Message | None]] = [
+        ("Page.enable", None),
+        ("Page.setLifecycleEventsEnabled", {"enabled": True}),
+        ("Network.enable", None),
+    ]
+    if page.headers:
+        commands.append(("Fetch.enable", {"patterns": [{"urlPattern": "*"}]}))
+    try:
+        async with trio.open_nursery() as nursery:
+            for method, params in commands:
+                nursery.start_soon(page.call, method, params)
+    except BaseExceptionGroup as group:
+        raise_single_exception_from_group(group)
+        raise
+
+
+def _refused_error() -> TargetError:
+    return TargetError(
+        "the page's address, or one it redirected to, resolves to a private or otherwise "
+        "non-public address",
+        hint="only public web addresses can be fetched; the operator can allow this network",
+        status=403,
+    )
+
+
+def _check_navigation(navigated: Message, refused: int) -> None:
+    error = navigated.get("errorText")
+    if not error:
+        return
+    if refused:
+        raise _refused_error()
+    raise TargetError(
+        f"the browser could not load the page ({error})",
+        hint="check that the address works; the site may be down",
+        status=502,
+    )
+
+
+async def _follow_events(
+    page: _Page, events: trio.MemoryReceiveChannel[Message], scope: trio.CancelScope
+) -> None:
+    """Keep the page's state from its events; a crash or a lost channel ends the render."""
+    state = page.state
+    async for event in events:
+        method = event.get("method")
+        params = event.get("params")
+        if not isinstance(params, dict):
+            continue
+        if method == "Fetch.requestPaused":
+            await _continue_request(page, params)
+        elif method == "Page.lifecycleEvent":
+            _on_lifecycle(state, params)
+        elif method == "Network.responseReceived":
+            _on_response(state, params)
+        elif method in _NETWORK_EVENTS:
+            _on_network(state, method, params)
+        elif method in ("Inspector.targetCrashed", "Inspector.detached"):
+            break
+    state.failure = "the page's renderer crashed or went away"
+    scope.cancel()
+
+
+_NETWORK_EVENTS: Final = frozenset(
+    {"Network.requestWillBeSent", "Network.loadingFinished", "Network.loadingFailed"}
+)
+
+
+def _on_lifecycle(state: _PageState, params: dict[str, object]) -> None:
+    if params.get("frameId") != state.frame:
+        return
+    name = params.get("name")
+    loader = str(params.get("loaderId", ""))
+    if name == "init" and state.loader:  # a later navigation (a script's, a refresh)
+        state.loader = loader
+    elif name == "load":
+        state.loaded.add(loader)
+    state.touch()
+
+
+def _on_network(state: _PageState, method: object, params: dict[str, object]) -> None:
+    request = str(params.get("requestId", ""))
+    if method == "Network.requestWillBeSent":
+        state.in_flight.add(request)
+    else:
+        state.in_flight.discard(request)
+    state.touch()
+
+
+def _on_response(state: _PageState, params: dict[str, object]) -> None:
+    if params.get("type") != "Document" or params.get("frameId") != state.frame:
+        return
+    response = params.get("response")
+    loader = str(params.get("loaderId", ""))
+    if isinstance(response, dict):
+        status = response.get("status")
+        state.statuses[loader] = int(status) if isinstance(status, int | float) else 0
+        headers = response.get("headers")
+        if isinstance(headers, dict) and any(
+            str(k).lower() == REFUSED_HEADER.lower() for k in headers
+        ):
+            state.refused.add(loader)
+
+
+async def _continue_request(page: _Page, params: dict[str, object]) -> None:
+    """Let a paused request go on with the target's headers when it goes to the target's
+    exact origin, and without any credential header otherwise (one carried over a redirect)."""
+    request = params.get("request")
+    if not isinstance(request, dict):
+        return
+    sent = request.get("headers")
+    current = {str(k): str(v) for k, v in sent.items()} if isinstance(sent, dict) else {}
+    continued: Message = {"requestId": params.get("requestId")}
+    ours = {name.lower() for name in page.headers}
+    if _origin(str(request.get("url", ""))) == page.origin:
+        merged = {k: v for k, v in current.items() if k.lower() not in ours} | page.headers
+        continued["headers"] = [{"name": k, "value": v} for k, v in merged.items()]
+    elif any(k.lower() in CREDENTIALS | ours for k in current):
+        kept = {k: v for k, v in current.items() if k.lower() not in CREDENTIALS | ours}
+        continued["headers"] = [{"name": k, "value": v} for k, v in kept.items()]
+    with contextlib.suppress(CdpError):
+        await page.call("Fetch.continueRequest", continued)
+
+
+async def _wait_selector(page: _Page, selector: str) -> None:
+    expression = f"document.querySelector({json.dumps(selector)}) !== null"
+    while True:
+        answer = await page.call(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True}
+        )
+        if "exceptionDetails" in answer:
+            raise TargetError(
+                "wait_for is not a valid CSS selector",
+                hint="write a selector such as #content or main article",
+                status=400,
+            )
+        result = answer.get("result")
+        if isinstance(result, dict) and result.get("value") is True:
+            return
+        await trio.sleep(_POLL_SECONDS)
+
+
+_SNAPSHOT: Final = """(() => {
+  const root = document.documentElement;
+  const html = (document.doctype ? "<!DOCTYPE " + document.doctype.name + ">" : "")
+    + (root ? root.outerHTML : "");
+  return html.length > LIMIT ? {large: html.length, url: location.href}
+                             : {html: html, url: location.href};
+})()"""
+
+
+async def _snapshot(page: _Page, max_html: int) -> tuple[str, str]:
+    """The page's serialized DOM and its address; over ``max_html`` characters a 413."""
+    answer = await page.call(
+        "Runtime.evaluate",
+        {"expression": _SNAPSHOT.replace("LIMIT", str(max_html)), "returnByValue": True},
+    )
+    result = answer.get("result")
+    value = result.get("value") if isinstance(result, dict) else None
+    if not isinstance(value, dict):
+        raise CdpClosed("the page's DOM could not be read")
+    if "large" in value:
+        raise TargetError(
+            f"the rendered page is {value['large']:,} characters; the limit is {max_html:,}",
+            hint="ask for the page without render, or for a smaller page",
+            status=413,
+        )
+    return str(value.get("html", "")), str(value.get("url", ""))
+
+
+@contextlib.asynccontextmanager
+async def open_render_pool(
+    *,
+    workers: int = 2,
+    seconds: float = 30.0,
+    memory: int = 1024 * 2**20,
+    allow: Sequence[Network] = (),
+    resolver: Resolver | None = None,
+    budget: HostBudget | None = None,
+    executable: str = DEFAULT_CHROMIUM,
+    sandbox: bool | None = None,
+    max_html_bytes: int = 8 * 2**20,
+) -> AsyncIterator[RenderPool]:
+    """A :class:`RenderPool` for the block's life; every browser is killed when it ends.
+
+    Opening starts no browser: the first render starts one (about 0.5 s here), and the pool
+    keeps at most ``workers`` of them, each reused for up to 100 renders. A missing Chromium is
+    not an error here (the service can run without rendering): each :meth:`RenderPool.render`
+    then fails with a hint naming Debian's ``chromium`` package.
+
+    Args:
+        workers: renderers (browsers) at most, each rendering one page at a time
+            (``render_workers``).
+        seconds: one render's time limit, from navigation to DOM (``render_seconds``); past
+            it the renderer is killed.
+        memory: bytes one renderer's processes may hold together (``render_memory``; at least
+            256 MiB); past it the renderer is killed.
+        allow: networks the guard lets through although they are not public (the fetcher's).
+        resolver: the DNS lookup (the fetcher's); the system's by default.
+        budget: the host budget every request of a page takes (the fetcher's).
+        executable: the browser to run; Debian's ``/usr/bin/chromium`` by default.
+        sandbox: run Chromium's sandbox; None: whenever the machine allows it (not as root).
+        max_html_bytes: the largest serialized DOM returned (characters).
+
+    Raises:
+        ValueError: a setting is out of range; the message names it.
+    """
+    _check_settings(workers, seconds, memory, max_html_bytes)
+    use_sandbox = sandbox_allowed() if sandbox is None else sandbox
+    async with trio.open_nursery() as nursery:
+        pool = RenderPool(
+            nursery,
+            executable=find_chromium(executable),
+            asked=executable,
+            workers=workers,
+            seconds=seconds,
+            memory=memory,
+            allow=allow,
+            resolver=resolver,
+            budget=budget,
+            sandbox=use_sandbox,
+            max_html_bytes=max_html_bytes,
+        )
+        try:
+            yield pool
+        finally:
+            pool._closed = True
+            for renderer in list(pool._live):
+                renderer.close()
+            nursery.cancel_scope.cancel("the render pool closed")
+
+
+def _check_settings(workers: int, seconds: float, memory: int, max_html_bytes: int) -> None:
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"render_workers must be an integer >= 1 (got {workers!r})")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"render_seconds must be a finite number > 0 (got {seconds!r})")
+    if not isinstance(memory, int) or memory < MIN_MEMORY:
+        raise ValueError(f"render_memory must be at least {MIN_MEMORY} bytes (got {memory!r})")
+    if max_html_bytes < 1:
+        raise ValueError(f"max_html_bytes must be >= 1 (got {max_html_bytes!r})")

@@ -1,0 +1,387 @@
+"""Rendered pages: Debian's Chromium behind the guarded proxy, bounded and killable.
+
+The browser tests start a real Chromium (skipped when ``/usr/bin/chromium`` is missing) and
+serve pages from 127.0.0.2, the one address the guard allows; 127.0.0.3 plays the private
+address, and a listener there counts every connection and datagram that reaches it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from tests.web.render_support import (
+    ALLOW,
+    FORBIDDEN_HOST,
+    Counter,
+    Page,
+    Site,
+    serve_counter,
+    serve_site,
+)
+from trio_batch import HostBudget, HostSlot, TargetError
+from trio_batch.web._browser import find_chromium
+from trio_batch.web._render import open_render_pool
+
+needs_chromium = pytest.mark.skipif(
+    find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"
+)
+
+SPA = b"""<!doctype html><html><head><title>App</title></head><body>
+<div id="app">Loading...</div>
+<script>
+setTimeout(() => {
+  document.getElementById("app").innerHTML = '<h1 id="ready">Rendered by a script</h1>';
+}, 50);
+</script></body></html>"""
+
+
+def page_with_script(script: str) -> Page:
+    """A page that runs ``script`` and then writes ``done`` into #app."""
+    html = f"""<!doctype html><html><body><div id="app">Loading...</div>
+<script>
+(async () => {{
+  {script}
+  document.getElementById("app").innerHTML = '<p id="done">done</p>';
+}})();
+</script></body></html>"""
+    return Page(html.encode())
+
+
+def attempts_on(private: Counter) -> str:
+    """A script that tries every way out to the private listener, each failure swallowed."""
+    where = f"{FORBIDDEN_HOST}:{private.port}"
+    return f"""
+  const tries = [
+    fetch("http://{where}/secret").catch(() => null),
+    fetch("https://{where}/secret").catch(() => null),
+    new Promise((resolve) => {{
+      const ws = new WebSocket("ws://{where}/socket");
+      ws.onerror = ws.onclose = ws.onopen = () => resolve(null);
+    }}),
+    new Promise((resolve) => {{
+      const img = new Image();
+      img.onerror = img.onload = () => resolve(null);
+      img.src = "http://{where}/pixel.png";
+    }}),
+  ];
+  await Promise.all(tries);
+"""
+
+
+@pytest.mark.slow
+@needs_chromium
+class TestRendering:
+    async def test_a_single_page_app_gives_its_rendered_text(self) -> None:
+        """A page whose content a script writes after load comes back with that content."""
+        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
+            site.pages["/"] = Page(SPA)
+            page = await pool.render(site.url("/"))
+
+        assert "Rendered by a script" in page.html
+        assert "Loading..." not in page.html
+        assert page.html.startswith("<!DOCTYPE html>")
+        assert 200 == page.status
+        assert site.url("/") == page.url
+        assert page.settled
+
+    async def test_wait_for_waits_for_the_selector(self) -> None:
+        """With wait_for the DOM is taken once the selector matches, not before."""
+        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
+            site.pages["/"] = page_with_script("await new Promise((r) => setTimeout(r, 300));")
+            page = await pool.render(site.url("/"), wait_for="#done")
+
+        assert '<p id="done">done</p>' in page.html
+        assert page.settled
+
+    async def test_max_wait_takes_the_dom_as_it_is(self) -> None:
+        """A page that never gets quiet is taken as it is after max_wait (settled False)."""
+        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
+            site.pages["/"] = Page(SPA.replace(b"</body>", b'<img src="/never"></body>'))
+            site.pages["/never"] = Page(stall=True)
+            page = await pool.render(site.url("/"), max_wait=1.0)
+
+        assert "Rendered by a script" in page.html
+        assert not page.settled
+
+    async def test_an_invalid_selector_is_a_400(self) -> None:
+        """A wait_for that is not CSS fails with a hint instead of waiting for nothing."""
+        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
+            site.pages["/"] = Page(SPA)
+            with pytest.raises(
+                TargetError, match=r"^wait_for is not a valid CSS selector$"
+            ) as info:
+                await pool.render(site.url("/"), wait_for="#(")
+
+        assert 400 == info.value.status
+
+    async def test_renders_past_the_pool_size_wait_for_a_renderer(self) -> None:
+        """More renders than render_workers all finish, never with more browsers than that."""
+        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
+            site.pages["/"] = Page(SPA)
+            pages: list[str] = []
+            most = 0
+
+            async def render() -> None:
+                nonlocal most
+                page = await pool.render(site.url("/"), wait_for="#ready")
+                most = max(most, pool.statistics().renderers)
+                pages.append(page.html)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(render)
+
+        assert 3 == len(pages)
+        assert 1 == most
+
+
+@pytest.mark.slow
+@needs_chromium
+class TestGuard:
+    async def test_scripts_reach_no_private_address(self) -> None:
+        """fetch (http and https), a WebSocket and an image aimed at a private address are all
+        refused by the proxy; the render still ends and nothing reached the address."""
+        async with (
+            serve_site() as site,
+            serve_counter() as private,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            site.pages["/"] = page_with_script(attempts_on(private))
+            page = await pool.render(site.url("/"), wait_for="#done")
+
+        assert '<p id="done">done</p>' in page.html
+        assert page.refused >= 4
+        assert 0 == private.connections
+
+    @pytest.mark.parametrize("scheme", ["http", "https"])
+    async def test_a_redirect_to_a_private_address_is_refused(self, scheme: str) -> None:
+        """A redirect of the page to a private address fails the render with a 403, and
+        nothing reached the address."""
+        async with (
+            serve_site() as site,
+            serve_counter() as private,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            target = f"{scheme}://{FORBIDDEN_HOST}:{private.port}/"
+            site.pages["/go"] = Page(b"", 302, [("location", target)])
+            with pytest.raises(TargetError, match=r"non-public address") as info:
+                await pool.render(site.url("/go"))
+
+        assert 403 == info.value.status
+        assert 0 == private.connections
+
+    async def test_a_script_redirect_to_a_private_address_is_refused(self) -> None:
+        """A script that sends the page to a private address fails the render with a 403."""
+        async with (
+            serve_site() as site,
+            serve_counter() as private,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            where = f"http://{FORBIDDEN_HOST}:{private.port}/"
+            site.pages["/"] = Page(
+                f"<script>location.href = {json.dumps(where)};</script>".encode()
+            )
+            with pytest.raises(TargetError, match=r"non-public address"):
+                await pool.render(site.url("/"))
+
+        assert 0 == private.connections
+
+    async def test_webrtc_sends_nothing_outside_the_proxy(self) -> None:
+        """A peer connection's ICE gathering sends no UDP to a private STUN server."""
+        async with (
+            serve_site() as site,
+            serve_counter() as private,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            stun = f"stun:{FORBIDDEN_HOST}:{private.port}"
+            site.pages["/"] = page_with_script(
+                f"""
+  const pc = new RTCPeerConnection({{iceServers: [{{urls: {json.dumps(stun)}}}]}});
+  pc.createDataChannel("x");
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((resolve) => {{
+    pc.onicegatheringstatechange = () => pc.iceGatheringState === "complete" && resolve();
+    setTimeout(resolve, 1500);
+  }});
+"""
+            )
+            page = await pool.render(site.url("/"), wait_for="#done")
+
+        assert "done" in page.html
+        assert 0 == private.datagrams
+        assert 0 == private.connections
+
+    async def test_the_page_runs_in_the_engines_slot_for_its_host(self) -> None:
+        """With the host's only slot held by the caller (the engine's), the page's requests to
+        that host run in it instead of waiting forever for a second one."""
+        budget = HostBudget(concurrency=1)
+        async with (
+            serve_site() as site,
+            open_render_pool(allow=ALLOW, workers=1, budget=budget) as pool,
+        ):
+            site.pages["/"] = Page(SPA.replace(b"</body>", b'<img src="/pixel"></body>'))
+            slot = budget.try_start(f"{site.host}:{site.port}")
+            assert isinstance(slot, HostSlot)
+            with trio.fail_after(20):
+                page = await pool.render(site.url("/"), slot=slot)
+
+        assert "Rendered by a script" in page.html
+        assert ["/", "/pixel"] == sorted(p for p in site.paths() if p != "/favicon.ico")
+
+
+@pytest.mark.slow
+@needs_chromium
+class TestCredentials:
+    @staticmethod
+    def credentials_seen(site: Site) -> list[str]:
+        return [
+            seen.path
+            for seen in site.seen
+            if "authorization" in seen.headers or "secret=1" in seen.headers.get("cookie", "")
+        ]
+
+    async def test_headers_go_to_the_targets_exact_origin_only(self) -> None:
+        """Cookie and Authorization reach the target's own requests, never a subresource or a
+        fetch of another origin (the same host on another port is another origin)."""
+        async with (
+            serve_site() as site,
+            serve_site() as other,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            other.pages["/data"] = Page(b"{}", headers=[("content-type", "application/json")])
+            script = f"""
+  await fetch("/same").catch(() => null);
+  await fetch({json.dumps(other.url("/data"))}).catch(() => null);
+  await new Promise((resolve) => {{
+    const img = new Image();
+    img.onerror = img.onload = () => resolve(null);
+    img.src = {json.dumps(other.url("/pixel"))};
+  }});
+"""
+            site.pages["/"] = page_with_script(script)
+            site.pages["/same"] = Page(b"same")
+            headers = {"Authorization": "Bearer token-1", "Cookie": "secret=1"}
+            await pool.render(site.url("/"), wait_for="#done", headers=headers)
+
+        assert {"/", "/same"} <= set(self.credentials_seen(site))
+        assert [] == self.credentials_seen(other)
+        assert {"/data", "/pixel"} <= set(other.paths())
+
+    async def test_headers_are_not_sent_after_a_redirect_to_another_origin(self) -> None:
+        """A target that redirects to another origin loses its credentials on the way."""
+        async with (
+            serve_site() as site,
+            serve_site() as other,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            site.pages["/hop"] = Page(b"", 302, [("location", other.url("/landing"))])
+            other.pages["/landing"] = Page(SPA)
+            page = await pool.render(
+                site.url("/hop"), headers={"Authorization": "Bearer token-1", "Cookie": "secret=1"}
+            )
+
+        assert "Rendered by a script" in page.html
+        assert ["/hop"] == self.credentials_seen(site)
+        assert [] == self.credentials_seen(other)
+        assert "/landing" in other.paths()
+
+    async def test_a_header_with_a_line_break_is_refused(self) -> None:
+        """A header value cannot smuggle a second header."""
+        async with open_render_pool(allow=ALLOW, workers=1) as pool:
+            with pytest.raises(TargetError, match=r"line break") as info:
+                await pool.render("http://127.0.0.2:9/", headers={"Cookie": "a\r\nX-Evil: 1"})
+
+        assert 400 == info.value.status
+
+
+@pytest.mark.slow
+@needs_chromium
+class TestLimits:
+    async def test_a_page_that_never_stops_loading_is_killed_at_the_time_limit(self) -> None:
+        """A page whose network never gets quiet fails at render_seconds with a hint, its
+        browser is killed, and the pool goes on serving other pages."""
+        async with (
+            serve_site() as site,
+            open_render_pool(allow=ALLOW, workers=1, seconds=2.0) as pool,
+        ):
+            site.pages["/"] = Page(SPA)
+            site.pages["/forever"] = Page(SPA.replace(b"</body>", b'<img src="/never"></body>'))
+            site.pages["/never"] = Page(stall=True)
+            with pytest.raises(
+                TargetError, match=r"^the page did not finish rendering within 2 s$"
+            ) as info:
+                await pool.render(site.url("/forever"))
+            page = await pool.render(site.url("/"))
+            stats = pool.statistics()
+
+        assert 504 == info.value.status
+        assert "wait_for" in info.value.hint
+        assert "Rendered by a script" in page.html
+        assert 1 == stats.killed
+
+    async def test_a_page_that_allocates_without_bound_is_killed_at_the_memory_limit(
+        self,
+    ) -> None:
+        """A page that keeps allocating fails once its browser holds render_memory, and the
+        pool goes on serving other pages."""
+        async with (
+            serve_site() as site,
+            open_render_pool(allow=ALLOW, workers=1, memory=512 * 2**20, seconds=30) as pool,
+        ):
+            site.pages["/"] = Page(SPA)
+            site.pages["/bomb"] = Page(
+                b"""<script>
+const keep = [];
+(function grow() {
+  for (let i = 0; i < 64; i++) keep.push(new Uint8Array(4 * 2**20).fill(7));
+  setTimeout(grow, 0);
+})();
+</script>"""
+            )
+            with pytest.raises(TargetError, match=r"^the page used more than 512 MiB") as info:
+                await pool.render(site.url("/bomb"), wait_for="#never-there")
+            page = await pool.render(site.url("/"))
+
+        assert 422 == info.value.status
+        assert "without render" in info.value.hint
+        assert "Rendered by a script" in page.html
+
+
+class TestSettings:
+    async def test_a_missing_chromium_names_the_package(self) -> None:
+        """Without Chromium a render fails with a hint naming Debian's chromium package."""
+        async with open_render_pool(executable="/nonexistent/chromium") as pool:
+            with pytest.raises(TargetError, match=r"needs Chromium") as info:
+                await pool.render("https://example.com/")
+
+        assert 501 == info.value.status
+        assert "apt-get install chromium" in info.value.hint
+
+    @pytest.mark.parametrize(
+        ("settings", "message"),
+        [
+            ({"workers": 0}, r"^render_workers must be an integer >= 1 \(got 0\)$"),
+            ({"seconds": 0.0}, r"^render_seconds must be a finite number > 0 \(got 0.0\)$"),
+            ({"memory": 2**20}, r"^render_memory must be at least 268435456 bytes"),
+        ],
+    )
+    async def test_settings_out_of_range_name_the_setting(
+        self, settings: dict[str, float], message: str
+    ) -> None:
+        """A setting out of range is a ValueError that names it."""
+        with pytest.raises(ValueError, match=message):
+            async with open_render_pool(**settings):  # type: ignore[arg-type]
+                pass  # pragma: no cover
+
+    async def test_a_refused_url_fails_before_any_browser_starts(self) -> None:
+        """The guard's pre-check runs first: a private literal address is a 400."""
+        async with open_render_pool() as pool:
+            with pytest.raises(TargetError) as info:
+                await pool.render("http://10.0.0.1/")
+
+            assert 0 == pool.statistics().renderers
+
+        assert 400 == info.value.status
