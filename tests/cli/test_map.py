@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import trio
@@ -13,18 +12,10 @@ from trio_batch._cli._demo_site import DemoSite
 
 from .support import CLI, ENV
 
-MAP = [
-    sys.executable,
-    "-c",
-    # Until trio_batch.web exports site_map (reported), the command is given it here.
-    "import trio_batch.web as w, trio_batch.web._sitemap as s; w.site_map = s.site_map; "
-    "from trio_batch._cli import entry; entry()",
-]
-
 
 async def run_map(*args: str) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
-        [*MAP, "map", *args], env=ENV, capture_stdout=True, capture_stderr=True, check=False
+        [*CLI, "map", *args], env=ENV, capture_stdout=True, capture_stderr=True, check=False
     )
 
 

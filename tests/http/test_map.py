@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-import trio_batch.web
 from tests.http.support import auth, open_api
 from tests.web.support import HTML, LOOPBACK, LocalServer, Reply
 from trio_batch import Caller, HostBudget
@@ -120,12 +119,9 @@ async def test_a_start_page_that_fails_with_nothing_found_answers_its_status(
     assert "fetch_failed" == answer.json()["code"]
 
 
-async def test_the_route_and_its_document_follow_the_web_fetcher(
-    fetcher: WebFetcher, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_route_and_its_document_follow_the_web_fetcher(fetcher: WebFetcher) -> None:
     """An app whose fetch is a WebFetcher maps through it; one with another fetch function
     has no /v1/map, in its routes and in its OpenAPI document."""
-    monkeypatch.setattr(trio_batch.web, "site_map", site_map, raising=False)  # until exported
     async with open_api() as api:
         without = await api.client.post("/v1/map", json={}, headers=auth())
         document = (await api.client.get("/openapi.json")).json()

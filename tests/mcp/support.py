@@ -44,6 +44,7 @@ TOOL_NAMES = [
     "batch_results",
     "batch_cancel",
     "batch_retry",
+    "map",
 ]
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}

@@ -69,9 +69,7 @@ async def _map_local(args: argparse.Namespace) -> Mapping[str, object]:
         web = importlib.import_module("trio_batch.web")
     except ModuleNotFoundError as exc:
         raise UsageError(f"map needs {exc.name}: pip install 'trio-batch[web]'") from None
-    site_map = getattr(web, "site_map", None)
-    if site_map is None:
-        raise UsageError("this trio-batch has no site map (trio_batch.web.site_map)")
+    site_map = web.site_map
     async with web.WebFetcher(allow=list(args.allow_net), budget=HostBudget()) as fetch:
         try:
             found = await site_map(

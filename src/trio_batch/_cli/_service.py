@@ -7,6 +7,7 @@ part is :func:`trio_batch.http.serve` and :func:`trio_batch.http.create_app`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -143,7 +144,8 @@ def serve_hints(fetch: FetchFunc) -> FetchFunc:
                 raise
             raise TargetError(kind.msg, hint=hint, status=kind.status) from exc
 
-    return fetch_hinted
+    # The fetcher stays reachable (``__wrapped__``): the app maps sites over it (POST /v1/map).
+    return functools.update_wrapper(fetch_hinted, fetch, assigned=(), updated=())
 
 
 async def run_service(

@@ -28,7 +28,7 @@ DEFAULT_LIMIT: Final = 10
 
 
 def _components() -> dict[str, JSONValue]:
-    document = openapi_document(with_fetch=True, max_body=MAX_BODY, retry_after=5)
+    document = openapi_document(with_fetch=True, with_map=True, max_body=MAX_BODY, retry_after=5)
     components = document["components"]
     assert isinstance(components, dict)
     schemas = components["schemas"]
@@ -173,3 +173,22 @@ RESULTS = tool_schema(
 CANCEL = tool_schema({"id": JOB_ID}, ["id"])
 
 RETRY = tool_schema({"id": JOB_ID, "webhook": ref("WebhookIn")}, ["id"])
+
+MAP = tool_schema(
+    {
+        "url": _url_schema(),
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10_000,
+            "default": 1_000,
+            "description": "The most URLs answered (the answer's byte cap may cut it further).",
+        },
+        "same_host": {
+            "type": "boolean",
+            "default": True,
+            "description": "Keep the start page's host only; false keeps every host.",
+        },
+    },
+    ["url"],
+)

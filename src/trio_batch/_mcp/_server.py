@@ -1,4 +1,4 @@
-"""The MCP server: the official SDK's low-level ``Server`` with the six tools, on two transports.
+"""The MCP server: the official SDK's low-level ``Server`` with the seven tools, on two transports.
 
 Everything that speaks the protocol is the SDK's (``mcp``): the JSON-RPC framing, the
 handshake and protocol versions, ``tools/list`` and ``tools/call``, progress notifications, the

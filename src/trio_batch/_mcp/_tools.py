@@ -1,4 +1,4 @@
-"""The six tools: what each asks the HTTP API, and how its answer is shaped for a model.
+"""The seven tools: what each asks the HTTP API, and how its answer is shaped for a model.
 
 Each tool is one or a few requests of the API (``_api``) as the calling agent's own caller, so
 the guard, the caps, the keys and each caller's isolation are the API's, and so is every error:
@@ -121,6 +121,16 @@ TOOLS: Final = (
         f"done, is a not_retryable error. {_ERRORS_HELP}",
         schemas.RETRY,
         read_only=False,
+    ),
+    Tool(
+        "map",
+        "List a site's URLs (its sitemaps: those robots.txt names, else /sitemap.xml, index "
+        "files, gzip; and its start page's links): the start page first, deduplicated, on the "
+        "start page's host unless same_host is false, at most limit. Then pass the ones you "
+        "need to batch_submit. complete = false means a bound cut the list (notes says which). "
+        f"{_ERRORS_HELP} A refused URL or a bad limit is a 400 naming it.",
+        schemas.MAP,
+        read_only=True,
     ),
 )
 """Every tool, in the order ``tools/list`` shows them."""
@@ -264,6 +274,7 @@ class Tools:
             "batch_results": self._results,
             "batch_cancel": self._cancel,
             "batch_retry": self._retry,
+            "map": self._map,
         }
         handler = handlers.get(name)
         if handler is None:
@@ -376,6 +387,16 @@ class Tools:
     ) -> dict[str, JSONValue]:
         return _job_answer(await api.call("DELETE", f"/v1/batch/{_job_id(args)}"))
 
+    async def _map(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        body: dict[str, JSONValue] = {"url": args.get("url")}
+        for name in ("limit", "same_host"):
+            if args.get(name) is not None:
+                body[name] = args[name]
+        answer = await api.call("POST", "/v1/map", body=body)
+        return _fit_map(answer, self.answer_bytes)
+
     async def _retry(
         self, args: Mapping[str, JSONValue], api: Api, progress: Progress
     ) -> dict[str, JSONValue]:
@@ -383,6 +404,30 @@ class Tools:
         webhook = args.get("webhook")
         body: JSONValue = None if webhook is None else {"webhook": webhook}
         return _job_answer(await api.call("POST", f"/v1/batch/{job_id}/retry", body=body))
+
+
+def _fit_map(answer: dict[str, JSONValue], most: int) -> dict[str, JSONValue]:
+    """A map's answer cut to ``most`` bytes: the first URLs that fit, and a note saying so."""
+    urls = answer.get("urls")
+    if not isinstance(urls, list) or len(encode(answer).encode("utf-8")) <= most:
+        return answer
+    kept: list[JSONValue] = []
+    size = len(encode({**answer, "urls": []}).encode("utf-8")) + 200
+    for url in urls:
+        size += len(encode(url).encode("utf-8")) + 1
+        if size > most:
+            break
+        kept.append(url)
+    notes = answer.get("notes")
+    return {
+        **answer,
+        "urls": kept,
+        "complete": False,
+        "notes": [
+            *(notes if isinstance(notes, list) else []),
+            f"{len(kept)} of {len(urls)} URLs fit the answer: ask for a smaller limit",
+        ],
+    }
 
 
 def _result_item(target: JSONValue) -> dict[str, JSONValue]:

@@ -108,6 +108,7 @@ def _default_site_map(fetch: FetchFunc | None) -> SiteMapFunc | None:
     except ImportError:
         return None
     mapper = getattr(web, "site_map", None)
+    fetch = getattr(fetch, "__wrapped__", fetch)  # a fetcher wrapped for its hints (serve)
     if mapper is None or not isinstance(fetch, web.WebFetcher):
         return None
 

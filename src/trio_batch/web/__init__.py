@@ -12,6 +12,8 @@ Needs the ``web`` extra (``pip install trio-batch[web]``)::
 :func:`precheck` and :func:`validate_options` are the submit-time checks the HTTP API runs;
 :class:`WebFetcher` repeats them and adds the fetch-time guard (every resolved address must be
 public; the connection goes to the checked address), busy handling, limits, options and cache.
+:func:`site_map` lists a site's URLs (its sitemaps and its start page's links) through the
+same guard and budgets, for ``POST /v1/map`` and ``trio-batch map``.
 :func:`guarded_transport` is that fetch-time guard as an httpx transport, for the service's
 own requests to URLs a caller chose (webhooks); it raises :class:`AddressRefused`.
 """
@@ -28,17 +30,21 @@ from ._fetcher import (
 from ._guard import Network as Network, Resolver as Resolver, precheck as precheck
 from ._options import validate_options as validate_options
 from ._outbound import AddressRefused as AddressRefused, guarded_transport as guarded_transport
+from ._sitemap import MapBounds as MapBounds, SiteMap as SiteMap, site_map as site_map
 
 __all__ = [
     "DEFAULT_USER_AGENT",
     "AddressRefused",
+    "MapBounds",
     "Network",
     "Resolver",
+    "SiteMap",
     "WebFetcher",
     "WebFetcherStatistics",
     "guarded_transport",
     "precheck",
     "shape",
+    "site_map",
     "validate_options",
 ]
 
