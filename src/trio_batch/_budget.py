@@ -16,6 +16,11 @@ instead of hanging their jobs. A scope with nothing in flight, no backoff and no
 is forgotten, so memory follows the hosts in use, not the hosts ever seen.
 
 All times are Trio's clock (:func:`trio.current_time`), so tests run on the mock clock.
+
+On a fleet (``PostgresStore``) each instance keeps a budget like this one and the database keeps
+the fleet's: the engine reports what this budget learns (:meth:`HostBudget.add_observer`: a
+backoff begun, a scope well again, a ``Crawl-delay``) and brings what the fleet learned back in
+(:meth:`HostBudget.hold`), so a site's 429 seen by one instance holds back all of them.
 """
 
 from __future__ import annotations
@@ -44,6 +49,23 @@ CURRENT_SLOT: ContextVar[HostSlot | None] = ContextVar("trio_batch_host_slot", d
 The web fetcher reads it: a request to that scope runs in the engine's slot; a request to any
 other scope (a redirect to another host, robots.txt of another site) takes a slot of its own.
 """
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ScopeNews:
+    """What a budget learned of a scope, for the rest of a fleet (:meth:`HostBudget.add_observer`).
+
+    ``kind`` is ``backoff`` (a rate-limit event counted: ``seconds`` is the wait), ``recovered``
+    (a request started after the backoff succeeded) or ``paced`` (``seconds`` is the site's
+    ``Crawl-delay``); ``started_at`` (Trio's clock) is when the request that brought it started,
+    so the fleet counts a rate-limit event once, as one budget does.
+    """
+
+    scope: str
+    kind: Literal["backoff", "recovered", "paced"]
+    seconds: float
+    started_at: float
 
 
 @final
@@ -148,6 +170,7 @@ class HostBudget:
         self._scopes: dict[str, _Scope] = {}
         self._created = 0
         self._listeners: list[Callable[[str], None]] = []
+        self._observers: list[Callable[[ScopeNews], None]] = []
         self._changed = trio.Event()
         self.capped_retry_after = 0
         """How many ``Retry-After`` answers asked for more than ``max_backoff`` (and got it)."""
@@ -206,9 +229,42 @@ class HostBudget:
         scope forgotten while idle gets it back with its next request; the start already made
         is spaced from too.
         """
-        state = self._scope(scope, trio.current_time())
-        state.crawl_delay = max(0.0, seconds)
+        now = trio.current_time()
+        state = self._scope(scope, now)
+        seconds = max(0.0, seconds)
+        if seconds != state.crawl_delay:
+            self._tell(ScopeNews(scope, "paced", seconds, now))
+        state.crawl_delay = seconds
         state.next_start = max(state.next_start, state.last_start + state.crawl_delay)
+
+    def hold(self, scope: str, wait: float, blocked_for: float | None) -> None:
+        """Take in what the fleet knows of ``scope`` (the engine, from a claim of its turn).
+
+        ``wait`` is how long the fleet's backoff of the scope still runs (<= 0: it has ended);
+        ``blocked_for`` how long the scope has been pushed back without a success (None: it
+        is well). A scope still unwell then probes with one request, and its success is
+        reported (``recovered``) as if this budget had seen the 429 itself. Observers hear
+        nothing of it: it is the fleet's news already.
+        """
+        if blocked_for is None:
+            return
+        now = trio.current_time()
+        state = self._scope(scope, now)
+        if wait > 0 and now + wait > state.blocked_until:
+            state.blocked_until = now + wait
+            state.backoff_at = max(state.backoff_at, now)
+        since = now - max(0.0, blocked_for)
+        if state.blocked_since is None or since < state.blocked_since:
+            state.blocked_since = since
+        state.events = max(state.events, 1)
+
+    def add_observer(self, observer: Callable[[ScopeNews], None]) -> None:
+        """Call ``observer`` with each :class:`ScopeNews` (the engine over a fleet store)."""
+        self._observers.append(observer)
+
+    def _tell(self, news: ScopeNews) -> None:
+        for observer in self._observers:
+            observer(news)
 
     def _scope(self, scope: str, now: float) -> _Scope:
         state = self._scopes.get(scope)
@@ -251,8 +307,10 @@ class HostBudget:
             return
         state.in_flight -= 1
         if rate_limited:
-            self._push_back(state, slot.started_at, now, retry_after)
+            self._push_back(slot.scope, state, slot.started_at, now, retry_after)
         elif state.blocked_until <= now and slot.started_at > state.backoff_at:
+            if state.blocked_since is not None:
+                self._tell(ScopeNews(slot.scope, "recovered", 0.0, slot.started_at))
             state.events = 0  # a success after the backoff: the scope is well again
             state.blocked_since = None
         self._changed.set()
@@ -263,7 +321,7 @@ class HostBudget:
             del self._scopes[slot.scope]
 
     def _push_back(
-        self, state: _Scope, started_at: float, now: float, retry_after: float | None
+        self, scope: str, state: _Scope, started_at: float, now: float, retry_after: float | None
     ) -> None:
         """Count one rate-limit event; responses already in flight when it began add nothing."""
         if started_at <= state.backoff_at:
@@ -281,6 +339,7 @@ class HostBudget:
         state.blocked_until = max(state.blocked_until, now + wait)
         if state.blocked_since is None:
             state.blocked_since = now
+        self._tell(ScopeNews(scope, "backoff", wait, started_at))
 
     def _forget_idle(self, now: float) -> None:
         for scope in [scope for scope, s in self._scopes.items() if self._is_idle(s, now)]:

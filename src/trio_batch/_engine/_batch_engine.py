@@ -23,7 +23,7 @@ from typing import cast, final
 
 import trio
 
-from .._budget import CURRENT_SLOT, HostBudget, HostSlot, Waiting
+from .._budget import CURRENT_SLOT, HostBudget, HostSlot, ScopeNews, Waiting
 from .._config import Config
 from .._errors import NoTargets, RetryLater, TargetError, classify_failure
 from .._hooks import SafeHooks
@@ -52,6 +52,8 @@ from ..stores._protocol import (
     NewJob,
     Outcome,
     ResumedJob,
+    ScopeReport,
+    ScopeRules,
     Store,
     Stored,
     is_fleet,
@@ -141,6 +143,18 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._fleet = is_fleet(store)
         self._wants_work = trio.Event()  # fleet: set when a worker takes or waits for a turn
         self._ahead = ClaimAhead()  # fleet: how many turns to claim beyond the idle workers
+        # Fleet with a budget: the scopes' rules the claims keep, and the budget's news for the
+        # fleet (reported by a task of their own).
+        self._budget = budget if scope is not None else None
+        self._scope_of = scope
+        self._scope_rules: ScopeRules | None = None
+        self._reports: list[ScopeReport] = []
+        self._reported = trio.Event()
+        self._reports_lock = trio.Lock()
+        if self._fleet and self._budget is not None:
+            b = self._budget
+            self._scope_rules = ScopeRules(b.concurrency, b.interval, b.block_limit)
+            b.add_observer(self._heard)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -238,6 +252,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             workspace=caller.workspace,
             retry_of=retry_of,
             webhook="" if webhook is None else webhook.to_json(),
+            scopes=self._scopes(targets),
         )
         submitted = await self._store.admit(job, self._limits)
         if submitted.reused:
@@ -257,6 +272,12 @@ class BatchEngine(metaclass=NoPublicConstructor):
         live.concurrency = concurrency
         self._enter(live, "created")
         return submitted
+
+    def _scopes(self, targets: list[Target]) -> tuple[str | None, ...]:
+        """Each target's scope, for a fleet's budgets (the store keeps them); else none."""
+        if self._scope_rules is None or self._scope_of is None:
+            return ()
+        return tuple(self._scope_of(t) for t in targets)
 
     def _enter(self, live: LiveJob, event: str) -> None:
         self._live[live.id] = live
@@ -557,6 +578,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
                         tasks.start_soon(self._rotation.run_timers)
                         if self._fleet:
                             tasks.start_soon(self._claimer)
+                        if self._scope_rules is not None:
+                            tasks.start_soon(self._reporter)
                         elif self._config.resume and is_shared(self._store):
                             tasks.start_soon(self._adopt_loop)
                         task_status.started()
@@ -614,8 +637,11 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 self._wants_work = trio.Event()
                 continue
             t0 = trio.current_time()
+            spaced = max(0, self._rotation.idle_workers - self._rotation.ready)
             try:
-                claims = await store.claim_turns(want, self._wall())
+                claims = await store.claim_turns(
+                    want, self._wall(), self._scope_rules, spaced=spaced
+                )
             except Exception as exc:
                 failures += 1
                 self._store_error("claim_turns", "", exc)
@@ -626,14 +652,46 @@ class BatchEngine(metaclass=NoPublicConstructor):
             for claim in claims:
                 live = live_job_of(claim, trio.current_time(), self._wall())
                 self._live[live.id] = live
+                if claim.scope is not None and self._budget is not None:
+                    self._budget.hold(claim.scope, claim.scope_wait, claim.scope_blocked_for)
                 self._rotation.put(live)
             if claims:
                 self._report_depth()
                 if (hook := self._hooks.claimed) is not None:
                     hook(len(claims), sum(c.taken_over for c in claims))
-            if len(claims) < want:
+            # With budgets a claim may stop short at a scope's last slot: the next one, which
+            # sees that scope full, passes over its jobs to the others.
+            if len(claims) < want and not (claims and self._scope_rules is not None):
                 with trio.move_on_after(_FLEET_POLL):
                     await store.wait_for_turns()
+
+    def _heard(self, news: ScopeNews) -> None:
+        """Fleet: the budget learned something of a scope; the reporter tells the fleet."""
+        ago = trio.current_time() - news.started_at
+        self._reports.append(ScopeReport(news.scope, news.kind, news.seconds, ago))
+        self._reported.set()
+
+    async def _reporter(self) -> None:
+        """Fleet: store the budget's news of its scopes, batched, as they come.
+
+        A report that fails is logged and dropped: this instance's budget still holds the
+        scope back, and the next event is reported again.
+        """
+        while True:
+            await self._reported.wait()
+            self._reported = trio.Event()
+            try:
+                await self._send_reports()
+            except Exception as exc:
+                self._store_error("report_scopes", "", exc)
+
+    async def _send_reports(self) -> None:
+        """Store the news not yet stored; one sender at a time, so that news stored before a
+        turn is given back is in the database before the turn is."""
+        async with self._reports_lock:
+            reports, self._reports = self._reports, []
+            if reports:
+                await cast("FleetStore", self._store).report_scopes(reports)
 
     def _turns_wanted(self) -> int:
         """Fleet: turns to claim now, for the idle workers and a few more (``ClaimAhead``).
@@ -772,6 +830,14 @@ class BatchEngine(metaclass=NoPublicConstructor):
         So a serial job starts nothing else meanwhile, and a job of more ``concurrency`` runs
         its other targets.
         """
+        if live.claim is not None and self._scope_rules is not None:
+            # fleet budgets: the turn goes back at once, and the fleet's backoff holds it (one
+            # probe fleet-wide when it ends, not one from each instance holding a turn)
+            if (hook := self._hooks.retry) is not None:
+                hook(wait)
+            assert self._tasks is not None
+            self._tasks.start_soon(self._give_back_after, live, wait)
+            return
         if live.claim is not None and wait <= 0.0:  # fleet: its host's backoff holds it here
             if (hook := self._hooks.retry) is not None:
                 hook(wait)
@@ -824,6 +890,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         store = cast("FleetStore", self._store)
         with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
             try:
+                await self._send_reports()  # the fleet learns of the backoff before the turn
                 await store.release_claim(live.claim, self._wall(), busy_since)
             except Exception as exc:  # the claim expires and another instance takes it
                 self._store_error("release_claim", live.id, exc)

@@ -44,6 +44,8 @@ class NewJob:
     """The job this one retries (SPEC §7), or empty."""
     webhook: str = ""
     """The job's ``Webhook`` as JSON (``Webhook.to_json``), or empty for none."""
+    scopes: Sequence[str | None] = ()
+    """Each target's scope (its host and port) for a fleet's budgets, or empty: no budget."""
 
 
 @final
@@ -439,6 +441,45 @@ class Claim:
     """The job's previous claim had expired: its target is fetched again (at least once)."""
     caller_class: str = "fleet"
     """The job's caller class (``fleet`` or ``restricted``), for the queue-wait metrics."""
+    scope: str | None = None
+    """The target's scope (its host and port), as the job was admitted; None: no budget."""
+    scope_wait: float = 0.0
+    """Seconds the fleet's backoff of the scope still runs (<= 0: none)."""
+    scope_blocked_for: float | None = None
+    """Seconds the scope has been pushed back without a success since (None: it is well).
+    The engine gives both to its ``HostBudget`` (``hold``) before the target starts."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ScopeRules:
+    """The budget per scope that a fleet's claims keep: a ``HostBudget``'s settings.
+
+    A claim takes a target only while its scope has fewer than ``concurrency`` targets under
+    claim in the whole fleet, ``interval`` (or the scope's ``Crawl-delay``) has passed since
+    the scope's last claim, and no backoff holds the scope; a scope pushed back for
+    ``block_limit`` seconds is claimed again so that its targets fail with a hint.
+    """
+
+    concurrency: int
+    interval: float
+    block_limit: float
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ScopeReport:
+    """What one instance learned of a scope, for the fleet (``FleetStore.report_scopes``).
+
+    ``kind`` is ``backoff`` (``seconds``: the wait), ``recovered`` or ``paced`` (``seconds``:
+    the site's ``Crawl-delay``); ``ago`` is how many seconds ago the request that brought the
+    news started, so a rate-limit event already counted by the fleet is not counted again.
+    """
+
+    scope: str
+    kind: str
+    seconds: float
+    ago: float
 
 
 class FleetStore(Store, Protocol):
@@ -455,13 +496,24 @@ class FleetStore(Store, Protocol):
     fleet: bool
     """True: the engine uses the claims below rather than its in-memory rotation."""
 
-    async def claim_turns(self, n: int, now: float) -> list[Claim]:
+    async def claim_turns(
+        self, n: int, now: float, rules: ScopeRules | None = None, *, spaced: int | None = None
+    ) -> list[Claim]:
         """Claim up to ``n`` turns: the live unclaimed jobs whose last turn is oldest.
 
-        Each claimed job's next target is marked running. Returns fewer (or none) when fewer
-        jobs are ready. Cancellation: if this raises :class:`trio.Cancelled`, nothing was
-        claimed.
+        Each claimed job's next target is marked running. With ``rules``, a job whose next
+        target's scope is at its budget fleet-wide is passed over, keeping its turn, and a
+        scope that spaces its starts is taken only among the first ``spaced`` turns (those for
+        workers idle now, so that it starts at once: the spacing holds between starts). Returns
+        fewer (or none) when fewer jobs are ready. Cancellation: if this raises
+        :class:`trio.Cancelled`, nothing was claimed.
         """
+        ...
+
+    async def report_scopes(self, reports: Sequence[ScopeReport]) -> None:
+        """Make what an instance learned of its scopes the fleet's (backoffs, recoveries,
+        ``Crawl-delay``). Cancellation: if this raises :class:`trio.Cancelled`, the reports
+        may or may not be stored."""
         ...
 
     async def release_claim(self, claim: Claim, now: float, busy_since: float | None) -> None:

@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
-from .._protocol import Claim
+from .._protocol import Claim, ScopeReport, ScopeRules
 from .._rules import LIVE_SQL, stored_target
 from ._schema import Conn
 
@@ -64,6 +64,131 @@ CLAIM_SQL = f"""
         j.busy_since, j.taken_over, t.url, t.options, j.caller_class
     FROM j JOIN t ON t.job_id = j.id
     ORDER BY j.turn
+"""
+
+# The same with budgets per scope (ScopeRules), run alone (LOCK_CLAIM) so that two claimers
+# never both see a scope's last free slot. ``held``: the fleet's claimed targets per scope (a
+# claim is a target in flight, or about to be); ``room``: how many more each scope with a
+# clock or a claim may start now; a job whose next target's scope has no room is passed over
+# before the LIMIT (keeping its turn), and of the jobs locked, each scope takes only its room,
+# oldest turn first. A scope blocked past block_limit has room: its targets are claimed to
+# fail with a hint (the claim carries the scope's state, which the engine's budget takes in).
+# A scope that spaces its starts is claimed only among the first ``spaced`` turns (those for
+# idle workers), so its target starts at once and the spacing holds between starts too.
+CLAIM_SCOPED_SQL = f"""
+    WITH held AS (
+        SELECT tg.scope, count(*) AS n FROM jobs AS jb
+        JOIN targets AS tg ON tg.job_id = jb.id AND tg.idx = jb.next_idx
+        WHERE jb.claim IS NOT NULL AND jb.claim_until >= clock_timestamp()
+            AND tg.scope IS NOT NULL
+        GROUP BY tg.scope
+    ), room AS (
+        SELECT coalesce(h.scope, s.scope) AS scope, CASE
+            WHEN s.blocked_until > clock_timestamp() AND s.blocked_since
+                < clock_timestamp() - %(block_limit)s * interval '1 second' THEN %(n)s
+            WHEN s.blocked_until > clock_timestamp() OR s.next_start > clock_timestamp() THEN 0
+            WHEN s.blocked_since IS NOT NULL THEN 1 - coalesce(h.n, 0)
+            WHEN greatest(%(interval)s, s.crawl_delay) > 0
+                THEN least(1, %(conc)s - coalesce(h.n, 0))
+            ELSE %(conc)s - coalesce(h.n, 0)
+        END AS free
+        FROM held AS h FULL JOIN scopes AS s ON s.scope = h.scope
+    ), c AS (
+        SELECT jb.id, jb.claim IS NOT NULL AS taken_over, jb.turn, nx.idx, nx.scope FROM jobs AS jb
+        CROSS JOIN LATERAL (
+            SELECT tg.idx, tg.scope FROM targets AS tg
+            WHERE tg.job_id = jb.id AND tg.idx >= jb.next_idx
+                AND tg.status IN ('pending', 'running')
+            ORDER BY tg.idx LIMIT 1
+        ) AS nx
+        WHERE jb.status IN {LIVE_SQL} AND jb.next_idx < jb.targets_total
+            AND (jb.claim IS NULL OR jb.claim_until < clock_timestamp())
+            AND NOT EXISTS (SELECT 1 FROM room WHERE room.scope = nx.scope AND room.free <= 0)
+        ORDER BY jb.turn
+        LIMIT %(n)s
+        FOR UPDATE OF jb SKIP LOCKED
+    ), d AS (
+        SELECT c.*, c.scope IS NULL OR (
+            coalesce(room.free, CASE WHEN %(interval)s > 0 THEN 1 ELSE %(conc)s END)
+                >= row_number() OVER (PARTITION BY c.scope ORDER BY c.turn)
+            AND (greatest(%(interval)s, coalesce(s.crawl_delay, 0)) = 0
+                OR row_number() OVER (ORDER BY c.turn) <= %(spaced)s)
+        ) AS fits
+        FROM c LEFT JOIN room ON room.scope = c.scope LEFT JOIN scopes AS s ON s.scope = c.scope
+    ), paced AS (
+        INSERT INTO scopes AS s (scope, next_start)
+        SELECT d.scope, clock_timestamp()
+            + greatest(%(interval)s, coalesce(max(s0.crawl_delay), 0)) * interval '1 second'
+        FROM d LEFT JOIN scopes AS s0 ON s0.scope = d.scope
+        WHERE d.fits AND d.scope IS NOT NULL
+        GROUP BY d.scope
+        HAVING greatest(%(interval)s, coalesce(max(s0.crawl_delay), 0)) > 0
+        ON CONFLICT (scope) DO UPDATE SET next_start = excluded.next_start,
+            touched_at = clock_timestamp()
+    ), j AS (
+        UPDATE jobs AS jb SET
+            claim = md5(%(instance)s || jb.id || clock_timestamp()::text || random()::text),
+            claim_instance = %(instance)s,
+            claim_until = clock_timestamp() + %(ttl)s * interval '1 second',
+            next_idx = d.idx, status = 'running', updated_at = %(now)s
+        FROM d WHERE jb.id = d.id AND d.fits
+        RETURNING jb.id, jb.next_idx, jb.claim, jb.caller, jb.workspace, jb.created_at,
+            jb.webhook <> '' AS has_webhook, jb.busy_since, d.taken_over, d.turn,
+            jb.caller_class, d.scope
+    ), t AS (
+        UPDATE targets AS tg SET status = 'running', started_at = %(now)s
+        FROM j WHERE tg.job_id = j.id AND tg.idx = j.next_idx
+        RETURNING tg.job_id, tg.url, tg.options
+    )
+    SELECT j.id, j.next_idx, j.claim, j.caller, j.workspace, j.created_at, j.has_webhook,
+        j.busy_since, j.taken_over, t.url, t.options, j.caller_class, j.scope,
+        CASE WHEN s.blocked_until > clock_timestamp()
+            THEN extract(epoch FROM s.blocked_until - clock_timestamp()) END,
+        extract(epoch FROM clock_timestamp() - s.blocked_since)
+    FROM j JOIN t ON t.job_id = j.id LEFT JOIN scopes AS s ON s.scope = j.scope
+    ORDER BY j.turn
+"""
+
+# When the first scope held back by its clock (spacing, backoff) may start again, in seconds.
+SCOPES_FREE_SQL = """
+    SELECT extract(epoch FROM min(greatest(next_start, blocked_until)) - clock_timestamp())
+    FROM scopes WHERE greatest(next_start, blocked_until) > clock_timestamp()
+"""
+
+# What an instance learned of a scope (ScopeReport), made the fleet's. A backoff counts once
+# per rate-limit event: a report of a request started before the last event counted is one
+# the fleet has already counted. A success after the backoff makes the scope well again.
+REPORT_BACKOFF_SQL = """
+    INSERT INTO scopes AS s (scope, blocked_until, blocked_since, backoff_at)
+    VALUES (%(scope)s, clock_timestamp() + %(seconds)s * interval '1 second', clock_timestamp(),
+        clock_timestamp())
+    ON CONFLICT (scope) DO UPDATE SET
+        blocked_until = greatest(s.blocked_until, excluded.blocked_until),
+        blocked_since = coalesce(s.blocked_since, excluded.blocked_since),
+        backoff_at = excluded.backoff_at, touched_at = clock_timestamp()
+    WHERE s.backoff_at < clock_timestamp() - %(ago)s * interval '1 second'
+"""
+REPORT_RECOVERED_SQL = """
+    UPDATE scopes SET blocked_since = NULL, touched_at = clock_timestamp()
+    WHERE scope = %(scope)s AND blocked_until <= clock_timestamp()
+        AND backoff_at < clock_timestamp() - %(ago)s * interval '1 second'
+"""
+REPORT_PACED_SQL = """
+    INSERT INTO scopes AS s (scope, crawl_delay) VALUES (%(scope)s, %(seconds)s)
+    ON CONFLICT (scope) DO UPDATE SET crawl_delay = excluded.crawl_delay,
+        touched_at = clock_timestamp()
+    WHERE s.crawl_delay <> excluded.crawl_delay
+"""
+_REPORTS = {
+    "backoff": REPORT_BACKOFF_SQL,
+    "recovered": REPORT_RECOVERED_SQL,
+    "paced": REPORT_PACED_SQL,
+}
+
+# Scopes whose clocks all ran out long ago are forgotten: rows follow the hosts in use.
+FORGET_SCOPES_SQL = """
+    DELETE FROM scopes WHERE blocked_since IS NULL
+        AND greatest(next_start, blocked_until, touched_at) < clock_timestamp() - interval '10 min'
 """
 
 # A turn given back after a busy target's wait: the target pending, the job to the end.
@@ -129,38 +254,74 @@ def unflushed(conn: Conn, query: str, params: dict[str, object]) -> list[TupleRo
     return cur.fetchall() if cur.description is not None else []
 
 
-def claim(conn: Conn, instance: str, n: int, now: float, ttl: float) -> list[Claim]:
-    """Claim up to ``n`` turns (one statement, its own transaction)."""
-    rows = unflushed(conn, CLAIM_SQL, {"n": n, "instance": instance, "now": now, "ttl": ttl})
-    return [
-        Claim(
-            job_id=str(job_id),
-            idx=int(idx),
-            token=str(token),
-            target=stored_target(str(url), str(options)),
-            caller=str(caller),
-            workspace=str(workspace),
-            created_at=float(created_at),
-            has_webhook=bool(has_webhook),
-            busy_since=None if busy_since is None else float(busy_since),
-            taken_over=bool(taken_over),
-            caller_class=str(caller_class),
-        )
-        for (
-            job_id,
-            idx,
-            token,
-            caller,
-            workspace,
-            created_at,
-            has_webhook,
-            busy_since,
-            taken_over,
-            url,
-            options,
-            caller_class,
-        ) in rows
-    ]
+def claim(
+    conn: Conn,
+    instance: str,
+    n: int,
+    now: float,
+    ttl: float,
+    rules: ScopeRules | None = None,
+    lock: tuple[int, int] = (0, 0),
+    spaced: int | None = None,
+) -> tuple[list[Claim], float | None]:
+    """Claim up to ``n`` turns (its own transaction); with ``rules``, within the fleet's budgets.
+
+    Returns the claims and, with ``rules``, in how many seconds the first scope held back by
+    its spacing or backoff may start again (None: none is).
+    """
+    if rules is None:
+        rows = unflushed(conn, CLAIM_SQL, {"n": n, "instance": instance, "now": now, "ttl": ttl})
+        return [_claim_of(row) for row in rows], None
+    params = {
+        "n": n,
+        "instance": instance,
+        "now": now,
+        "ttl": ttl,
+        "conc": rules.concurrency,
+        "interval": rules.interval,
+        "block_limit": rules.block_limit,
+        "spaced": n if spaced is None else spaced,
+    }
+    with conn.pipeline(), conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit TO off")
+        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock)
+        claimed = conn.execute(CLAIM_SCOPED_SQL, params)
+        free = conn.execute(SCOPES_FREE_SQL)
+    wait = free.fetchone()
+    claims = [_claim_of(row) for row in claimed.fetchall()]
+    return claims, None if wait is None or wait[0] is None else float(wait[0])
+
+
+def _claim_of(row: TupleRow) -> Claim:
+    job_id, idx, token, caller, workspace, created_at, has_webhook, busy_since = row[:8]
+    taken_over, url, options, caller_class = row[8:12]
+    scope, wait, blocked_for = row[12:15] if len(row) > 12 else (None, None, None)
+    return Claim(
+        job_id=str(job_id),
+        idx=int(idx),
+        token=str(token),
+        target=stored_target(str(url), str(options)),
+        caller=str(caller),
+        workspace=str(workspace),
+        created_at=float(created_at),
+        has_webhook=bool(has_webhook),
+        busy_since=None if busy_since is None else float(busy_since),
+        taken_over=bool(taken_over),
+        caller_class=str(caller_class),
+        scope=None if scope is None else str(scope),
+        scope_wait=0.0 if wait is None else float(wait),
+        scope_blocked_for=None if blocked_for is None else max(0.0, float(blocked_for)),
+    )
+
+
+def report(conn: Conn, reports: Sequence[ScopeReport]) -> None:
+    """Store what instances learned of their scopes (one transaction, one round trip)."""
+    with conn.pipeline(), conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit TO off")
+        for r in reports:
+            conn.execute(
+                _REPORTS[r.kind], {"scope": r.scope, "seconds": r.seconds, "ago": max(0.0, r.ago)}
+            )
 
 
 def release_one(conn: Conn, job_id: str, token: str, now: float, busy: float | None) -> None:
@@ -180,8 +341,10 @@ def renew(conn: Conn, tokens: Sequence[str], ttl: float) -> set[str]:
 
 
 def sweep(conn: Conn) -> None:
-    """Give back the expired claims of jobs that are no longer live (at each heartbeat)."""
+    """Give back the expired claims of jobs that are no longer live, and forget the scopes
+    idle for long (at each heartbeat)."""
     conn.execute(SWEEP_SQL)
+    conn.execute(FORGET_SCOPES_SQL)
 
 
 def listen(

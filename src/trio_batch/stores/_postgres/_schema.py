@@ -25,7 +25,7 @@ from .._rules import LIVE_SQL
 Conn = psycopg.Connection[TupleRow]
 Cursor = psycopg.Cursor[TupleRow]
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
@@ -35,6 +35,7 @@ LOCK_MIGRATE = 0
 LOCK_ADMIT = 1
 LOCK_EVICT = 2
 LOCK_CACHE = 3
+LOCK_CLAIM = 4
 
 # Admission in one round trip: reuse, caps, insert and sweep in one function call (migration 3;
 # migration 7 adds the SPEC §7 columns to it).
@@ -246,6 +247,39 @@ MIGRATIONS.append(
     ALTER TABLE jobs ADD COLUMN hook_claim text;
     ALTER TABLE jobs ADD COLUMN hook_claim_until timestamptz
     """
+)
+
+# The fleet's budgets per scope (stores/_postgres/_claims): each target's scope as admitted
+# (admit_job takes them), and the scopes that have a clock running: spacing (next_start, the
+# site's crawl_delay) or a backoff (blocked_until; blocked_since, the first rate-limit event
+# since the last success; backoff_at, the last event counted). Times are the database's clock.
+_INSERT_TARGETS = """INSERT INTO targets (job_id, idx, url, options, status)
+        SELECT p_id, t.i - 1, t.u, t.o, 'pending'
+        FROM unnest(p_urls, p_opts) WITH ORDINALITY AS t (u, o, i);"""
+_INSERT_SCOPED = """INSERT INTO targets (job_id, idx, url, options, status, scope)
+        SELECT p_id, t.i - 1, t.u, t.o, 'pending', t.s
+        FROM unnest(p_urls, p_opts, p_scopes) WITH ORDINALITY AS t (u, o, s, i);"""
+_V2_PARAMS = "p_workspace text, p_retry_of text, p_webhook text,"
+assert MIGRATIONS[7].count(_INSERT_TARGETS) == 1
+assert MIGRATIONS[7].count(_V2_PARAMS) == 1
+MIGRATIONS.append(
+    """
+    ALTER TABLE targets ADD COLUMN scope text;
+    CREATE TABLE scopes (
+        scope text PRIMARY KEY,
+        next_start timestamptz NOT NULL DEFAULT '-infinity',
+        crawl_delay double precision NOT NULL DEFAULT 0,
+        blocked_until timestamptz NOT NULL DEFAULT '-infinity',
+        blocked_since timestamptz,
+        backoff_at timestamptz NOT NULL DEFAULT '-infinity',
+        touched_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    DROP FUNCTION admit_job(integer, text, text, text, text, double precision,
+        double precision, text, text[], text[], bigint, bigint, bigint, text, text, text);
+    """
+    + MIGRATIONS[7]
+    .replace(_V2_PARAMS, _V2_PARAMS + " p_scopes text[],")
+    .replace(_INSERT_TARGETS, _INSERT_SCOPED)
 )
 
 

@@ -59,7 +59,8 @@ ADMIT = Statement(
     "admit",
     "SELECT reused, caller_live, total_live, admitted FROM admit_job("
     "%s, %s, %s, %s, %s, %s, %s, %s, ARRAY(SELECT json_array_elements_text(%s::json)), "
-    "ARRAY(SELECT json_array_elements_text(%s::json)), %s, %s, %s, %s, %s, %s)",
+    "ARRAY(SELECT json_array_elements_text(%s::json)), %s, %s, %s, %s, %s, %s, "
+    "ARRAY(SELECT json_array_elements_text(%s::json)))",
 )
 
 START = Statement(

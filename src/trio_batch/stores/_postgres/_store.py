@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import secrets
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -37,13 +38,15 @@ from .._protocol import (
     NewJob,
     Outcome,
     ResumedJob,
+    ScopeReport,
+    ScopeRules,
     Stored,
 )
 from .._rules import check_caps, job_from_row, options_json
 from .._sql_shared import PostgresCommon
 from . import _adopt, _claims, _sql
 from ._batch import WriteQueue
-from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
+from ._schema import LOCK_CLAIM, SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
 from ._threads import TimedOut, connections, open_pool, run_with_connection, sleep_real
 
@@ -162,6 +165,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._claims: set[str] = set()  # tokens this instance holds: renewed until stored
         self._turns = trio.Event()  # set at a notification of the schema's turns
         self._woken = False  # a notification came since the last claim
+        self._scopes_free_in: float | None = None  # the last claim's: a scope's clock ends
 
     @property
     def instance_id(self) -> str:
@@ -464,6 +468,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             job.workspace,
             job.retry_of,
             job.webhook,
+            json.dumps(list(job.scopes)),
         )
         submitted = await self._admit_alone(params, handle)
         if not submitted.reused:
@@ -672,12 +677,17 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
 
     # -- the fleet's rotation (FleetStore) -----------------------------------------------------
 
-    async def claim_turns(self, n: int, now: float) -> list[Claim]:
+    async def claim_turns(
+        self, n: int, now: float, rules: ScopeRules | None = None, *, spaced: int | None = None
+    ) -> list[Claim]:
         """Claim up to ``n`` turns of the fleet's round robin (``FleetStore.claim_turns``).
 
         One statement on a pooled connection, not through the writer: a claim does not wait
         behind the outcomes queued there. The claims are renewed until their outcomes are
-        stored or they are released.
+        stored or they are released. With ``rules`` (the fleet's budgets per scope), claims
+        run one at a time across the fleet, so two never both take a scope's last slot; the
+        next :meth:`wait_for_turns` also ends when the first scope held back by its clock
+        may start again.
 
         Cancellation: if this raises :class:`trio.Cancelled`, the query was stopped on the
         server and nothing was claimed (if the claim had committed before the cancel reached
@@ -685,11 +695,24 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         """
         self._check_open()
         self._woken = False
-        claimed = await self._run(
-            lambda conn: _claims.claim(conn, self._instance, n, now, self._claim_timeout)
+        lock = (self._locks, LOCK_CLAIM)
+        claimed, self._scopes_free_in = await self._run(
+            lambda conn: _claims.claim(
+                conn, self._instance, n, now, self._claim_timeout, rules, lock, spaced
+            )
         )
         self._claims.update(c.token for c in claimed)
         return claimed
+
+    async def report_scopes(self, reports: Sequence[ScopeReport]) -> None:
+        """Make what this instance learned of its scopes the fleet's
+        (``FleetStore.report_scopes``); a round trip that does not wait for the WAL flush.
+        """
+        self._check_open()
+        if reports:
+            await self._run(lambda conn: _claims.report(conn, reports))
+        else:
+            await trio.lowlevel.checkpoint()
 
     async def release_claim(self, claim: Claim, now: float, busy_since: float | None) -> None:
         """Give one turn back to the end of the rotation (``FleetStore.release_claim``).
@@ -724,7 +747,9 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         if self._woken:
             await trio.lowlevel.checkpoint()
             return
-        await self._turns.wait()
+        free_in = self._scopes_free_in
+        with trio.move_on_after(math.inf if free_in is None else max(0.0, free_in)):
+            await self._turns.wait()
 
     async def cache_get(self, key: str) -> CacheEntry | None:
         """The cached entry under ``key``, expired or not, or None.

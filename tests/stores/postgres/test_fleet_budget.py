@@ -1,0 +1,171 @@
+"""Budgets per host across a fleet: every instance on one PostgreSQL database keeps one budget.
+
+Two engines, each with its own ``HostBudget`` and store instance, claim turns of one rotation;
+the database's ``scopes`` and the claims in flight make the budgets the fleet's. Real clock
+throughout (the stores work in threads, python-trio/trio#456); the margins are generous and the
+site records what it received, as a site operator would see it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import trio
+
+from trio_batch import (
+    BatchEngine,
+    Caller,
+    Config,
+    HostBudget,
+    JobStatus,
+    Result,
+    RetryLater,
+    Target,
+    TargetState,
+    open_engine,
+)
+from trio_batch.stores import PostgresStore
+
+from ...support import Recorder, targets
+
+
+def host_of(target: Target) -> str:
+    return urlsplit(target.url).netloc
+
+
+class Site:
+    """Hosts that record each request's start and the most in flight at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.starts: dict[str, list[float]] = {}
+        self.in_flight: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.busy_until: dict[str, float] = {}  # answer 429 before this time
+        self.retry_after: float | None = 2.0
+
+    async def fetch(self, caller: Caller, target: Target) -> Result:
+        host = host_of(target)
+        self.starts.setdefault(host, []).append(trio.current_time())
+        self.in_flight[host] = self.in_flight.get(host, 0) + 1
+        self.most[host] = max(self.most.get(host, 0), self.in_flight[host])
+        try:
+            await trio.sleep(self.seconds)
+            if trio.current_time() < self.busy_until.get(host, -1.0):
+                raise RetryLater("429 Too Many Requests", after=self.retry_after)
+            return Result("ok")
+        finally:
+            self.in_flight[host] -= 1
+
+
+@asynccontextmanager
+async def polite_fleet(
+    dsn: str, schema: str, site: Site, budgets: list[HostBudget], **config: Any
+) -> AsyncIterator[tuple[list[BatchEngine], Recorder]]:
+    """One engine per budget, each on its own store instance of ``schema``; one recorder."""
+    settings: dict[str, Any] = {"jobs_per_caller": 4, "jobs_total": 16, "workers": 4}
+    settings.update(config)
+    rec = Recorder()
+    async with AsyncExitStack() as stack:
+        engines = []
+        for budget in budgets:
+            store = await stack.enter_async_context(PostgresStore.open(dsn, schema=schema))
+            engine = open_engine(
+                store,
+                site.fetch,
+                Config(hooks=rec.hooks(), max_workers=8, **settings),
+                budget=budget,
+                scope=host_of,
+            )
+            engines.append(await stack.enter_async_context(engine))
+        yield engines, rec
+
+
+async def wait_jobs(engine: BatchEngine, ids: list[str]) -> list[JobStatus]:
+    """The jobs' terminal statuses, waited for on the store (any instance may run them)."""
+    statuses = []
+    for job_id in ids:
+        with trio.fail_after(60):
+            while True:
+                job = await engine.job(job_id)
+                assert job is not None
+                if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
+                    statuses.append(job.status)
+                    break
+                await trio.sleep(0.05)
+    return statuses
+
+
+async def test_one_budget_for_five_callers_on_two_instances(pg_dsn: str, pg_schema: str) -> None:
+    """Budget 1 in flight and 0.2 s between starts, jobs admitted by both instances of eight
+    workers in all: the host never sees two requests at once, nor two starts < 0.19 s apart,
+    and a sixth caller on another host is not held back by it."""
+    site = Site(seconds=0.05)
+    budgets = [HostBudget(concurrency=1, interval=0.2) for _ in range(2)]
+    async with polite_fleet(pg_dsn, pg_schema, site, budgets) as ((a, b), _):
+        ids = []
+        for i in range(5):
+            engine = a if i % 2 else b
+            ids.append((await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 3))).id)
+        t0 = trio.current_time()
+        solo = await a.submit(Caller("solo"), "fleet", targets("other", 3))
+        assert [JobStatus.DONE] == await wait_jobs(b, [solo.id])
+        solo_seconds = trio.current_time() - t0
+        assert [JobStatus.DONE] * 5 == await wait_jobs(b, ids)
+        shared_seconds = trio.current_time() - t0
+    assert 1 == site.most["shared.example.test"]
+    starts = site.starts["shared.example.test"]
+    assert 15 == len(starts)
+    assert min(b - a for a, b in itertools.pairwise(starts)) >= 0.19
+    # The other host's three targets (spaced by 0.2 s too) ran while the shared one queued.
+    assert solo_seconds < shared_seconds / 2
+
+
+async def test_a_429_seen_by_one_instance_holds_back_the_fleet(pg_dsn: str, pg_schema: str) -> None:
+    """A host answering 429 (Retry-After: 2) for 3 s to callers on two instances gets at most
+    one request per 2 s from the fleet together; then every job ends done."""
+    site = Site(seconds=0.05)
+    budgets = [HostBudget(concurrency=2) for _ in range(2)]
+    async with polite_fleet(pg_dsn, pg_schema, site, budgets, retry_for=60.0) as ((a, b), _):
+        site.busy_until["x.example.test"] = trio.current_time() + 3.0
+        ids = []
+        for i in range(4):
+            engine = a if i % 2 else b
+            ids.append((await engine.submit(Caller(f"c{i}"), "fleet", targets("x", 2))).id)
+        assert [JobStatus.DONE] * 4 == await wait_jobs(a, ids)
+    busy_end = site.busy_until["x.example.test"]
+    starts = site.starts["x.example.test"]
+    # Requests started before the first 429 came back are one event; after it, one per 2 s.
+    while_busy = [t for t in starts if starts[0] + site.seconds < t < busy_end]
+    assert all(b - a >= 1.9 for a, b in itertools.pairwise(while_busy)), while_busy
+    assert len(starts) >= 8
+
+
+async def test_a_host_blocked_past_the_limit_fails_on_every_instance(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """A host that always answers 429: past the block limit its targets fail with a hint on
+    both instances, whoever saw the 429s; a job on another host ends done meanwhile."""
+    site = Site(seconds=0.02)
+    site.retry_after = None
+    budgets = [HostBudget(concurrency=1, block_limit=1.0, max_backoff=0.4) for _ in range(2)]
+    async with polite_fleet(pg_dsn, pg_schema, site, budgets, retry_for=60.0) as ((a, b), _):
+        site.busy_until["x.example.test"] = trio.current_time() + 3600.0
+        blocked = [
+            (await a.submit(Caller("a"), "fleet", targets("x", 3))).id,
+            (await b.submit(Caller("b"), "fleet", targets("x", 3))).id,
+        ]
+        fine = await b.submit(Caller("c"), "fleet", targets("y", 3))
+        assert [JobStatus.DONE] == await wait_jobs(a, [fine.id])
+        assert [JobStatus.FAILED] * 2 == await wait_jobs(a, blocked)
+        snaps = [await a.status(job_id) for job_id in blocked]
+    for snap in snaps:
+        assert snap is not None
+        assert [TargetState.FAILED] * 3 == [t.status for t in snap.targets]
+        assert all("429/503" in (t.error or "") or "busy" in (t.error or "") for t in snap.targets)
+        assert all(t.hint for t in snap.targets)
+    assert len(site.starts["x.example.test"]) <= 8  # backed off, not hammered
