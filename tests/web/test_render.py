@@ -14,6 +14,7 @@ import trio
 
 from tests.web.render_support import (
     ALLOW,
+    ALLOWED_HOST,
     FORBIDDEN_HOST,
     Counter,
     Page,
@@ -212,6 +213,31 @@ class TestGuard:
 
         assert "done" in page.html
         assert 0 == private.datagrams
+        assert 0 == private.connections
+
+    async def test_names_are_resolved_by_the_proxy_not_the_browser(self) -> None:
+        """The browser resolves no name itself: the proxy resolves each one with the fetcher's
+        resolver and checks the answers, so a name for a private address is refused too."""
+        answers = {"app.test": [ALLOWED_HOST], "evil.test": [FORBIDDEN_HOST]}
+
+        async def resolver(host: str, port: int) -> list[str]:
+            await trio.lowlevel.checkpoint()
+            return answers.get(host, [])
+
+        async with (
+            serve_site() as site,
+            serve_counter() as private,
+            open_render_pool(allow=ALLOW, workers=1, resolver=resolver) as pool,
+        ):
+            evil = f"http://evil.test:{private.port}/"
+            site.pages["/"] = page_with_script(
+                f"await fetch({json.dumps(evil)}).catch(() => null);"
+            )
+            page = await pool.render(f"http://app.test:{site.port}/", wait_for="#done")
+
+        assert "done" in page.html
+        assert f"app.test:{site.port}" == site.seen[0].headers["host"]
+        assert 1 == page.refused
         assert 0 == private.connections
 
     async def test_the_page_runs_in_the_engines_slot_for_its_host(self) -> None:

@@ -269,7 +269,7 @@ async def open_browser(
             os.killpg(browser_pid, signal.SIGKILL)
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await process.wait()
-        await trio.to_thread.run_sync(shutil.rmtree, profile, True)
+            await trio.to_thread.run_sync(shutil.rmtree, profile, True)
 
 
 _PREFERENCES: Final = {

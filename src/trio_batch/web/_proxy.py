@@ -25,7 +25,6 @@ Nothing is logged with a URL or a host.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,8 +36,6 @@ from .._budget import HostBlocked, HostBudget, HostSlot
 from .._errors import TargetError
 from ._guard import Checked, Network, Resolver, check_url, resolve_checked, system_resolver
 
-logger = logging.getLogger("trio_batch.web")
-
 MAX_HEAD_BYTES: Final = 32 * 1024
 """Largest request head (request line and headers) the proxy reads; past it a 431."""
 MAX_RESPONSE_HEAD_BYTES: Final = 64 * 1024
@@ -47,6 +44,7 @@ REFUSED_HEADER: Final = "X-Trio-Batch-Refused"
 """A header of the proxy's 403 for a refused address, so the renderer can tell it from a
 site's own 403."""
 _CHUNK: Final = 64 * 1024
+_TURN_AWAY_SECONDS: Final = 1.0
 _BUSY_STATUSES: Final = (429, 503)
 _HOP_BY_HOP: Final = frozenset(
     {
@@ -159,9 +157,7 @@ class GuardedProxy:
         try:
             self._connections.acquire_on_behalf_of_nowait(stream)
         except trio.WouldBlock:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await _send_error(stream, 503, "the proxy has too many connections open")
-            await trio.aclose_forcefully(stream)
+            await _turn_away(stream)
             return
         try:
             await self._serve(stream)
@@ -385,6 +381,19 @@ def _parse_head(raw: bytes, rest: bytes, *, request: bool) -> _Head:
             raise _Refused(bad, "malformed header line")
         headers.append((name, value.strip()))
     return _Head(parts[0], parts[1], headers, first, rest)
+
+
+async def _turn_away(stream: trio.abc.Stream) -> None:
+    """Answer a connection past the limit with a 503, after reading its head for at most
+    ``_TURN_AWAY_SECONDS`` (closing a socket with unread bytes resets it, and the peer may then
+    lose the answer)."""
+    with contextlib.suppress(
+        trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, _Refused, OSError
+    ):
+        with trio.move_on_after(_TURN_AWAY_SECONDS):
+            await _read_head(stream, MAX_HEAD_BYTES, _TURN_AWAY_SECONDS, request=True)
+        await _send_error(stream, 503, "the proxy has too many connections open")
+    await trio.aclose_forcefully(stream)
 
 
 async def _send_error(

@@ -98,6 +98,8 @@ class _Renderer:
     browser: Browser
     scope: trio.CancelScope
     renders: int = 0
+    broken: bool = False
+    """Killed, or not to be trusted with another page (a limit, a crash, a cancel mid-page)."""
 
     def close(self) -> None:
         self.browser.kill()
@@ -173,7 +175,7 @@ class RenderPool:
         resolver: Resolver | None,
         budget: HostBudget | None,
         sandbox: bool,
-        max_html_bytes: int,
+        max_html_chars: int,
     ) -> None:
         self._nursery = nursery
         self._executable = executable
@@ -185,7 +187,7 @@ class RenderPool:
         self._resolver = resolver
         self._budget = budget
         self._sandbox = sandbox
-        self._max_html = max_html_bytes
+        self._max_html = max_html_chars
         self._idle: list[_Renderer] = []
         self._live: set[_Renderer] = set()
         self._renders = 0
@@ -254,12 +256,15 @@ class RenderPool:
             raise ValueError(f"max_wait must be a finite number >= 0 (got {max_wait!r})")
         async with self._limiter:
             renderer = await self._take()
-            ok = False
             try:
                 page = await self._render_in(renderer, url, wait_for, clean, max_wait, slot)
-                ok = True
+            except TargetError:
+                raise  # the page's own failure: the browser is fine unless _render_in said not
+            except BaseException:
+                renderer.broken = True  # cancelled mid-page, or something unexpected
+                raise
             finally:
-                self._give_back(renderer, ok)
+                self._give_back(renderer)
         self._renders += 1
         return page
 
@@ -276,14 +281,15 @@ class RenderPool:
             raise
         return started
 
-    def _give_back(self, renderer: _Renderer, ok: bool) -> None:
+    def _give_back(self, renderer: _Renderer) -> None:
         renderer.renders += 1
-        if ok and renderer.browser.alive and renderer.renders < _RENDERS_PER_BROWSER:
-            self._idle.append(renderer)
-        else:
-            if not ok:
-                self._killed += 1
+        if renderer.broken or not renderer.browser.alive:
+            self._killed += 1
             self._discard(renderer)
+        elif renderer.renders >= _RENDERS_PER_BROWSER:
+            self._discard(renderer)
+        else:
+            self._idle.append(renderer)
 
     def _discard(self, renderer: _Renderer) -> None:
         renderer.close()
@@ -330,6 +336,7 @@ class RenderPool:
                     max_html=self._max_html,
                     refused=lambda: renderer.proxy.statistics().refused - before,
                 )
+            renderer.broken = True
             raise TargetError(
                 f"the page did not finish rendering within {self._seconds:g} s",
                 hint="the page kept loading; ask with wait_for=SELECTOR for the part you need, "
@@ -337,10 +344,13 @@ class RenderPool:
                 status=504,
             )
         except (CdpClosed, CdpError):
+            renderer.broken = True
             if renderer.browser.over_memory:
                 raise self._over_memory() from None
             raise _crashed() from None
         except TargetError:
+            if renderer.browser.over_memory or not renderer.browser.alive:
+                renderer.broken = True
             if renderer.browser.over_memory:
                 raise self._over_memory() from None
             raise
@@ -392,6 +402,9 @@ async def _render_page(
     context = await cdp.call("Target.createBrowserContext", {"disposeOnDetach": True})
     context_id = str(context.get("browserContextId", ""))
     try:
+        await cdp.call(
+            "Browser.setDownloadBehavior", {"behavior": "deny", "browserContextId": context_id}
+        )
         target = await cdp.call(
             "Target.createTarget", {"url": "about:blank", "browserContextId": context_id}
         )
@@ -412,13 +425,20 @@ async def _render_page(
         finally:
             cdp.forget(session)
     finally:
-        with (
-            trio.move_on_after(_DISPOSE_SECONDS, shield=True) as disposing,
-            contextlib.suppress(CdpClosed, CdpError),
-        ):
-            await cdp.call("Target.disposeBrowserContext", {"browserContextId": context_id})
-        if disposing.cancelled_caught:  # a browser that hangs is not given another page
-            cdp.abandon("the browser did not dispose of a page's context")
+        # A cancelled render's browser is killed next (it may be stuck in the page): no dispose.
+        if trio.current_effective_deadline() != -math.inf:
+            await _dispose(cdp, context_id)
+
+
+async def _dispose(cdp: CdpConnection, context_id: str) -> None:
+    """Close a page's browser context (its pages, cookies, storage, cache, connections)."""
+    with (
+        trio.move_on_after(_DISPOSE_SECONDS, shield=True) as disposing,
+        contextlib.suppress(CdpClosed, CdpError),
+    ):
+        await cdp.call("Target.disposeBrowserContext", {"browserContextId": context_id})
+    if disposing.cancelled_caught:  # a browser that hangs is not given another page
+        cdp.abandon("the browser did not dispose of a page's context")
 
 
 @dataclass
@@ -671,7 +691,7 @@ async def open_render_pool(
     budget: HostBudget | None = None,
     executable: str = DEFAULT_CHROMIUM,
     sandbox: bool | None = None,
-    max_html_bytes: int = 8 * 2**20,
+    max_html_chars: int = 8 * 2**20,
 ) -> AsyncIterator[RenderPool]:
     """A :class:`RenderPool` for the block's life; every browser is killed when it ends.
 
@@ -692,12 +712,12 @@ async def open_render_pool(
         budget: the host budget every request of a page takes (the fetcher's).
         executable: the browser to run; Debian's ``/usr/bin/chromium`` by default.
         sandbox: run Chromium's sandbox; None: whenever the machine allows it (not as root).
-        max_html_bytes: the largest serialized DOM returned (characters).
+        max_html_chars: the largest serialized DOM returned (characters).
 
     Raises:
         ValueError: a setting is out of range; the message names it.
     """
-    _check_settings(workers, seconds, memory, max_html_bytes)
+    _check_settings(workers, seconds, memory, max_html_chars)
     use_sandbox = sandbox_allowed() if sandbox is None else sandbox
     async with trio.open_nursery() as nursery:
         pool = RenderPool(
@@ -711,7 +731,7 @@ async def open_render_pool(
             resolver=resolver,
             budget=budget,
             sandbox=use_sandbox,
-            max_html_bytes=max_html_bytes,
+            max_html_chars=max_html_chars,
         )
         try:
             yield pool
@@ -722,12 +742,12 @@ async def open_render_pool(
             nursery.cancel_scope.cancel("the render pool closed")
 
 
-def _check_settings(workers: int, seconds: float, memory: int, max_html_bytes: int) -> None:
+def _check_settings(workers: int, seconds: float, memory: int, max_html_chars: int) -> None:
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"render_workers must be an integer >= 1 (got {workers!r})")
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"render_seconds must be a finite number > 0 (got {seconds!r})")
     if not isinstance(memory, int) or memory < MIN_MEMORY:
         raise ValueError(f"render_memory must be at least {MIN_MEMORY} bytes (got {memory!r})")
-    if max_html_bytes < 1:
-        raise ValueError(f"max_html_bytes must be >= 1 (got {max_html_bytes!r})")
+    if max_html_chars < 1:
+        raise ValueError(f"max_html_chars must be >= 1 (got {max_html_chars!r})")
