@@ -42,7 +42,8 @@ from ._cdp import CdpConnection, open_cdp
 DEFAULT_CHROMIUM: Final = "/usr/bin/chromium"
 """Debian's ``chromium`` package's launcher (a shell script that runs ``/usr/lib/chromium``)."""
 _DEBIAN_BINARY: Final = "/usr/lib/chromium/chromium"
-_WATCH_SECONDS: Final = 0.1
+_WATCH_SECONDS: Final = 0.25
+"""How often the watchdog sums a browser's memory (one scan of /proc costs ~5 ms here)."""
 _PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _STDERR_TAIL: Final = 2000
 # Chromium's flags that keep its network in our hands (see the module docstring) and leave
