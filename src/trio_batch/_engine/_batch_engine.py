@@ -143,6 +143,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._fleet = is_fleet(store)
         self._wants_work = trio.Event()  # fleet: set when a worker takes or waits for a turn
         self._ahead = ClaimAhead()  # fleet: how many turns to claim beyond the idle workers
+        self._dry = False  # fleet: the last claim found fewer turns than it asked for
         # Fleet with a budget: the scopes' rules the claims keep, and the budget's news for the
         # fleet (reported by a task of their own).
         self._budget = budget if scope is not None else None
@@ -649,6 +650,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 continue
             failures = 0
             self._ahead.claimed(trio.current_time() - t0)
+            self._dry = len(claims) < want
             for claim in claims:
                 live = live_job_of(claim, trio.current_time(), self._wall())
                 self._live[live.id] = live
@@ -699,7 +701,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
         A worker that ends its fetch takes a turn claimed while it fetched, so the claim's round
         trip is not in every turn; the turns held ahead are the fleet's oldest, taken in order.
         """
-        ahead = self._ahead.turns(self._workers)
+        # A fleet with fewer ready turns than it can take claims none ahead: a turn held here
+        # behind a busy worker would wait while another instance's idle worker could run it.
+        ahead = 0 if self._dry else self._ahead.turns(self._workers)
         return self._rotation.idle_workers + ahead - self._rotation.ready
 
     async def _run_target(self, turn: Turn) -> None:
