@@ -348,6 +348,22 @@ class TestLimits:
         assert "Rendered by a script" in page.html
         assert 1 == stats.killed
 
+    async def test_a_cancelled_render_kills_its_browser_and_the_pool_goes_on(self) -> None:
+        """A caller that gives up mid-page (its deadline) leaves no browser stuck in the page:
+        the next render gets a fresh one."""
+        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
+            site.pages["/"] = Page(SPA)
+            site.pages["/never"] = Page(stall=True)
+            with trio.move_on_after(2) as gave_up:
+                await pool.render(site.url("/never"))
+            page = await pool.render(site.url("/"))
+            stats = pool.statistics()
+
+        assert gave_up.cancelled_caught
+        assert "Rendered by a script" in page.html
+        assert 1 == stats.killed
+        assert 1 == stats.renderers
+
     async def test_a_page_that_allocates_without_bound_is_killed_at_the_memory_limit(
         self,
     ) -> None:

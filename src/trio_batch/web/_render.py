@@ -23,11 +23,9 @@ runs code a site wrote, so it is treated as untrusted work (docs/render.md):
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, final
 
 import trio
@@ -43,36 +41,15 @@ from ._browser import (
     open_browser,
     sandbox_allowed,
 )
-from ._cdp import CdpClosed, CdpConnection, CdpError, Message
+from ._cdp import CdpClosed, CdpError
 from ._guard import Network, Resolver, check_url
-from ._proxy import REFUSED_HEADER, GuardedProxy, open_guarded_proxy
+from ._page import BlankPage, RenderedPage, close_blank_page, load_page, open_blank_page
+from ._proxy import GuardedProxy, open_guarded_proxy
 
-CREDENTIALS: Final = frozenset({"cookie", "authorization"})
 MIN_MEMORY: Final = 256 * 2**20
 """Least ``memory`` a renderer may be given (an idle Chromium holds ~150 MiB here)."""
-IDLE_SECONDS: Final = 0.5
-"""How long the network must stay quiet for a page to count as ready (without ``wait_for``)."""
-_POLL_SECONDS: Final = 0.1
 _RENDERS_PER_BROWSER: Final = 100
-_DISPOSE_SECONDS: Final = 5.0
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class RenderedPage:
-    """The DOM of a page after its scripts ran, as the browser serialized it."""
-
-    html: str
-    """``<!DOCTYPE html>`` (when the page has one) and the root element's outer HTML."""
-    url: str
-    """The address the page ended at (after redirects and script navigations)."""
-    status: int
-    """The HTTP status of the page's main document (0 when the browser did not report one)."""
-    settled: bool
-    """Whether the wait condition was met; False when ``max_wait`` passed first and the DOM was
-    taken as it was."""
-    refused: int
-    """Requests of the page the guard refused (each answered 403 by the proxy)."""
+_PREPARE_SECONDS: Final = 10.0
 
 
 @final
@@ -100,58 +77,14 @@ class _Renderer:
     renders: int = 0
     broken: bool = False
     """Killed, or not to be trusted with another page (a limit, a crash, a cancel mid-page)."""
+    spare: BlankPage | None = None
+    """The next render's page, opened while the browser was idle."""
+    preparing: trio.Event | None = None
+    """Set when the spare being opened is ready (or failed)."""
 
     def close(self) -> None:
         self.browser.kill()
         self.scope.cancel()
-
-
-@dataclass
-class _PageState:
-    """What the page's events told so far."""
-
-    frame: str = ""
-    """The main frame's id (the target's)."""
-    loader: str = ""
-    """The main frame's current document (its loader id)."""
-    loaded: set[str] = field(default_factory=set)
-    """Documents whose load event fired (events may come before the navigation's answer)."""
-    statuses: dict[str, int] = field(default_factory=dict)
-    """The HTTP status of each main-frame document."""
-    refused: set[str] = field(default_factory=set)
-    """Main-frame documents that are the proxy's refusal."""
-    in_flight: set[str] = field(default_factory=set)
-    """Requests of the page sent and not yet finished or failed."""
-    changed: trio.Event = field(default_factory=trio.Event)
-    failure: str = ""
-
-    def touch(self) -> None:
-        """Wake whoever waits for the network to be quiet."""
-        self.changed.set()
-        self.changed = trio.Event()
-
-    async def wait_network_idle(self) -> None:
-        """Return once the document has loaded and no request has been in flight for
-        ``IDLE_SECONDS`` (Playwright's ``networkidle``: WebSockets do not count)."""
-        while True:
-            changed = self.changed
-            if self.loader in self.loaded and not self.in_flight:
-                with trio.move_on_after(IDLE_SECONDS) as quiet:
-                    await changed.wait()
-                if quiet.cancelled_caught:
-                    return
-            else:
-                await changed.wait()
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urllib.parse.urlsplit(url)
-    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
-    try:
-        port = parts.port or default
-    except ValueError:
-        port = None
-    return parts.scheme.lower(), (parts.hostname or "").lower(), port
 
 
 @final
@@ -289,7 +222,27 @@ class RenderPool:
         elif renderer.renders >= _RENDERS_PER_BROWSER:
             self._discard(renderer)
         else:
+            renderer.preparing = trio.Event()
+            self._nursery.start_soon(self._prepare, renderer, renderer.preparing)
             self._idle.append(renderer)
+
+    async def _prepare(self, renderer: _Renderer, done: trio.Event) -> None:
+        """Open the renderer's next blank page while it is idle (most of a render's fixed
+        cost); a failure here leaves it to the render to open one."""
+        try:
+            with trio.move_on_after(_PREPARE_SECONDS):
+                renderer.spare = await open_blank_page(renderer.browser.cdp)
+        except (CdpClosed, CdpError):
+            pass  # the browser is gone: the next render finds it dead and replaces it
+        finally:
+            done.set()
+
+    async def _blank_page(self, renderer: _Renderer) -> BlankPage:
+        if renderer.preparing is not None:
+            await renderer.preparing.wait()
+            renderer.preparing = None
+        spare, renderer.spare = renderer.spare, None
+        return spare or await open_blank_page(renderer.browser.cdp)
 
     def _discard(self, renderer: _Renderer) -> None:
         renderer.close()
@@ -327,15 +280,19 @@ class RenderPool:
         before = renderer.proxy.statistics().refused
         try:
             with renderer.proxy.holding(slot), trio.move_on_after(self._seconds):
-                return await _render_page(
-                    renderer.browser.cdp,
-                    url,
-                    wait_for=wait_for,
-                    headers=headers,
-                    max_wait=max_wait,
-                    max_html=self._max_html,
-                    refused=lambda: renderer.proxy.statistics().refused - before,
-                )
+                blank = await self._blank_page(renderer)
+                try:
+                    return await load_page(
+                        blank,
+                        url,
+                        wait_for=wait_for,
+                        headers=headers,
+                        max_wait=max_wait,
+                        max_html=self._max_html,
+                        refused=lambda: renderer.proxy.statistics().refused - before,
+                    )
+                finally:
+                    await close_blank_page(blank)
             renderer.broken = True
             raise TargetError(
                 f"the page did not finish rendering within {self._seconds:g} s",
@@ -386,298 +343,6 @@ def _checked_headers(headers: Mapping[str, str]) -> dict[str, str]:
             )
         clean[name] = value
     return clean
-
-
-async def _render_page(
-    cdp: CdpConnection,
-    url: str,
-    *,
-    wait_for: str | None,
-    headers: dict[str, str],
-    max_wait: float | None,
-    max_html: int,
-    refused: Callable[[], int],
-) -> RenderedPage:
-    """One render in a fresh browser context (disposed at the end, whatever happens)."""
-    context = await cdp.call("Target.createBrowserContext", {"disposeOnDetach": True})
-    context_id = str(context.get("browserContextId", ""))
-    try:
-        await cdp.call(
-            "Browser.setDownloadBehavior", {"behavior": "deny", "browserContextId": context_id}
-        )
-        target = await cdp.call(
-            "Target.createTarget", {"url": "about:blank", "browserContextId": context_id}
-        )
-        target_id = str(target.get("targetId", ""))
-        attached = await cdp.call("Target.attachToTarget", {"targetId": target_id, "flatten": True})
-        session = str(attached.get("sessionId", ""))
-        events = cdp.events(session)
-        try:
-            return await _load(
-                _Page(cdp, session, headers, _origin(url), _PageState(frame=target_id)),
-                events,
-                url,
-                wait_for=wait_for,
-                max_wait=max_wait,
-                max_html=max_html,
-                refused=refused,
-            )
-        finally:
-            cdp.forget(session)
-    finally:
-        # A cancelled render's browser is killed next (it may be stuck in the page): no dispose.
-        if trio.current_effective_deadline() != -math.inf:
-            await _dispose(cdp, context_id)
-
-
-async def _dispose(cdp: CdpConnection, context_id: str) -> None:
-    """Close a page's browser context (its pages, cookies, storage, cache, connections)."""
-    with (
-        trio.move_on_after(_DISPOSE_SECONDS, shield=True) as disposing,
-        contextlib.suppress(CdpClosed, CdpError),
-    ):
-        await cdp.call("Target.disposeBrowserContext", {"browserContextId": context_id})
-    if disposing.cancelled_caught:  # a browser that hangs is not given another page
-        cdp.abandon("the browser did not dispose of a page's context")
-
-
-@dataclass
-class _Page:
-    cdp: CdpConnection
-    session: str
-    headers: dict[str, str]
-    origin: tuple[str, str, int | None]
-    state: _PageState = field(default_factory=_PageState)
-
-    async def call(self, method: str, params: Message | None = None) -> Message:
-        return await self.cdp.call(method, params, session=self.session)
-
-
-async def _load(
-    page: _Page,
-    events: trio.MemoryReceiveChannel[Message],
-    url: str,
-    *,
-    wait_for: str | None,
-    max_wait: float | None,
-    max_html: int,
-    refused: Callable[[], int],
-) -> RenderedPage:
-    await _enable(page)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_follow_events, page, events, nursery.cancel_scope)
-            settled = await _navigate_and_wait(page, url, wait_for, max_wait, refused)
-            nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        raise_single_exception_from_group(group)
-        raise
-    if page.state.failure:
-        raise CdpClosed(page.state.failure)
-    if page.state.loader in page.state.refused:
-        raise _refused_error()
-    html, final_url = await _snapshot(page, max_html)
-    if final_url.startswith("chrome-error:"):
-        _check_navigation({"errorText": "the page's own navigation failed"}, refused())
-    return RenderedPage(
-        html=html,
-        url=final_url,
-        status=page.state.statuses.get(page.state.loader, 0),
-        settled=settled,
-        refused=refused(),
-    )
-
-
-async def _navigate_and_wait(
-    page: _Page,
-    url: str,
-    wait_for: str | None,
-    max_wait: float | None,
-    refused: Callable[[], int],
-) -> bool:
-    """Navigate and wait for the condition; whether it was met before ``max_wait``."""
-    navigated = await page.call("Page.navigate", {"url": url})
-    _check_navigation(navigated, refused())
-    page.state.loader = str(navigated.get("loaderId", ""))
-    with trio.move_on_after(math.inf if max_wait is None else max_wait):
-        if wait_for is not None:
-            await _wait_selector(page, wait_for)
-        else:
-            await page.state.wait_network_idle()
-        return True
-    return False
-
-
-async def _enable(page: _Page) -> None:
-    """Turn on the page's events, the commands sent at once (each waits on a new renderer
-    process starting up)."""
-    commands: list[tuple[str, Message | None]] = [
-        ("Page.enable", None),
-        ("Page.setLifecycleEventsEnabled", {"enabled": True}),
-        ("Network.enable", None),
-    ]
-    if page.headers:
-        commands.append(("Fetch.enable", {"patterns": [{"urlPattern": "*"}]}))
-    try:
-        async with trio.open_nursery() as nursery:
-            for method, params in commands:
-                nursery.start_soon(page.call, method, params)
-    except BaseExceptionGroup as group:
-        raise_single_exception_from_group(group)
-        raise
-
-
-def _refused_error() -> TargetError:
-    return TargetError(
-        "the page's address, or one it redirected to, resolves to a private or otherwise "
-        "non-public address",
-        hint="only public web addresses can be fetched; the operator can allow this network",
-        status=403,
-    )
-
-
-def _check_navigation(navigated: Message, refused: int) -> None:
-    error = navigated.get("errorText")
-    if not error:
-        return
-    if refused:
-        raise _refused_error()
-    raise TargetError(
-        f"the browser could not load the page ({error})",
-        hint="check that the address works; the site may be down",
-        status=502,
-    )
-
-
-async def _follow_events(
-    page: _Page, events: trio.MemoryReceiveChannel[Message], scope: trio.CancelScope
-) -> None:
-    """Keep the page's state from its events; a crash or a lost channel ends the render."""
-    state = page.state
-    async for event in events:
-        method = event.get("method")
-        params = event.get("params")
-        if not isinstance(params, dict):
-            continue
-        if method == "Fetch.requestPaused":
-            await _continue_request(page, params)
-        elif method == "Page.lifecycleEvent":
-            _on_lifecycle(state, params)
-        elif method == "Network.responseReceived":
-            _on_response(state, params)
-        elif method in _NETWORK_EVENTS:
-            _on_network(state, method, params)
-        elif method in ("Inspector.targetCrashed", "Inspector.detached"):
-            break
-    state.failure = "the page's renderer crashed or went away"
-    scope.cancel()
-
-
-_NETWORK_EVENTS: Final = frozenset(
-    {"Network.requestWillBeSent", "Network.loadingFinished", "Network.loadingFailed"}
-)
-
-
-def _on_lifecycle(state: _PageState, params: dict[str, object]) -> None:
-    if params.get("frameId") != state.frame:
-        return
-    name = params.get("name")
-    loader = str(params.get("loaderId", ""))
-    if name == "init" and state.loader:  # a later navigation (a script's, a refresh)
-        state.loader = loader
-    elif name == "load":
-        state.loaded.add(loader)
-    state.touch()
-
-
-def _on_network(state: _PageState, method: object, params: dict[str, object]) -> None:
-    request = str(params.get("requestId", ""))
-    if method == "Network.requestWillBeSent":
-        state.in_flight.add(request)
-    else:
-        state.in_flight.discard(request)
-    state.touch()
-
-
-def _on_response(state: _PageState, params: dict[str, object]) -> None:
-    if params.get("type") != "Document" or params.get("frameId") != state.frame:
-        return
-    response = params.get("response")
-    loader = str(params.get("loaderId", ""))
-    if isinstance(response, dict):
-        status = response.get("status")
-        state.statuses[loader] = int(status) if isinstance(status, int | float) else 0
-        headers = response.get("headers")
-        if isinstance(headers, dict) and any(
-            str(k).lower() == REFUSED_HEADER.lower() for k in headers
-        ):
-            state.refused.add(loader)
-
-
-async def _continue_request(page: _Page, params: dict[str, object]) -> None:
-    """Let a paused request go on with the target's headers when it goes to the target's
-    exact origin, and without any credential header otherwise (one carried over a redirect)."""
-    request = params.get("request")
-    if not isinstance(request, dict):
-        return
-    sent = request.get("headers")
-    current = {str(k): str(v) for k, v in sent.items()} if isinstance(sent, dict) else {}
-    continued: Message = {"requestId": params.get("requestId")}
-    ours = {name.lower() for name in page.headers}
-    if _origin(str(request.get("url", ""))) == page.origin:
-        merged = {k: v for k, v in current.items() if k.lower() not in ours} | page.headers
-        continued["headers"] = [{"name": k, "value": v} for k, v in merged.items()]
-    elif any(k.lower() in CREDENTIALS | ours for k in current):
-        kept = {k: v for k, v in current.items() if k.lower() not in CREDENTIALS | ours}
-        continued["headers"] = [{"name": k, "value": v} for k, v in kept.items()]
-    with contextlib.suppress(CdpError):
-        await page.call("Fetch.continueRequest", continued)
-
-
-async def _wait_selector(page: _Page, selector: str) -> None:
-    expression = f"document.querySelector({json.dumps(selector)}) !== null"
-    while True:
-        answer = await page.call(
-            "Runtime.evaluate", {"expression": expression, "returnByValue": True}
-        )
-        if "exceptionDetails" in answer:
-            raise TargetError(
-                "wait_for is not a valid CSS selector",
-                hint="write a selector such as #content or main article",
-                status=400,
-            )
-        result = answer.get("result")
-        if isinstance(result, dict) and result.get("value") is True:
-            return
-        await trio.sleep(_POLL_SECONDS)
-
-
-_SNAPSHOT: Final = """(() => {
-  const root = document.documentElement;
-  const html = (document.doctype ? "<!DOCTYPE " + document.doctype.name + ">" : "")
-    + (root ? root.outerHTML : "");
-  return html.length > LIMIT ? {large: html.length, url: location.href}
-                             : {html: html, url: location.href};
-})()"""
-
-
-async def _snapshot(page: _Page, max_html: int) -> tuple[str, str]:
-    """The page's serialized DOM and its address; over ``max_html`` characters a 413."""
-    answer = await page.call(
-        "Runtime.evaluate",
-        {"expression": _SNAPSHOT.replace("LIMIT", str(max_html)), "returnByValue": True},
-    )
-    result = answer.get("result")
-    value = result.get("value") if isinstance(result, dict) else None
-    if not isinstance(value, dict):
-        raise CdpClosed("the page's DOM could not be read")
-    if "large" in value:
-        raise TargetError(
-            f"the rendered page is {value['large']:,} characters; the limit is {max_html:,}",
-            hint="ask for the page without render, or for a smaller page",
-            status=413,
-        )
-    return str(value.get("html", "")), str(value.get("url", ""))
 
 
 @contextlib.asynccontextmanager
