@@ -326,12 +326,18 @@ class TestCredentials:
 @pytest.mark.slow
 @needs_chromium
 class TestLimits:
-    async def test_a_page_that_never_stops_loading_is_killed_at_the_time_limit(self) -> None:
-        """A page whose network never gets quiet fails at render_seconds with a hint, its
-        browser is killed, and the pool goes on serving other pages."""
+    @pytest.mark.parametrize(
+        ("pool_seconds", "call_seconds"), [(2.0, None), (30.0, 2.0)], ids=["pool", "call"]
+    )
+    async def test_a_page_that_never_stops_loading_is_killed_at_the_time_limit(
+        self, pool_seconds: float, call_seconds: float | None
+    ) -> None:
+        """A page whose network never gets quiet fails at the time limit (render_seconds, or a
+        shorter one the caller gives) with a hint, its browser is killed, and the pool goes on
+        serving other pages."""
         async with (
             serve_site() as site,
-            open_render_pool(allow=ALLOW, workers=1, seconds=2.0) as pool,
+            open_render_pool(allow=ALLOW, workers=1, seconds=pool_seconds) as pool,
         ):
             site.pages["/"] = Page(SPA)
             site.pages["/forever"] = Page(SPA.replace(b"</body>", b'<img src="/never"></body>'))
@@ -339,7 +345,7 @@ class TestLimits:
             with pytest.raises(
                 TargetError, match=r"^the page did not finish rendering within 2 s$"
             ) as info:
-                await pool.render(site.url("/forever"))
+                await pool.render(site.url("/forever"), seconds=call_seconds)
             page = await pool.render(site.url("/"))
             stats = pool.statistics()
 

@@ -87,6 +87,13 @@ class _Renderer:
         self.scope.cancel()
 
 
+@dataclass(frozen=True, slots=True)
+class _Wait:
+    selector: str | None
+    max_wait: float | None
+    seconds: float
+
+
 @final
 class RenderPool:
     """A bounded pool of headless Chromium renderers. Obtain one from :func:`open_render_pool`.
@@ -150,6 +157,7 @@ class RenderPool:
         headers: Mapping[str, str] | None = None,
         max_wait: float | None = None,
         slot: HostSlot | None = None,
+        seconds: float | None = None,
     ) -> RenderedPage:
         """Load ``url`` in a fresh browser context and return its DOM once it is ready.
 
@@ -168,6 +176,8 @@ class RenderPool:
             max_wait: the longest wait for the condition before the DOM is taken anyway.
             slot: the host-budget slot the caller already holds for ``url``'s host (the
                 engine's, ``CURRENT_SLOT``): requests to that host run in it, one at a time.
+            seconds: a shorter time limit for this render (what is left of the caller's own
+                deadline); the pool's ``seconds`` when None or longer.
 
         Raises:
             TargetError: the URL is refused (400), Chromium is not installed (501), the
@@ -187,10 +197,15 @@ class RenderPool:
         clean = _checked_headers(headers or {})
         if max_wait is not None and not (math.isfinite(max_wait) and max_wait >= 0):
             raise ValueError(f"max_wait must be a finite number >= 0 (got {max_wait!r})")
+        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"seconds must be a finite number > 0 (got {seconds!r})")
+        limit = self._seconds if seconds is None else min(seconds, self._seconds)
         async with self._limiter:
             renderer = await self._take()
             try:
-                page = await self._render_in(renderer, url, wait_for, clean, max_wait, slot)
+                page = await self._render_in(
+                    renderer, url, _Wait(wait_for, max_wait, limit), clean, slot
+                )
             except TargetError:
                 raise  # the page's own failure: the browser is fine unless _render_in said not
             except BaseException:
@@ -272,22 +287,21 @@ class RenderPool:
         self,
         renderer: _Renderer,
         url: str,
-        wait_for: str | None,
+        wait: _Wait,
         headers: dict[str, str],
-        max_wait: float | None,
         slot: HostSlot | None,
     ) -> RenderedPage:
         before = renderer.proxy.statistics().refused
         try:
-            with renderer.proxy.holding(slot), trio.move_on_after(self._seconds):
+            with renderer.proxy.holding(slot), trio.move_on_after(wait.seconds):
                 blank = await self._blank_page(renderer)
                 try:
                     return await load_page(
                         blank,
                         url,
-                        wait_for=wait_for,
+                        wait_for=wait.selector,
                         headers=headers,
-                        max_wait=max_wait,
+                        max_wait=wait.max_wait,
                         max_html=self._max_html,
                         refused=lambda: renderer.proxy.statistics().refused - before,
                     )
@@ -295,7 +309,7 @@ class RenderPool:
                     await close_blank_page(blank)
             renderer.broken = True
             raise TargetError(
-                f"the page did not finish rendering within {self._seconds:g} s",
+                f"the page did not finish rendering within {wait.seconds:g} s",
                 hint="the page kept loading; ask with wait_for=SELECTOR for the part you need, "
                 "or without render",
                 status=504,
