@@ -11,6 +11,7 @@ import json
 
 import pytest
 import trio
+import trio.testing
 
 from tests.web.render_support import (
     ALLOW,
@@ -24,6 +25,7 @@ from tests.web.render_support import (
 )
 from trio_batch import HostBudget, HostSlot, TargetError
 from trio_batch.web._browser import find_chromium
+from trio_batch.web._cdp import CdpClosed, CdpError, open_cdp
 from trio_batch.web._render import open_render_pool
 
 needs_chromium = pytest.mark.skipif(
@@ -433,3 +435,72 @@ class TestSettings:
             assert 0 == pool.statistics().renderers
 
         assert 400 == info.value.status
+
+
+class TestDevToolsPipe:
+    """The client end of the browser's pipe: answers and events routed, every message bounded."""
+
+    @staticmethod
+    async def answer_first_command(
+        to_browser: trio.abc.ReceiveStream, from_browser: trio.abc.SendStream, reply: bytes
+    ) -> None:
+        command = json.loads((await to_browser.receive_some()).rstrip(b"\0"))
+        await from_browser.send_all(reply.replace(b"ID", str(command["id"]).encode()))
+
+    async def test_answers_and_events_are_routed_across_chunks(self) -> None:
+        """An answer split over several writes reaches its caller, and a session's event that
+        shares a write with it reaches that session's channel."""
+        to_send, to_browser = trio.testing.memory_stream_one_way_pair()
+        from_browser, to_receive = trio.testing.memory_stream_one_way_pair()
+        async with (
+            open_cdp(to_send, to_receive, max_message_bytes=1024) as cdp,
+            trio.open_nursery() as nursery,
+        ):
+            events = cdp.events("S1")
+
+            async def browser() -> None:
+                command = json.loads((await to_browser.receive_some()).rstrip(b"\0"))
+                answer = json.dumps({"id": command["id"], "result": {"ok": True}}).encode()
+                event = json.dumps({"sessionId": "S1", "method": "Page.x", "params": {}}).encode()
+                await from_browser.send_all(answer[:5])
+                await from_browser.send_all(answer[5:] + b"\0" + event + b"\0")
+
+            nursery.start_soon(browser)
+            result = await cdp.call("Browser.getVersion")
+            event = await events.receive()
+
+        assert {"ok": True} == result
+        assert "Page.x" == event["method"]
+
+    @pytest.mark.parametrize(
+        "reply", [b"x" * 2000, b"{not json}\0"], ids=["over the size limit", "not JSON"]
+    )
+    async def test_a_bad_message_ends_the_connection(self, reply: bytes) -> None:
+        """A message over max_message_bytes, or one that is not JSON, ends the connection:
+        the waiting call fails instead of hanging, and so does every later one."""
+        to_send, to_browser = trio.testing.memory_stream_one_way_pair()
+        from_browser, to_receive = trio.testing.memory_stream_one_way_pair()
+        async with (
+            open_cdp(to_send, to_receive, max_message_bytes=1024) as cdp,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(self.answer_first_command, to_browser, from_browser, reply)
+            with pytest.raises(CdpClosed):
+                await cdp.call("Browser.getVersion")
+            with pytest.raises(CdpClosed):
+                await cdp.call("Browser.getVersion")
+
+        assert cdp.closed
+
+    async def test_an_error_answer_is_a_cdp_error(self) -> None:
+        """A command the browser refuses raises CdpError with the browser's message."""
+        to_send, to_browser = trio.testing.memory_stream_one_way_pair()
+        from_browser, to_receive = trio.testing.memory_stream_one_way_pair()
+        reply = b'{"id": ID, "error": {"message": "No target with given id"}}\0'
+        async with (
+            open_cdp(to_send, to_receive, max_message_bytes=1024) as cdp,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(self.answer_first_command, to_browser, from_browser, reply)
+            with pytest.raises(CdpError, match=r"^No target with given id$"):
+                await cdp.call("Target.attachToTarget")

@@ -114,10 +114,12 @@ class CdpConnection:
         buffer = bytearray()
         try:
             while chunk := await receive.receive_some(256 * 1024):
+                searched = len(buffer)  # a message's end is looked for in new bytes only
                 buffer += chunk
-                while (end := buffer.find(b"\0")) >= 0:
+                while (end := buffer.find(b"\0", searched)) >= 0:
                     self._dispatch(bytes(buffer[:end]))
                     del buffer[: end + 1]
+                    searched = 0
                 if len(buffer) > self._max:
                     raise CdpClosed("the browser sent a message over the size limit")
             self._close("the browser's pipe closed")

@@ -50,6 +50,8 @@ MIN_MEMORY: Final = 256 * 2**20
 """Least ``memory`` a renderer may be given (an idle Chromium holds ~150 MiB here)."""
 _RENDERS_PER_BROWSER: Final = 100
 _PREPARE_SECONDS: Final = 10.0
+_MESSAGE_BYTES_PER_CHAR: Final = 6
+"""The most bytes one DOM character takes in the browser's JSON (``\\u0001``)."""
 
 
 @final
@@ -275,7 +277,7 @@ class RenderPool:
                     proxy_port=proxy.port,
                     memory=self._memory,
                     sandbox=self._sandbox,
-                    max_message_bytes=4 * self._max_html + 2**20,
+                    max_message_bytes=_MESSAGE_BYTES_PER_CHAR * self._max_html + 2**20,
                 ) as browser,
             ):
                 renderer = _Renderer(proxy, browser, scope)
