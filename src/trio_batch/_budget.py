@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Literal, final
+from typing import Literal, Protocol, final
 
 import trio
 
@@ -83,15 +83,33 @@ class Waiting:
     blocked: bool = False
 
 
+class ScopeGate(Protocol):
+    """A fleet's budget per scope, taken beside a :class:`HostBudget`'s own slot by requests
+    outside the rotation (:meth:`HostBudget.acquire`); the engine over a fleet store sets it."""
+
+    async def enter(self, scope: str) -> object:
+        """Wait for a slot of ``scope`` in the fleet; return its lease.
+
+        Raises:
+            HostBlocked: the scope stayed pushed back past the block limit.
+        """
+        ...
+
+    def leave(self, lease: object) -> None:
+        """Give ``lease`` back (without waiting)."""
+        ...
+
+
 @final
 class HostSlot:
     """One request's place in a scope's budget; :meth:`release` it when the response is in."""
 
-    __slots__ = ("_budget", "_released", "scope", "started_at")
+    __slots__ = ("_budget", "_lease", "_released", "scope", "started_at")
 
     def __init__(self, budget: HostBudget, scope: str, started_at: float) -> None:
         self._budget = budget
         self._released = False
+        self._lease: tuple[ScopeGate, object] | None = None  # a fleet's slot beside this one
         self.scope = scope
         self.started_at = started_at
 
@@ -106,6 +124,9 @@ class HostSlot:
             return
         self._released = True
         self._budget._release(self, rate_limited, retry_after)
+        if self._lease is not None:
+            gate, lease = self._lease
+            gate.leave(lease)
 
 
 class _Scope:
@@ -171,6 +192,7 @@ class HostBudget:
         self._created = 0
         self._listeners: list[Callable[[str], None]] = []
         self._observers: list[Callable[[ScopeNews], None]] = []
+        self._gate: ScopeGate | None = None
         self._changed = trio.Event()
         self.capped_retry_after = 0
         """How many ``Retry-After`` answers asked for more than ``max_backoff`` (and got it)."""
@@ -208,19 +230,41 @@ class HostBudget:
     async def acquire(self, scope: str) -> HostSlot:
         """Wait for a slot of ``scope`` (for requests outside the engine's rotation).
 
+        With a gate (a fleet's budget, :meth:`set_gate`) the fleet's slot is taken first and
+        this budget's after it: a request never holds a slot here while it waits for the
+        fleet, where a claimed target (the fleet's slot already) may wait for this one.
+
         Raises:
             HostBlocked: the scope stayed pushed back past ``block_limit``.
         """
+        gate = self._gate
+        lease = None if gate is None else await gate.enter(scope)
+        try:
+            slot = await self._acquire_here(scope)
+        except BaseException:
+            if gate is not None:
+                gate.leave(lease)
+            raise
+        if gate is not None:
+            slot._lease = (gate, lease)
+        return slot
+
+    async def _acquire_here(self, scope: str) -> HostSlot:
+        await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             got = self.try_start(scope)
             if isinstance(got, HostSlot):
-                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.cancel_shielded_checkpoint()  # a slot taken is returned
                 return got
             if got.blocked:
                 raise HostBlocked(got.blocked_for)
             changed = self._changed
             with trio.move_on_at(math.inf if got.until is None else got.until):
                 await changed.wait()
+
+    def set_gate(self, gate: ScopeGate | None) -> None:
+        """Make :meth:`acquire` also take a slot of ``gate`` (a fleet's budget), or stop."""
+        self._gate = gate
 
     def set_crawl_delay(self, scope: str, seconds: float) -> None:
         """Space the starts of ``scope`` by at least ``seconds`` (a site's ``Crawl-delay``).

@@ -59,6 +59,7 @@ from ..stores._protocol import (
     is_fleet,
 )
 from ._ahead import ClaimAhead
+from ._gate import FleetGate
 from ._groups import drain_in_groups
 from ._live import (
     EngineStatistics,
@@ -152,10 +153,16 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._reports: list[ScopeReport] = []
         self._reported = trio.Event()
         self._reports_lock = trio.Lock()
+        self._gate: FleetGate | None = None
         if self._fleet and self._budget is not None:
             b = self._budget
             self._scope_rules = ScopeRules(b.concurrency, b.interval, b.block_limit)
             b.add_observer(self._heard)
+            self._gate = FleetGate(
+                cast("FleetStore", store),
+                self._scope_rules,
+                lambda exc: self._store_error("lease_scope", "", exc),
+            )
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -581,12 +588,17 @@ class BatchEngine(metaclass=NoPublicConstructor):
                             tasks.start_soon(self._claimer)
                         if self._scope_rules is not None:
                             tasks.start_soon(self._reporter)
+                        if self._gate is not None and self._budget is not None:
+                            tasks.start_soon(self._gate.run)
+                            self._budget.set_gate(self._gate)
                         elif self._config.resume and is_shared(self._store):
                             tasks.start_soon(self._adopt_loop)
                         task_status.started()
                         await trio.sleep_forever()
                 finally:
                     self._fetched_send.close()
+                    if self._gate is not None and self._budget is not None:
+                        self._budget.set_gate(None)  # closing gives every lease back
         finally:
             self._runner_done.set()
 

@@ -510,6 +510,20 @@ class FleetStore(Store, Protocol):
         """
         ...
 
+    async def lease_scope(
+        self, scope: str, rules: ScopeRules
+    ) -> tuple[str | None, float | None, float | None]:
+        """Take a slot of ``scope``'s fleet-wide budget for a request outside the rotation
+        (``POST /v1/fetch``, a redirect to another host, robots.txt): its token; or None, in
+        how many seconds the scope's clock ends (None: when a slot frees), and how long the
+        scope has been pushed back (None: it is well). Held until :meth:`release_leases`, or
+        for ``claim_timeout`` after its holder died."""
+        ...
+
+    async def release_leases(self, tokens: Sequence[str]) -> None:
+        """Give back leases of :meth:`lease_scope`."""
+        ...
+
     async def report_scopes(self, reports: Sequence[ScopeReport]) -> None:
         """Make what an instance learned of its scopes the fleet's (backoffs, recoveries,
         ``Crawl-delay``). Cancellation: if this raises :class:`trio.Cancelled`, the reports

@@ -169,3 +169,32 @@ async def test_a_host_blocked_past_the_limit_fails_on_every_instance(
         assert all("429/503" in (t.error or "") or "busy" in (t.error or "") for t in snap.targets)
         assert all(t.hint for t in snap.targets)
     assert len(site.starts["x.example.test"]) <= 8  # backed off, not hammered
+
+
+async def test_requests_outside_the_rotation_share_the_fleets_budget(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """Requests that take their slot with HostBudget.acquire (POST /v1/fetch, a redirect to
+    another host, robots.txt) on both instances, beside jobs of both on the same host: with a
+    budget of one, the host never sees two at once; the leases go back as each one ends."""
+    site = Site(seconds=0.03)
+    budgets = [HostBudget(concurrency=1) for _ in range(2)]
+    async with polite_fleet(pg_dsn, pg_schema, site, budgets) as ((a, b), _):
+        ids = [
+            (await a.submit(Caller("a"), "fleet", targets("x", 4))).id,
+            (await b.submit(Caller("b"), "fleet", targets("x", 4))).id,
+        ]
+
+        async def outside(budget: HostBudget) -> None:
+            slot = await budget.acquire("x.example.test")
+            try:
+                await site.fetch(Caller("fetch"), Target("https://x.example.test/fetch"))
+            finally:
+                slot.release()
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(outside, budgets[i % 2])
+        assert [JobStatus.DONE] * 2 == await wait_jobs(a, ids)
+    assert 1 == site.most["x.example.test"]
+    assert 14 == len(site.starts["x.example.test"])

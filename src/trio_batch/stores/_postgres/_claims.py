@@ -77,11 +77,15 @@ CLAIM_SQL = f"""
 # idle workers), so its target starts at once and the spacing holds between starts too.
 CLAIM_SCOPED_SQL = f"""
     WITH held AS (
-        SELECT tg.scope, count(*) AS n FROM jobs AS jb
-        JOIN targets AS tg ON tg.job_id = jb.id AND tg.idx = jb.next_idx
-        WHERE jb.claim IS NOT NULL AND jb.claim_until >= clock_timestamp()
-            AND tg.scope IS NOT NULL
-        GROUP BY tg.scope
+        SELECT x.scope, count(*) AS n FROM (
+            SELECT tg.scope FROM jobs AS jb
+            JOIN targets AS tg ON tg.job_id = jb.id AND tg.idx = jb.next_idx
+            WHERE jb.claim IS NOT NULL AND jb.claim_until >= clock_timestamp()
+                AND tg.scope IS NOT NULL
+            UNION ALL
+            SELECT scope FROM scope_leases WHERE until >= clock_timestamp()
+        ) AS x
+        GROUP BY x.scope
     ), room AS (
         SELECT coalesce(h.scope, s.scope) AS scope, CASE
             WHEN s.blocked_until > clock_timestamp() AND s.blocked_since
@@ -148,6 +152,57 @@ CLAIM_SCOPED_SQL = f"""
     FROM j JOIN t ON t.job_id = j.id LEFT JOIN scopes AS s ON s.scope = j.scope
     ORDER BY j.turn
 """
+
+# A request outside the rotation takes a lease of its scope's budget, under the same rules and
+# the same lock as the claims: its token, or (no token) in how many seconds the scope's clock
+# ends (None: when a slot frees) and how long it has been pushed back (None: it is well).
+LEASE_SQL = """
+    WITH s AS (
+        SELECT * FROM scopes WHERE scope = %(scope)s
+    ), held AS (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM jobs AS jb
+            JOIN targets AS tg ON tg.job_id = jb.id AND tg.idx = jb.next_idx
+            WHERE jb.claim IS NOT NULL AND jb.claim_until >= clock_timestamp()
+                AND tg.scope = %(scope)s
+            UNION ALL
+            SELECT 1 FROM scope_leases WHERE scope = %(scope)s AND until >= clock_timestamp()
+        ) AS x
+    ), v AS (
+        SELECT CASE
+            WHEN s.blocked_until > clock_timestamp() OR s.next_start > clock_timestamp() THEN false
+            WHEN s.blocked_since IS NOT NULL THEN held.n < 1
+            ELSE held.n < %(conc)s
+        END AS ok,
+        greatest(%(interval)s, coalesce(s.crawl_delay, 0)) AS spacing,
+        CASE WHEN s.blocked_until > clock_timestamp()
+            THEN extract(epoch FROM s.blocked_until - clock_timestamp())
+            WHEN s.next_start > clock_timestamp()
+            THEN extract(epoch FROM s.next_start - clock_timestamp()) END AS free_in,
+        extract(epoch FROM clock_timestamp() - s.blocked_since) AS blocked_for
+        FROM held LEFT JOIN s ON true
+    ), lease AS (
+        INSERT INTO scope_leases (token, scope, instance, until)
+        SELECT md5(%(instance)s || random()::text || clock_timestamp()::text), %(scope)s,
+            %(instance)s, clock_timestamp() + %(ttl)s * interval '1 second'
+        FROM v WHERE v.ok
+        RETURNING token
+    ), paced AS (
+        INSERT INTO scopes AS sc (scope, next_start)
+        SELECT %(scope)s, clock_timestamp() + v.spacing * interval '1 second'
+        FROM v WHERE v.ok AND v.spacing > 0
+        ON CONFLICT (scope) DO UPDATE SET next_start = excluded.next_start,
+            touched_at = clock_timestamp()
+    )
+    SELECT (SELECT token FROM lease), v.free_in, v.blocked_for FROM v
+"""
+RENEW_LEASES_SQL = """
+    UPDATE scope_leases SET until = clock_timestamp() + %(ttl)s * interval '1 second'
+    WHERE instance = %(instance)s
+"""
+RELEASE_LEASES_SQL = "DELETE FROM scope_leases WHERE token = ANY(%(tokens)s)"
+RELEASE_INSTANCE_LEASES_SQL = "DELETE FROM scope_leases WHERE instance = %(instance)s"
+FORGET_LEASES_SQL = "DELETE FROM scope_leases WHERE until < clock_timestamp() - interval '1 min'"
 
 # When the first scope held back by its clock (spacing, backoff) may start again, in seconds.
 SCOPES_FREE_SQL = """
@@ -314,6 +369,40 @@ def _claim_of(row: TupleRow) -> Claim:
     )
 
 
+def lease(
+    conn: Conn,
+    instance: str,
+    scope: str,
+    rules: ScopeRules,
+    ttl: float,
+    lock: tuple[int, int],
+) -> tuple[str | None, float | None, float | None]:
+    """Take a lease of ``scope``'s budget: its token, or none and when to try again, and how
+    long the scope has been pushed back (None: it is well)."""
+    params = {
+        "scope": scope,
+        "instance": instance,
+        "ttl": ttl,
+        "conc": rules.concurrency,
+        "interval": rules.interval,
+    }
+    with conn.pipeline(), conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit TO off")
+        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock)
+        cur = conn.execute(LEASE_SQL, params)
+    token, free_in, blocked_for = cur.fetchone() or (None, None, None)
+    return (
+        None if token is None else str(token),
+        None if free_in is None else float(free_in),
+        None if blocked_for is None else max(0.0, float(blocked_for)),
+    )
+
+
+def release_leases(conn: Conn, tokens: Sequence[str]) -> None:
+    """Give back the leases ``tokens`` (a request outside the rotation ended)."""
+    unflushed(conn, RELEASE_LEASES_SQL, {"tokens": list(tokens)})
+
+
 def report(conn: Conn, reports: Sequence[ScopeReport]) -> None:
     """Store what instances learned of their scopes (one transaction, one round trip)."""
     with conn.pipeline(), conn.transaction():
@@ -340,11 +429,22 @@ def renew(conn: Conn, tokens: Sequence[str], ttl: float) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
+def renew_leases(conn: Conn, instance: str, ttl: float) -> None:
+    """Move the deadlines of ``instance``'s leases on by ``ttl``."""
+    unflushed(conn, RENEW_LEASES_SQL, {"instance": instance, "ttl": ttl})
+
+
+def release_instance_leases(conn: Conn, instance: str) -> None:
+    """Give back every lease of ``instance`` (it stops)."""
+    unflushed(conn, RELEASE_INSTANCE_LEASES_SQL, {"instance": instance})
+
+
 def sweep(conn: Conn) -> None:
     """Give back the expired claims of jobs that are no longer live, and forget the scopes
     idle for long (at each heartbeat)."""
     conn.execute(SWEEP_SQL)
     conn.execute(FORGET_SCOPES_SQL)
+    conn.execute(FORGET_LEASES_SQL)
 
 
 def listen(

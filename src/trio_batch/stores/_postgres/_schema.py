@@ -252,7 +252,9 @@ MIGRATIONS.append(
 # The fleet's budgets per scope (stores/_postgres/_claims): each target's scope as admitted
 # (admit_job takes them), and the scopes that have a clock running: spacing (next_start, the
 # site's crawl_delay) or a backoff (blocked_until; blocked_since, the first rate-limit event
-# since the last success; backoff_at, the last event counted). Times are the database's clock.
+# since the last success; backoff_at, the last event counted); and the leases of requests made
+# outside the rotation (POST /v1/fetch, a redirect to another host, robots.txt), which count
+# against their scope's budget beside the claims. Times are the database's clock.
 _INSERT_TARGETS = """INSERT INTO targets (job_id, idx, url, options, status)
         SELECT p_id, t.i - 1, t.u, t.o, 'pending'
         FROM unnest(p_urls, p_opts) WITH ORDINALITY AS t (u, o, i);"""
@@ -274,6 +276,13 @@ MIGRATIONS.append(
         backoff_at timestamptz NOT NULL DEFAULT '-infinity',
         touched_at timestamptz NOT NULL DEFAULT clock_timestamp()
     );
+    CREATE TABLE scope_leases (
+        token text PRIMARY KEY,
+        scope text NOT NULL,
+        instance text NOT NULL,
+        until timestamptz NOT NULL
+    );
+    CREATE INDEX scope_leases_by_scope ON scope_leases (scope);
     DROP FUNCTION admit_job(integer, text, text, text, text, double precision,
         double precision, text, text[], text[], bigint, bigint, bigint, text, text, text);
     """

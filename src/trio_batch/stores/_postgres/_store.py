@@ -166,6 +166,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._turns = trio.Event()  # set at a notification of the schema's turns
         self._woken = False  # a notification came since the last claim
         self._scopes_free_in: float | None = None  # the last claim's: a scope's clock ends
+        self._leases: set[str] = set()  # leases of scopes held by requests outside the rotation
 
     @property
     def instance_id(self) -> str:
@@ -388,6 +389,11 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         while True:
             await sleep_real(self._claim_timeout / 3, self._stopping)
             tokens = list(self._claims)
+            if self._leases:
+                with contextlib.suppress(Exception):  # they expire; the next renewal may pass
+                    await self._run(
+                        lambda conn: _claims.renew_leases(conn, self._instance, self._claim_timeout)
+                    )
             if not tokens:
                 continue
             try:
@@ -704,6 +710,35 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._claims.update(c.token for c in claimed)
         return claimed
 
+    async def lease_scope(
+        self, scope: str, rules: ScopeRules
+    ) -> tuple[str | None, float | None, float | None]:
+        """Take a slot of ``scope``'s fleet-wide budget for a request outside the rotation
+        (``FleetStore.lease_scope``); renewed with the claims until released.
+
+        Cancellation: if this raises :class:`trio.Cancelled`, a lease may have been taken; it
+        expires after ``claim_timeout`` (and goes back at once when the engine closes).
+        """
+        self._check_open()
+        lock = (self._locks, LOCK_CLAIM)
+        got = await self._run(
+            lambda conn: _claims.lease(
+                conn, self._instance, scope, rules, self._claim_timeout, lock
+            )
+        )
+        if got[0] is not None:
+            self._leases.add(got[0])
+        return got
+
+    async def release_leases(self, tokens: Sequence[str]) -> None:
+        """Give back leases of :meth:`lease_scope` (``FleetStore.release_leases``)."""
+        self._check_open()
+        if tokens:
+            await self._run(lambda conn: _claims.release_leases(conn, tokens))
+        else:
+            await trio.lowlevel.checkpoint()
+        self._leases.difference_update(tokens)
+
     async def report_scopes(self, reports: Sequence[ScopeReport]) -> None:
         """Make what this instance learned of its scopes the fleet's
         (``FleetStore.report_scopes``); a round trip that does not wait for the WAL flush.
@@ -738,6 +773,9 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         else:
             await trio.lowlevel.checkpoint()
         self._claims.difference_update(tokens)
+        if self._leases:
+            await self._run(lambda conn: _claims.release_instance_leases(conn, self._instance))
+            self._leases.clear()
 
     async def wait_for_turns(self) -> None:
         """Return when a turn may be free (``FleetStore.wait_for_turns``).
