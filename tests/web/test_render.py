@@ -410,6 +410,18 @@ class TestSettings:
         assert 501 == info.value.status
         assert "apt-get install chromium" in info.value.hint
 
+    async def test_a_browser_that_does_not_start_fails_the_render_with_a_hint(self) -> None:
+        """A browser that exits at once (here /bin/false) fails the render with a 502 naming
+        the cause, instead of hanging; the pool keeps no renderer for it."""
+        async with open_render_pool(executable="/bin/false") as pool:
+            with pytest.raises(TargetError, match=r"^the browser did not start") as info:
+                await pool.render("https://example.com/")
+            stats = pool.statistics()
+
+        assert 502 == info.value.status
+        assert "chromium" in info.value.hint
+        assert 0 == stats.renderers
+
     @pytest.mark.parametrize(
         ("settings", "message"),
         [

@@ -32,7 +32,7 @@ import trio
 
 from .._budget import HostBudget, HostSlot
 from .._errors import TargetError
-from .._util import raise_single_exception_from_group
+from .._util import raise_saving_context
 from ._browser import (
     DEFAULT_CHROMIUM,
     Browser,
@@ -227,7 +227,11 @@ class RenderPool:
         try:
             started: _Renderer = await self._nursery.start(self._run_renderer)
         except BaseExceptionGroup as group:
-            raise_single_exception_from_group(group)
+            # The launch error comes out of the nested nurseries of the proxy, the pipe and
+            # the browser: raise it as itself when it is the only one.
+            leaves = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
+            if len(leaves) == 1:
+                raise_saving_context(leaves[0])
             raise
         return started
 
@@ -336,6 +340,12 @@ class RenderPool:
             hint="the page is too heavy to render here; ask for it without render",
             status=422,
         )
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 def _crashed() -> TargetError:
