@@ -329,7 +329,7 @@ class TestCredentials:
 @needs_chromium
 class TestLimits:
     @pytest.mark.parametrize(
-        ("pool_seconds", "call_seconds"), [(2.0, None), (30.0, 2.0)], ids=["pool", "call"]
+        ("pool_seconds", "call_seconds"), [(3.0, None), (30.0, 3.0)], ids=["pool", "call"]
     )
     async def test_a_page_that_never_stops_loading_is_killed_at_the_time_limit(
         self, pool_seconds: float, call_seconds: float | None
@@ -345,10 +345,10 @@ class TestLimits:
             site.pages["/forever"] = Page(SPA.replace(b"</body>", b'<img src="/never"></body>'))
             site.pages["/never"] = Page(stall=True)
             with pytest.raises(
-                TargetError, match=r"^the page did not finish rendering within 2 s$"
+                TargetError, match=r"^the page did not finish rendering within 3 s$"
             ) as info:
                 await pool.render(site.url("/forever"), seconds=call_seconds)
-            page = await pool.render(site.url("/"))
+            page = await pool.render(site.url("/"), wait_for="#ready")
             stats = pool.statistics()
 
         assert 504 == info.value.status
