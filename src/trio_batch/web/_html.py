@@ -126,6 +126,8 @@ class _Converter:
     """Empty cells that spans may still add to this page."""
     _layout: list[int] = field(default_factory=list)
     """Depths of the open tables found to be layout tables."""
+    _targets: dict[str, str] = field(default_factory=dict)
+    """Each ``href`` of the page made absolute (a page links to the same places again)."""
 
     _starts: dict[str, _Start] = field(init=False, repr=False)
     """What each start tag does: ``_MARKDOWN_STARTS`` or ``_TEXT_STARTS``."""
@@ -145,6 +147,8 @@ class _Converter:
         raw = "".join(self._pieces)
         self._pieces.clear()
         self._opener = False
+        if raw.isspace() and not self._pre:
+            return  # the space between blocks
         if self._pre:
             text = BLANK_LINES.sub("", raw).rstrip()
             if text and self.markdown:
@@ -189,8 +193,12 @@ class _Converter:
             return
         if self._drop:
             return
-        buffer = self._buffer()
-        if buffer is None:
+        cells = self._cells
+        if cells is None:
+            buffer = self._pieces
+        elif cells:
+            buffer = cells[-1]
+        else:
             return
         if self._pre and not (self._loose or (self._inside and self._top_code) or text.isspace()):
             self._loose = True
@@ -322,8 +330,8 @@ class _Converter:
             self._in_title = True
             return
 
-        if self._skipped(tag, attributes):
-            return
+        if (self._drop or attributes or tag in _MAY_DROP) and self._skipped(tag, attributes):
+            return  # (an element with no attributes is dropped only for its tag)
 
         if self._cells is not None and (tag in LAYOUT or (tag == "p" and self._paragraphs)):
             self._unrow()
@@ -371,9 +379,13 @@ class _Converter:
         return False
 
     def _dropped(self, tag: str, attributes: dict[str, str | None]) -> bool:
-        if tag in DROP or "hidden" in attributes or attributes.get("aria-hidden") == "true":
+        if tag in DROP or (tag == "footer" and not self._quote):
             return True
-        if attributes.get("role") in DROP_ROLES or (tag == "footer" and not self._quote):
+        if not attributes:
+            return False
+        if "hidden" in attributes or attributes.get("aria-hidden") == "true":
+            return True
+        if attributes.get("role") in DROP_ROLES:
             return True
 
         classes = (attributes.get("class") or "").split()
@@ -410,7 +422,8 @@ class _Converter:
 
     def _start_block(self, tag: str, attributes: dict[str, str | None]) -> None:
         """A block with no other meaning: it ends the text before it."""
-        self._flush()
+        if self._pieces:
+            self._flush()
         self._start_other(tag, attributes)
 
     def _start_br(self, tag: str, attributes: dict[str, str | None]) -> None:
@@ -525,7 +538,10 @@ class _Converter:
 
         href = attributes.get("href") or ""
         if href and not href.lower().startswith(("javascript:", "data:", "#")):
-            self._open("a", "[", f"]({urllib.parse.urljoin(self.base_url, href)})")
+            target = self._targets.get(href)
+            if target is None:
+                target = self._targets[href] = urllib.parse.urljoin(self.base_url, href)
+            self._open("a", "[", f"]({target})")
 
     def _start_image(self, tag: str, attributes: dict[str, str | None]) -> None:
         """Markdown: an image-only link keeps the image's text."""
@@ -554,7 +570,7 @@ class _Converter:
         it closes what ``_start_other`` counted; a block ends its text."""
         if self._pre and self._inside and tag != "pre":
             self._inside -= 1
-        if tag in BLOCK:
+        if tag in BLOCK and self._pieces:
             self._flush()
 
     def _end_cell(self, tag: str) -> None:
@@ -647,6 +663,9 @@ class _Converter:
             self._end_mark(tag)
 
 
+_MAY_DROP: Final = DROP | {"footer"}
+"""Tags that are dropped for what they are, whatever their attributes."""
+
 _Start: TypeAlias = "Callable[[_Converter, str, dict[str, str | None]], None]"
 _End: TypeAlias = "Callable[[_Converter, str], None]"
 
@@ -729,7 +748,7 @@ def _walk(converter: _Converter, top: LexborNode) -> None:
     A dropped subtree (scripts, navigation...) is not walked: everything in it would be
     ignored anyway, except a ``<title>``, so ``<head>`` is walked.
     """
-    start, end, data = converter.handle_starttag, converter.handle_endtag, converter.handle_data
+    start, end, data = converter.handle_starttag, converter.handle_endtag, converter._emit
     drops = converter._drop
     node: LexborNode | None = top
     depth = 0
