@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import secrets
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -49,6 +48,7 @@ from ._batch import WriteQueue
 from ._schema import LOCK_CLAIM, SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
 from ._threads import TimedOut, connections, open_pool, run_with_connection, sleep_real
+from ._wakeups import TurnWakeups
 
 T = TypeVar("T")
 
@@ -163,9 +163,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._connect = connect
         self._claim_timeout = options.claim_timeout
         self._claims: set[str] = set()  # tokens this instance holds: renewed until stored
-        self._turns = trio.Event()  # set at a notification of the schema's turns
-        self._woken = False  # a notification came since the last claim
-        self._scopes_free_in: float | None = None  # the last claim's: a scope's clock ends
+        self._wakeups = TurnWakeups()
         self._leases: set[str] = set()  # leases of scopes held by requests outside the rotation
 
     @property
@@ -277,7 +275,9 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                     await nursery.start(store._queue.run)
                     await nursery.start(store._heartbeat_loop)
                     await nursery.start(store._renew_loop)
-                    listener_done = store._start_listener()
+                    listener_done = store._wakeups.start(
+                        store._connect, store._schema, store._stopping
+                    )
                     try:
                         yield store
                     finally:
@@ -409,29 +409,6 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
 
     async def _renew(self, tokens: list[str]) -> set[str]:
         return await self._run(lambda conn: _claims.renew(conn, tokens, self._claim_timeout))
-
-    def _start_listener(self) -> trio.Event:
-        """Start the thread that hears the schema's turn notifications; its end sets the event."""
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-
-        def wake() -> None:
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(self._wake_turns)
-
-        def finished(_: object) -> None:
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(done.set)
-
-        trio.lowlevel.start_thread_soon(
-            lambda: _claims.listen(self._connect, self._schema, wake, self._stopping), finished
-        )
-        return done
-
-    def _wake_turns(self) -> None:
-        self._woken = True
-        event, self._turns = self._turns, trio.Event()
-        event.set()
 
     # -- the Store protocol -------------------------------------------------------------------
 
@@ -700,13 +677,14 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         the server, this returns it).
         """
         self._check_open()
-        self._woken = False
+        self._wakeups.claiming()
         lock = (self._locks, LOCK_CLAIM)
-        claimed, self._scopes_free_in = await self._run(
+        claimed, free_in = await self._run(
             lambda conn: _claims.claim(
                 conn, self._instance, n, now, self._claim_timeout, rules, lock, spaced
             )
         )
+        self._wakeups.claimed(free_in)
         self._claims.update(c.token for c in claimed)
         return claimed
 
@@ -782,12 +760,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
 
         At once if a notification came since the last :meth:`claim_turns`.
         """
-        if self._woken:
-            await trio.lowlevel.checkpoint()
-            return
-        free_in = self._scopes_free_in
-        with trio.move_on_after(math.inf if free_in is None else max(0.0, free_in)):
-            await self._turns.wait()
+        await self._wakeups.wait()
 
     async def cache_get(self, key: str) -> CacheEntry | None:
         """The cached entry under ``key``, expired or not, or None.
