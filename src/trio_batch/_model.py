@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeAlias, cast, final
 
+from ._headers import HeaderMap
+
 JSONValue: TypeAlias = (
     "Mapping[str, JSONValue] | Sequence[JSONValue] | str | int | float | bool | None"
 )
@@ -46,6 +48,8 @@ class Options:
 
     ``context=None`` means the fetcher's default (on when there is a question); so does
     ``robots=None`` (the fetcher's ``robots`` setting: whether to obey the site's robots.txt).
+    ``headers`` (names to values; any mapping, kept as a read-only :class:`HeaderMap`) are
+    request headers for the fetcher; the web fetcher allows a few (``trio_batch._headers``).
     """
 
     mode: str = ""
@@ -56,11 +60,19 @@ class Options:
     context: bool | None = None
     recover: bool = False
     robots: bool | None = None
+    headers: Mapping[str, str] = HeaderMap()
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("context", "robots"):
+            if f.name == "headers":
+                ok = isinstance(value, Mapping) and all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+                )
+                want = "a mapping of strings to strings"
+                if ok and not isinstance(value, HeaderMap):
+                    object.__setattr__(self, "headers", HeaderMap(value))
+            elif f.name in ("context", "robots"):
                 ok = value is None or isinstance(value, bool)
                 want = "a bool or None"
             elif f.name == "recover":
@@ -70,10 +82,10 @@ class Options:
             if not ok:
                 raise TypeError(f"Options.{f.name} must be {want} (got {type(value).__name__})")
 
-    def to_json(self) -> dict[str, str | bool | None]:
+    def to_json(self) -> dict[str, str | bool | dict[str, str] | None]:
         """The options without their empty (default) fields, as stored and hashed."""
         return {
-            name: value
+            name: dict(value) if isinstance(value, HeaderMap) else value
             for name, default in _OPTION_DEFAULTS
             if (value := getattr(self, name)) != default
         }
