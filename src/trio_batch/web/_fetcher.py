@@ -25,6 +25,7 @@ import trio
 
 from .._budget import CURRENT_SLOT, HostBlocked, HostBudget, HostSlot
 from .._errors import RetryLater, TargetError
+from .._headers import SECRETS, has_secrets, is_secret
 from .._model import Caller, Result, Target
 from .._util import raise_single_exception_from_group
 from ..stores._protocol import ResponseCache as CacheStore
@@ -105,6 +106,22 @@ async def _read_robots(response: httpx.Response, current: Checked, hop: int) -> 
 def scope_of(checked: Checked) -> str:
     """A host budget's scope: the host and port the connection goes to."""
     return f"{checked.host}:{checked.port}"
+
+
+def _origin(checked: Checked) -> tuple[str, str, int]:
+    return checked.url.scheme, checked.host, checked.port
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A target's own request headers: all of them for its exact origin (scheme, host and
+    port), and without its credentials for every hop from the first one to another origin."""
+
+    origin: dict[str, str]
+    elsewhere: dict[str, str]
+
+
+_NONE_SENT: Final = _Sent({}, {})
 
 
 @final
@@ -419,8 +436,10 @@ class WebFetcher:
         options = target.options
         validate_options(options)
         checked = check_url(target.url, self._allow)
-        key = self._cache.key(caller, target)
-        cached = await self._cache.get(key)
+        sent = self._sent(caller, target)
+        # A target with credentials neither reads nor writes the shared cache.
+        key = None if has_secrets(options.headers) else self._cache.key(caller, target)
+        cached = None if key is None else await self._cache.get(key)
         now = self._wall_clock()
         if cached is not None and cached.expires_at > now:
             return from_cache(cached, start=start, now=now, stale=None)
@@ -429,9 +448,9 @@ class WebFetcher:
         try:
             if self._warm and warms_up(options):
                 self._warm = False
-                download = await self._warming(client, caller, checked)
+                download = await self._warming(client, caller, checked, sent)
             else:
-                download = await self._fetch_network(client, caller, checked)
+                download = await self._fetch_network(client, caller, checked, sent)
         except Refused as refused:
             logger.debug("web fetch refused by the guard")
             raise refused.error from None
@@ -456,7 +475,8 @@ class WebFetcher:
         }
         # Shaping in a thread ignores a cancel until it is done: honour it before caching.
         await trio.lowlevel.checkpoint_if_cancelled()
-        await self._cache.put(key, caller, content, meta, download.cache_control)
+        if key is not None:
+            await self._cache.put(key, caller, content, meta, download.cache_control)
         logger.debug(
             "web fetch done: status=%d bytes=%d redirects=%d",
             download.status,
@@ -465,10 +485,24 @@ class WebFetcher:
         )
         return Result(content, meta)
 
+    def _sent(self, caller: Caller, target: Target) -> _Sent:
+        """The target's request headers, its credentials taken back from where the HTTP API
+        put them (``trio_batch._headers.SECRETS``); a ``User-Agent`` comes after ours.
+
+        Raises:
+            TargetError: a credential this process no longer holds (410, with a hint).
+        """
+        if not target.options.headers:
+            return _NONE_SENT
+        headers = dict(SECRETS.unseal(caller.name, target.options.headers))
+        if "User-Agent" in headers:
+            headers["User-Agent"] = f"{self._user_agent} {headers['User-Agent']}"
+        return _Sent(headers, {k: v for k, v in headers.items() if not is_secret(k)})
+
     # -- network ----------------------------------------------------------------------------------
 
     async def _warming(
-        self, client: httpx.AsyncClient, caller: Caller, checked: Checked
+        self, client: httpx.AsyncClient, caller: Caller, checked: Checked, sent: _Sent
     ) -> Download:
         """The first download that may need a shaping worker, while a worker starts.
 
@@ -480,13 +514,13 @@ class WebFetcher:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(shaper.warm)
-                return await self._fetch_network(client, caller, checked)
+                return await self._fetch_network(client, caller, checked, sent)
         except BaseExceptionGroup as group:
             raise_single_exception_from_group(group)
             raise
 
     async def _fetch_network(
-        self, client: httpx.AsyncClient, caller: Caller, checked: Checked
+        self, client: httpx.AsyncClient, caller: Caller, checked: Checked, sent: _Sent
     ) -> Download:
         """Take the pool slots, then download within the deadline."""
         pool = self._pool
@@ -498,7 +532,7 @@ class WebFetcher:
             raise RetryLater(f"{which} all in use")
         try:
             with trio.fail_after(self._timeout):
-                return await self._download(client, checked, self._read)
+                return await self._download(client, checked, self._read, sent)
         except trio.TooSlowError:
             raise timeout_error(self._timeout) from None
         finally:
@@ -509,19 +543,24 @@ class WebFetcher:
         client: httpx.AsyncClient,
         first: Checked,
         read: Callable[[httpx.Response, Checked, int], Awaitable[T]],
+        sent: _Sent = _NONE_SENT,
     ) -> T:
         """Follow redirects through the guard, each hop in its host's budget; ``read`` reads
-        the final answer (the page's :meth:`_read`, or robots.txt's)."""
+        the final answer (the page's :meth:`_read`, or robots.txt's). The target's headers
+        (``sent``) go with each hop, its credentials only until a hop leaves its origin."""
         pins: dict[tuple[str, int], tuple[str, ...]] = {}
         token = PINS.set(pins)
         try:
             current = first
+            headers = sent.origin
             for hop in range(self._max_redirects + 1):
+                if _origin(current) != _origin(first):
+                    headers = sent.elsewhere  # and so for every later hop, back home too
                 pins[(current.host, current.port)] = await self._addresses(current, hop)
                 slot = await self._slot(current)
                 try:
                     with map_transport_errors(port=current.port, timeout=self._timeout):
-                        request = client.build_request("GET", current.url)
+                        request = client.build_request("GET", current.url, headers=headers)
                         response = await client.send(request, stream=True)
                 except BaseException:
                     if slot is not None:

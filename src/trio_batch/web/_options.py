@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from .._errors import TargetError
+from .._headers import check_headers
 from .._model import Options
 
 MODES: Final = ("text", "markdown", "html", "raw")
@@ -455,7 +456,9 @@ def validate_options(options: Options) -> None:
     ``mode``, a ``grep`` that is not a valid pattern by a bounded syntax check (unbalanced,
     repeats over 1,000 or unrolling past 100,000 items, the ``(?V1)`` flag), a ``jq`` program
     that uses a refused builtin or leaves a string or bracket open, a malformed ``pages`` list,
-    and options that cannot go together (``jq`` with ``pages``, ``grep`` with ``question``,
+    ``headers`` a target may not send (``trio_batch._headers.header_refusal``: a name off the
+    allow-list, a value with a line break, too long, too many), and options that cannot go
+    together (``jq`` with ``pages``, ``grep`` with ``question``,
     ``context`` without either). Whether an option fits the response's content type is only
     known at fetch time, and a program the checks let through may still fail to compile then.
 
@@ -469,6 +472,7 @@ def validate_options(options: Options) -> None:
                 f"{name} is {len(value):,} characters; the limit is {MAX_OPTION_CHARS:,}",
                 f"shorten {name}",
             )
+    check_headers(options.headers)
     if options.mode and options.mode not in MODES:
         raise _bad(
             f"unknown mode {options.mode!r}",
