@@ -57,6 +57,7 @@ from ._parse import (
     query_int,
     query_states,
     read_json,
+    sealed,
     shown,
 )
 from ._results import with_targets
@@ -285,6 +286,7 @@ async def _submit(ctx: Ctx, request: Request) -> Response:
         check_target(
             target, f"targets[{i}]", precheck=ctx.precheck, check_options=ctx.check_options
         )
+    targets = [sealed(record.name, target) for target in targets]
     submit = functools.partial(
         ctx.engine.submit,
         webhook=parse_webhook(body, record, precheck=ctx.precheck),

@@ -16,11 +16,12 @@ import contextlib
 import dataclasses
 import json
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from starlette.requests import Request
 
 from .._errors import TargetError
+from .._headers import SECRETS, header_refusal
 from .._model import Options, Target, TargetState
 from ._errors import ApiError
 
@@ -34,9 +35,11 @@ MAX_BODY = 256 * 1024
 MAX_INT = 2**31 - 1
 """Largest ``offset`` or ``limit``."""
 
-_HINTS = typing.get_type_hints(Options)
+_HINTS = typing.get_type_hints(Options, localns={"Mapping": Mapping})  # headers' type
 OPTION_TYPES: dict[str, tuple[type, ...]] = {
-    f.name: typing.get_args(_HINTS[f.name]) or (_HINTS[f.name],)
+    f.name: (dict,)
+    if f.name == "headers"  # a Mapping[str, str]: a JSON object (_headers)
+    else typing.get_args(_HINTS[f.name]) or (_HINTS[f.name],)
     for f in dataclasses.fields(Options)
 }
 """Each option's name and the Python types its JSON value may have (``bool | None``: both)."""
@@ -45,6 +48,7 @@ _JSON_WORDS: dict[type, tuple[str, ...]] = {
     str: ("a string",),
     bool: ("true", "false"),
     type(None): ("null",),
+    dict: ("an object",),
 }
 
 
@@ -196,7 +200,32 @@ def parse_target(item: object, where: str) -> Target:
             )
         if isinstance(value, str):
             check_text(f"{where}.options.{name}", value)
+        if isinstance(value, dict):
+            _check_headers(value, f"{where}.options.headers")
     return Target(url, Options(**raw))
+
+
+def _check_headers(headers: dict[str, object], where: str) -> None:
+    """Refuse headers a target may not send: a 400 naming the header, never its value."""
+    for name, value in headers.items():
+        check_text(f"{where}.{shown(name)}", name)
+        if isinstance(value, str):
+            check_text(f"{where}.{shown(name)}", value)
+    refusal = header_refusal(headers)
+    if refusal is not None:
+        name, msg, hint = refusal
+        field = where if name == "headers" else f"{where}.{shown(name)}"
+        raise ApiError(400, f"{where.removesuffix('.headers')}.{msg}", hint, field=field)
+
+
+def sealed(caller: str, target: Target) -> Target:
+    """``target`` as the store may hold it: its credentials (``Cookie``, ``Authorization``)
+    swapped for references to this process's memory (``trio_batch._headers``), where the web
+    fetcher finds them; header names in their canonical case."""
+    if not target.options.headers:
+        return target
+    headers = SECRETS.seal(caller, target.options.headers)
+    return Target(target.url, dataclasses.replace(target.options, headers=headers))
 
 
 def parse_batch(data: object) -> list[Target]:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 
 from .._engine import EngineStatistics, WaitingTarget
+from .._headers import shown_headers
 from .._model import (
     Job,
     JSONValue,
+    Options,
     Result,
     Submitted,
     TargetState,
@@ -19,6 +21,14 @@ from .._model import (
     target_json,
 )
 from ..stores import JobSummary
+
+
+def shown_options(options: Options) -> dict[str, JSONValue]:
+    """A target's options as answers show them: a credential's value is ``"<secret>"``."""
+    shown: dict[str, JSONValue] = dict(options.to_json())
+    if options.headers:
+        shown["headers"] = shown_headers(options.headers)
+    return shown
 
 
 def target(t: TargetStatus, waiting: WaitingTarget | None = None) -> dict[str, JSONValue]:
@@ -34,7 +44,7 @@ def target(t: TargetStatus, waiting: WaitingTarget | None = None) -> dict[str, J
         wait["waiting"] = {"reason": waiting.reason, "until": waiting.until}
     return {
         **line,
-        "options": t.options.to_json(),
+        "options": shown_options(t.options),
         "started_at": t.started_at,
         "finished_at": t.finished_at,
         **wait,

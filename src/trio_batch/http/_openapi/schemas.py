@@ -7,6 +7,7 @@ fields of ``trio_batch.Options`` (via the same table ``_parse`` checks requests 
 
 from __future__ import annotations
 
+from ..._headers import ALLOWED_HEADERS, MAX_HEADER_CHARS
 from ..._model import JSONValue
 from .._errors import CODES
 from .._parse import OPTION_TYPES
@@ -24,12 +25,31 @@ _OPTION_DOCS = {
     "recover": "On failure, serve the last cached copy, marked stale.",
     "robots": "Obey the site's robots.txt (a disallowed URL fails without a request); null = "
     "the server's robots setting.",
+    "headers": "Request headers: Accept, Accept-Language, Authorization, Cookie, Referer and "
+    "User-Agent (appended to ours), names in any case; any other is a 400. Cookie and "
+    "Authorization go to the target's exact origin only (never after a redirect to another), "
+    "bypass the response cache, and are never stored or shown: answers show `<secret>`.",
 }
 """One line per field of ``trio_batch.Options``; a new field without one fails at import."""
 
 
+_HEADERS: dict[str, JSONValue] = {  # loose: the server's 400 names a refused header
+    "type": "object",
+    "maxProperties": len(ALLOWED_HEADERS),
+    "additionalProperties": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_HEADER_CHARS,
+        "description": "One line of visible ASCII.",
+    },
+    "description": _OPTION_DOCS["headers"],
+}
+
+
 def _option(name: str, types: tuple[type, ...]) -> dict[str, JSONValue]:
     """The property of one field of ``Options``: its JSON types and its line of ``_OPTION_DOCS``."""
+    if name == "headers":
+        return _HEADERS
     kinds = [_JSON_TYPES[t] for t in types]
     return {"type": kinds[0] if len(kinds) == 1 else kinds, "description": _OPTION_DOCS[name]}
 

@@ -1,0 +1,356 @@
+"""A target's ``options.headers`` through the API: allowed ones reach the site, a refused one is
+a 400 naming it, and a credential is never stored, answered or logged.
+
+The app runs over a real ``WebFetcher`` allowed to reach loopback and an engine on a SQLite
+file, so a test can read the very bytes the store wrote. The sites are local servers on
+127.0.0.1 (the target's origin) and 127.0.0.2 (another one) that record each request's headers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import ipaddress
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import h11
+import httpx
+import pytest
+import trio
+from starlette.types import ASGIApp
+
+from tests.http.support import ALICE, auth, lifespan, make_keys
+from trio_batch import BatchEngine, Config, Options, Target, open_engine
+from trio_batch.client import open_client
+from trio_batch.http import create_app
+from trio_batch.stores import SQLiteStore
+from trio_batch.web import WebFetcher, precheck
+
+COOKIE = "sid=cookie-value-0b7d4"
+BEARER = "Bearer token-value-91ac3"
+VALUES = ("cookie-value", "token-value")
+LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
+
+
+class Site:
+    """A local HTTP server that records each request's path and headers (lower-case names)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.port = 0
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.routes: dict[str, tuple[int, list[tuple[str, str]]]] = {}
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}:{self.port}{path}"
+
+    def headers_of(self, path: str) -> list[dict[str, str]]:
+        return [headers for p, headers in self.requests if p == path]
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                request: h11.Request | None = None
+                while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+                    if event is h11.NEED_DATA:
+                        conn.receive_data(bytes(await stream.receive_some(65536)))
+                    elif isinstance(event, h11.Request):
+                        request = event
+                    elif isinstance(event, h11.ConnectionClosed):
+                        return
+                assert request is not None
+                path = request.target.decode()
+                self.requests.append((path, {k.decode(): v.decode() for k, v in request.headers}))
+                status, headers = self.routes.get(path, (200, []))
+                body = b"page text" if status == 200 else b""
+                headers = [*headers, ("content-type", "text/plain")]
+                headers.append(("content-length", str(len(body))))
+                await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
+                await stream.send_all(conn.send(h11.Data(data=body)))
+                await stream.send_all(conn.send(h11.EndOfMessage()))
+                conn.start_next_cycle()
+        except (trio.BrokenResourceError, h11.ProtocolError):
+            return
+        finally:
+            await stream.aclose()
+
+
+async def _site(nursery: trio.Nursery, host: str) -> Site:
+    site = Site(host)
+    listeners: list[trio.SocketListener] = await nursery.start(
+        functools.partial(trio.serve_tcp, site.handle, 0, host=host)
+    )
+    site.port = listeners[0].socket.getsockname()[1]
+    return site
+
+
+@pytest.fixture
+async def site(nursery: trio.Nursery) -> Site:
+    return await _site(nursery, "127.0.0.1")
+
+
+@pytest.fixture
+async def other(nursery: trio.Nursery) -> Site:
+    return await _site(nursery, "127.0.0.2")
+
+
+@dataclass
+class Service:
+    client: httpx.AsyncClient
+    engine: BatchEngine
+    db: Path
+    app: ASGIApp
+
+    async def submit(self, *targets: dict[str, object]) -> httpx.Response:
+        body = json.dumps({"targets": list(targets)})  # ASCII: a lone surrogate as an escape
+        return await self.client.post("/v1/batch", content=body, headers=auth())
+
+    async def run(self, *targets: dict[str, object]) -> str:
+        """Submit ``targets`` and wait for the job's end; its id."""
+        answer = await self.submit(*targets)
+        assert answer.status_code in (200, 202), answer.text
+        job_id: str = answer.json()["id"]
+        await self.wait_end(job_id)
+        return job_id
+
+    async def wait_end(self, job_id: str) -> None:
+        """Until the job is no longer live (woken by the engine's watch, no polling)."""
+        with trio.fail_after(60):
+            while True:
+                with self.engine.watch(job_id) as watch:
+                    job = await self.engine.job(job_id)
+                    assert job is not None
+                    if not job.status.live:
+                        return
+                    await watch.wait()
+
+    def stored_bytes(self) -> bytes:
+        """Every byte the SQLite store wrote: the database and its write-ahead log."""
+        return b"".join(p.read_bytes() for p in self.db.parent.glob(self.db.name + "*"))
+
+
+@contextlib.asynccontextmanager
+async def open_service(tmp_path: Path) -> AsyncIterator[Service]:
+    """The API over an engine and a web fetcher sharing one SQLite store (jobs and cache)."""
+    db = tmp_path / "jobs.sqlite"
+    async with (
+        SQLiteStore.open(db) as store,
+        WebFetcher(allow=LOOPBACK, store=store) as fetcher,
+        open_engine(store, fetcher, Config(ttl=3600, jobs_per_caller=8)) as engine,
+    ):
+        app = create_app(
+            engine, make_keys(), fetch=fetcher, precheck=functools.partial(precheck, allow=LOOPBACK)
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            lifespan(app),
+            httpx.AsyncClient(transport=transport, base_url="http://api.test") as client,
+        ):
+            yield Service(client, engine, db, app)
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[Service]:
+    async with open_service(tmp_path) as s:
+        yield s
+
+
+def target(url: str, **headers: str) -> dict[str, object]:
+    """A target sending ``headers`` (``Accept_Language`` is ``Accept-Language``)."""
+    return {
+        "url": url,
+        "options": {"headers": {k.replace("_", "-"): v for k, v in headers.items()}},
+    }
+
+
+class TestSent:
+    async def test_allowed_headers_reach_the_site(self, service: Service, site: Site) -> None:
+        """Every allowed header arrives, names in any case; User-Agent after ours."""
+        headers = {
+            "accept-language": "fr",
+            "ACCEPT": "text/plain",
+            "Referer": "https://example.org/",
+            "User-Agent": "my-agent/1",
+            "cookie": COOKIE,
+            "Authorization": BEARER,
+        }
+        await service.run(target(site.url("/page"), **headers))
+        [got] = site.headers_of("/page")
+
+        assert "fr" == got["accept-language"]
+        assert "text/plain" == got["accept"]
+        assert "https://example.org/" == got["referer"]
+        assert got["user-agent"].startswith("trio-batch/")
+        assert got["user-agent"].endswith(" my-agent/1")
+        assert COOKIE == got["cookie"]
+        assert BEARER == got["authorization"]
+
+    async def test_not_after_a_redirect_to_another_origin(
+        self, service: Service, site: Site, other: Site
+    ) -> None:
+        """The site on 127.0.0.2 a redirect leads to records no credential."""
+        site.routes["/page"] = (302, [("location", other.url("/landing"))])
+        await service.run(target(site.url("/page"), Cookie=COOKIE, Authorization=BEARER))
+        [there] = other.headers_of("/landing")
+
+        assert COOKIE == site.headers_of("/page")[0]["cookie"]
+        assert "cookie" not in there
+        assert "authorization" not in there
+
+    async def test_a_target_with_a_cookie_bypasses_the_cache(
+        self, service: Service, site: Site
+    ) -> None:
+        """Two jobs with the same URL and cookie both reach the site."""
+        await service.run(target(site.url("/page"), Cookie=COOKIE))
+        await service.run(target(site.url("/page"), Cookie=COOKIE), {"url": site.url("/x")})
+
+        assert 2 == len(site.headers_of("/page"))
+
+    async def test_a_single_fetch_sends_them_and_echoes_none(
+        self, service: Service, site: Site
+    ) -> None:
+        """POST /v1/fetch sends the cookie; its answer does not hold it."""
+        answer = await service.client.post(
+            "/v1/fetch", json=target(site.url("/page"), Cookie=COOKIE), headers=auth()
+        )
+
+        assert 200 == answer.status_code
+        assert COOKIE == site.headers_of("/page")[0]["cookie"]
+        assert "cookie-value" not in answer.text
+
+
+class TestNeverShown:
+    async def test_not_in_the_store_nor_any_answer(
+        self, service: Service, site: Site, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Status, results, a target, the listing, the NDJSON and SSE streams and a retry show
+        ``<secret>``; the store's bytes and every log record (DEBUG) hold no value."""
+        caplog.set_level(logging.DEBUG)
+        site.routes["/gone"] = (500, [])
+        job = await service.run(
+            target(site.url("/page"), Cookie=COOKIE, Accept_Language="de"),
+            target(site.url("/gone"), Authorization=BEARER),
+        )
+        answers = [
+            await service.client.get(f"/v1/batch/{job}?results=1", headers=auth()),
+            await service.client.get(f"/v1/batch/{job}/0", headers=auth()),
+            await service.client.get(f"/v1/batch/{job}/1", headers=auth()),
+            await service.client.get("/v1/batch", headers=auth()),
+            await service.client.get(f"/v1/batch/{job}/results", headers=auth()),
+            await service.client.get(f"/v1/batch/{job}/events", headers=auth()),
+        ]
+        retry = await service.client.post(f"/v1/batch/{job}/retry", headers=auth())
+        answers.append(retry)
+        await service.wait_end(retry.json()["id"])
+        retried = await service.client.get(f"/v1/batch/{retry.json()['id']}/0", headers=auth())
+        answers.append(retried)
+        logs = "\n".join(f"{r.getMessage()} {r.args!r}" for r in caplog.records)
+
+        assert {"Cookie": "<secret>", "Accept-Language": "de"} == answers[1].json()["options"][
+            "headers"
+        ]
+        assert {"Authorization": "<secret>"} == retried.json()["options"]["headers"]
+        assert BEARER == site.headers_of("/gone")[-1]["authorization"]  # the retry sent it
+        for answer in answers:
+            assert answer.status_code in (200, 202)
+            assert not any(v in answer.text for v in VALUES)
+        assert not any(v.encode() in service.stored_bytes() for v in VALUES)
+        assert caplog.records
+        assert not any(v in logs for v in VALUES)
+
+
+class TestIdempotency:
+    async def test_the_same_cookie_reuses_the_job_another_does_not(
+        self, service: Service, site: Site
+    ) -> None:
+        """A repeat with the same cookie is the same job; with another cookie, a new one."""
+        first = await service.submit(target(site.url("/page"), Cookie=COOKIE))
+        again = await service.submit(target(site.url("/page"), cookie=COOKIE))
+        other = await service.submit(target(site.url("/page"), Cookie="sid=another"))
+
+        assert (202, 200, 202) == (first.status_code, again.status_code, other.status_code)
+        assert first.json()["id"] == again.json()["id"]
+        assert first.json()["id"] != other.json()["id"]
+
+
+class TestRefused:
+    @pytest.mark.parametrize(
+        ("headers", "field", "words"),
+        [
+            ({"X-Forwarded-For": "1.2.3.4"}, "headers.X-Forwarded-For", "is not a header"),
+            ({"Host": "metadata"}, "headers.Host", "is not a header"),
+            ({"Cookie": "a=1\r\nX-Evil: 1"}, "headers.Cookie", "line break"),
+            ({"Accept": "a\x00"}, "headers.Accept", "control"),
+            ({"Referer": "r" * 5000}, "headers.Referer", "the limit is 4,096"),
+            ({f"X-H{i}": "v" for i in range(500)}, "headers", "at most 6"),
+            ({"Accept": 5}, "headers.Accept", "must be a string"),
+            ({"Cookie": "\ud800"}, "headers.Cookie", "not valid Unicode"),
+        ],
+    )
+    async def test_a_400_naming_the_header_with_a_hint(
+        self,
+        service: Service,
+        site: Site,
+        headers: dict[str, object],
+        field: str,
+        words: str,
+    ) -> None:
+        """A name off the allow-list or a hostile value: 400, the field named, a hint; the
+        value is never quoted; nothing reaches the site and /healthz stays fine."""
+        answer = await service.submit({"url": site.url("/page"), "options": {"headers": headers}})
+        body = answer.json()
+        health = await service.client.get("/healthz")
+
+        assert 400 == answer.status_code
+        assert f"targets[0].options.{field}" == body["field"]
+        assert words in body["error"]
+        assert body["hint"]
+        assert "X-Evil" not in answer.text
+        assert [] == site.requests
+        assert 200 == health.status_code
+
+    async def test_a_refused_name_hints_at_the_allowed_ones(self, service: Service) -> None:
+        """The hint lists the headers a target may send."""
+        answer = await service.submit(target("http://127.0.0.1:9/", Forwarded="for=1"))
+
+        assert (
+            "Accept, Accept-Language, Authorization, Cookie, Referer and User-Agent"
+            in (answer.json()["hint"])
+        )
+
+    async def test_headers_must_be_an_object(self, service: Service) -> None:
+        """headers as a list is a 400 naming it."""
+        answer = await service.submit({"url": "http://127.0.0.1:9/", "options": {"headers": []}})
+
+        assert 400 == answer.status_code
+        assert "targets[0].options.headers" == answer.json()["field"]
+
+
+async def test_the_openapi_document_describes_headers(service: Service) -> None:
+    """Options in /openapi.json has headers: an object of strings (and so the MCP tools)."""
+    document = (await service.client.get("/openapi.json")).json()
+    headers = document["components"]["schemas"]["Options"]["properties"]["headers"]
+
+    assert "object" == headers["type"]
+    assert "string" == headers["additionalProperties"]["type"]
+    assert "Cookie" in headers["description"]
+
+
+async def test_the_client_passes_headers_through(service: Service, site: Site) -> None:
+    """``BatchClient.submit`` with ``Options(headers=...)``: they reach the site; the status
+    the client reads shows ``<secret>``."""
+    transport = httpx.ASGITransport(app=service.app)
+    headers = {"Cookie": COOKIE, "Accept-Language": "it"}
+    async with open_client("http://api.test", ALICE, transport=transport) as client:
+        sub = await client.submit([Target(site.url("/page"), Options(headers=headers))])
+        await service.wait_end(sub.id)
+        answer = await service.client.get(f"/v1/batch/{sub.id}/0", headers=auth())
+
+    assert COOKIE == site.headers_of("/page")[0]["cookie"]
+    assert "it" == site.headers_of("/page")[0]["accept-language"]
+    assert {"Cookie": "<secret>", "Accept-Language": "it"} == answer.json()["options"]["headers"]
