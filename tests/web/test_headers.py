@@ -311,3 +311,46 @@ class TestRefused:
 
         assert COOKIE not in shown
         assert SECRET_MARK in shown
+
+
+class TestHeld:
+    def test_a_credential_goes_when_unused_for_keep_seconds(self) -> None:
+        """Held ``keep`` seconds after its last use; past that, its target fails (410)."""
+        now = [0.0]
+        held = HeaderSecrets(keep=60.0, clock=lambda: now[0])
+        sealed_headers = held.seal("agent", {"Cookie": COOKIE})
+        now[0] = 59.0
+        used = held.unseal("agent", sealed_headers)  # a use holds it 60 s more
+        now[0] = 118.0
+        again = held.unseal("agent", sealed_headers)
+        now[0] = 179.0
+
+        assert COOKIE == used["Cookie"] == again["Cookie"]
+        with pytest.raises(TargetError) as info:
+            held.unseal("agent", sealed_headers)
+        assert 410 == info.value.status
+        assert 0 == len(held)
+
+    def test_at_most_most_are_held(self) -> None:
+        """Past ``most``, the least recently used credential goes first."""
+        held = HeaderSecrets(most=2)
+        first = held.seal("agent", {"Cookie": "a=1"})
+        second = held.seal("agent", {"Cookie": "a=2"})
+        held.unseal("agent", first)
+        held.seal("agent", {"Cookie": "a=3"})
+
+        assert 2 == len(held)
+        assert "a=1" == held.unseal("agent", first)["Cookie"]
+        with pytest.raises(TargetError):
+            held.unseal("agent", second)
+
+    def test_one_reference_per_caller_and_value(self) -> None:
+        """The same value of the same caller seals alike (a repeat reuses its job); another
+        value or another caller does not."""
+        held = HeaderSecrets()
+        one = held.seal("agent", {"Cookie": COOKIE})
+
+        assert one == held.seal("agent", {"cookie": COOKIE})
+        assert one != held.seal("agent", {"Cookie": COOKIE + "x"})
+        assert one != held.seal("other", {"Cookie": COOKIE})
+        assert one != HeaderSecrets().seal("agent", {"Cookie": COOKIE})
