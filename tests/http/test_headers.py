@@ -259,6 +259,7 @@ class TestNeverShown:
         for answer in answers:
             assert answer.status_code in (200, 202)
             assert not any(v in answer.text for v in VALUES)
+            assert "<secret " not in answer.text  # nor the store's reference
         assert not any(v.encode() in service.stored_bytes() for v in VALUES)
         assert caplog.records
         assert not any(v in logs for v in VALUES)
