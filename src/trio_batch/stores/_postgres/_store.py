@@ -44,7 +44,7 @@ from .._protocol import (
 from .._rules import check_caps, job_from_row, options_json
 from .._sql_shared import PostgresCommon
 from . import _adopt, _claims, _sql
-from ._batch import WriteQueue
+from ._batch import AdmissionsFirst, WriteQueue
 from ._schema import LOCK_CLAIM, SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
 from ._threads import TimedOut, connections, open_pool, run_with_connection, sleep_real
@@ -153,11 +153,13 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         # for the database. Jobs leave it when they end here or a write finds them not live.
         self._live: set[str] = set()
         self._adopting = False  # once an engine resumes, gone instances' jobs are adopted
+        self._admissions = AdmissionsFirst()
         self._queue = WriteQueue(
             connect,
             instance=self._instance,
             timeout=options.call_timeout,
             on_not_live=self._forget,
+            admissions=self._admissions,
         )
         self._stopping = threading.Event()
         self._connect = connect
@@ -477,7 +479,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         def admit(conn: Conn) -> Submitted:
             return handle(conn.execute(_sql.ADMIT.sql, params, prepare=True))
 
-        with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True), self._admissions.admitting():
             try:
                 submitted = await self._run(admit)
             except psycopg.OperationalError:
@@ -677,6 +679,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         the server, this returns it).
         """
         self._check_open()
+        await self._admissions.wait()
         self._wakeups.claiming()
         lock = (self._locks, LOCK_CLAIM)
         claimed, free_in = await self._run(
