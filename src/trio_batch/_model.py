@@ -50,6 +50,8 @@ class Options:
     ``robots=None`` (the fetcher's ``robots`` setting: whether to obey the site's robots.txt).
     ``headers`` (names to values; any mapping, kept as a read-only :class:`HeaderMap`) are
     request headers for the fetcher; the web fetcher allows a few (``trio_batch._headers``).
+    ``render`` asks the web fetcher to load the page in a headless browser and shape the DOM its
+    scripts built; ``wait_for`` (a CSS selector, with ``render`` only) is what it waits for.
     """
 
     mode: str = ""
@@ -61,6 +63,8 @@ class Options:
     recover: bool = False
     robots: bool | None = None
     headers: Mapping[str, str] = HeaderMap()
+    render: bool = False
+    wait_for: str = ""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -75,7 +79,7 @@ class Options:
             elif f.name in ("context", "robots"):
                 ok = value is None or isinstance(value, bool)
                 want = "a bool or None"
-            elif f.name == "recover":
+            elif f.name in ("recover", "render"):
                 ok, want = isinstance(value, bool), "a bool"
             else:
                 ok, want = isinstance(value, str), "a string"

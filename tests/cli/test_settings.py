@@ -92,6 +92,9 @@ class TestNumbers:
             ("port", True, "must be a whole number"),
             ("port", 80.5, "must be a whole number"),
             ("shape_memory", "1", "must be >= 268435456"),
+            ("render_memory", "1", "must be >= 268435456"),
+            ("render_workers", "0", "must be between 1 and 64"),
+            ("render_seconds", "0", "must be a number > 0"),
             ("fetch_slots", "-1", "must be between 0 and 4096"),
             ("ttl", "0", "must be a number > 0"),
             ("ttl", "inf", "must be a number > 0"),
@@ -121,6 +124,8 @@ class TestNumbers:
             ("ttl", 7, 7.0),
             ("pg_heartbeat", "0", 0.0),
             ("shape_memory", 2**28, 2**28),
+            ("render_workers", "3", 3),
+            ("render_seconds", "12.5", 12.5),
         ],
     )
     def test_a_good_number_is_read_as_its_type(self, name: str, raw: object, value: object) -> None:

@@ -119,6 +119,9 @@ async def _open_fetcher(
         shape_workers=settings.shape_workers,
         shape_cpu_seconds=settings.shape_cpu_seconds,
         shape_memory=settings.shape_memory,
+        render_workers=settings.render_workers,
+        render_seconds=settings.render_seconds,
+        render_memory=settings.render_memory,
     )
     async with fetcher as fetch:
         yield serve_hints(fetch), {"budget": budget, "scope": fetch.scope}

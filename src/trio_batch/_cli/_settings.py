@@ -489,6 +489,34 @@ class Settings:
         ),
     )
 
+    render_workers: int = field(
+        default=2,
+        metadata=_about(
+            _whole(1, 64),
+            "headless Chromium browsers for targets with render, each rendering one page at a "
+            "time; none starts before the first render (default {default})",
+            "N",
+        ),
+    )
+    render_seconds: float = field(
+        default=30.0,
+        metadata=_about(
+            _POSITIVE,
+            "seconds one render may take, from navigation to DOM, before its browser is killed "
+            "and the target fails (default {default})",
+            "SECONDS",
+        ),
+    )
+    render_memory: int = field(
+        default=2**30,
+        metadata=_about(
+            _whole(256 * 2**20),
+            "bytes one browser's processes may hold together before it is killed and the "
+            "target fails, at least 268435456 (256 MiB) (default {default})",
+            "BYTES",
+        ),
+    )
+
     def engine_config(self, *, hooks: Hooks | None = None) -> Config:
         """The engine's :class:`~trio_batch.Config` for these settings."""
         return Config(

@@ -4,16 +4,18 @@ This module holds :class:`WebFetcher`, its pools and the redirect loop. What a f
 the agent is in ``_errors``, the response cache in ``_cache``, the URL and address guard in
 ``_guard``, the pinned connections in ``_net``, a response's head and its redirect in
 ``_response``, the submit-time option checks in ``_options``, shaping in ``_shape``
-(``question`` in ``_question``) and the worker processes it runs in, in ``_isolate``.
+(``question`` in ``_question``) and the worker processes it runs in, in ``_isolate``; rendered
+pages (``render``) in ``_rendered``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
@@ -26,9 +28,10 @@ import trio
 from .._budget import CURRENT_SLOT, HostBlocked, HostBudget, HostSlot
 from .._errors import RetryLater, TargetError
 from .._headers import SECRETS, has_secrets, is_secret
-from .._model import Caller, Result, Target
+from .._model import Caller, Options, Result, Target
 from .._util import raise_single_exception_from_group
 from ..stores._protocol import ResponseCache as CacheStore
+from ._browser import DEFAULT_CHROMIUM
 from ._cache import ResponseCache, from_cache
 from ._errors import (
     BUSY_STATUSES,
@@ -51,6 +54,7 @@ from ._isolate import ShapeLimits, Shaper, open_shaper, warms_up
 from ._limits import FairPool
 from ._net import PINS, PinnedBackend, PinnedTransport
 from ._options import validate_options
+from ._rendered import Renders, RenderSettings, rendered_meta
 from ._response import (
     LOCATION,
     REDIRECTS,
@@ -190,6 +194,15 @@ class WebFetcher:
         robots: obey each site's robots.txt (RFC 9309) unless a target's ``Options.robots``
             says otherwise: a disallowed URL fails (403) without a request, a ``Crawl-delay``
             spaces the host through ``budget`` (docs/politeness.md).
+        render_workers: headless browsers for targets with ``Options.render`` (docs/render.md),
+            none before the first render; each renders one page at a time; a render that finds
+            them all busy for ``slot_wait`` raises ``RetryLater``.
+        render_seconds: one render's time limit, from navigation to DOM (the fetch's own
+            ``timeout`` does not apply to a render); past it the browser is killed (504).
+        render_memory: bytes one browser's processes may hold together (at least 256 MiB);
+            past it the browser is killed (422).
+        render_executable: the Chromium to run (Debian's ``/usr/bin/chromium``); when it is
+            missing, each render fails (501) with a hint naming the package.
 
     Raises:
         ValueError: a non-positive number (or a ``shape_memory`` under 256 MiB), naming the
@@ -223,6 +236,10 @@ class WebFetcher:
         shape_warm: bool = True,
         budget: HostBudget | None = None,
         robots: bool = False,
+        render_workers: int = 2,
+        render_seconds: float = 30.0,
+        render_memory: int = 2**30,
+        render_executable: str = DEFAULT_CHROMIUM,
     ) -> None:
         for name, value in (
             ("timeout", timeout),
@@ -268,6 +285,14 @@ class WebFetcher:
         self._warm = shape_warm
         self._shape_limits = ShapeLimits(shape_workers, shape_cpu_seconds, shape_memory)
         self._shaper: Shaper | None = None
+        self._renders = Renders(
+            RenderSettings(render_workers, render_seconds, render_memory, render_executable),
+            user_agent=user_agent,
+            slot_wait=slot_wait,
+            max_bytes=max_bytes,
+            max_retry_after=max_retry_after,
+            wall_clock=wall_clock,
+        )
         self._stack = contextlib.AsyncExitStack()
         self._client: httpx.AsyncClient | None = None
         self._closed = False
@@ -278,8 +303,8 @@ class WebFetcher:
         """Open the connection pool; a fetcher is entered once, in one ``async with`` block.
 
         Cancellation: entering opens no connection (the first fetch does) and starts no
-        process (the first job that needs a shaping worker does), so there is nothing for a
-        cancel to leave half open.
+        process (the first job that needs a shaping worker does, the first render a browser),
+        so there is nothing for a cancel to leave half open.
 
         Raises:
             trio.ClosedResourceError: the fetcher was open before and is closed now.
@@ -312,6 +337,9 @@ class WebFetcher:
         client.cookies.jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
         async with contextlib.AsyncExitStack() as stack:
             self._shaper = await stack.enter_async_context(open_shaper(self._shape_limits))
+            renders = self._renders
+            await renders.open(allow=self._allow, resolver=self._resolver, budget=self._budget)
+            stack.push_async_callback(renders.aclose)
             await stack.enter_async_context(client)
             self._stack = stack.pop_all()
         self._client = client
@@ -437,20 +465,19 @@ class WebFetcher:
         validate_options(options)
         checked = check_url(target.url, self._allow)
         sent = self._sent(caller, target)
+        if options.render:  # never cached: its page's Cache-Control is not known (docs/web.md)
+            return await self._rendered(caller, target, checked, sent, start)
         # A target with credentials neither reads nor writes the shared cache.
         key = None if has_secrets(options.headers) else self._cache.key(caller, target)
         cached = None if key is None else await self._cache.get(key)
         now = self._wall_clock()
         if cached is not None and cached.expires_at > now:
             return from_cache(cached, start=start, now=now, stale=None)
-        obey = self._obey_robots_by_default if options.robots is None else options.robots
-        robots_meta = await self._obey_robots(target.url, checked) if obey else {}
+        robots_meta = await self._robots_for(target, checked)
         try:
-            if self._warm and warms_up(options):
-                self._warm = False
-                download = await self._warming(client, caller, checked, sent)
-            else:
-                download = await self._fetch_network(client, caller, checked, sent)
+            download = await self._warming_if_first(
+                options, functools.partial(self._fetch_network, client, caller, checked, sent)
+            )
         except Refused as refused:
             logger.debug("web fetch refused by the guard")
             raise refused.error from None
@@ -501,28 +528,38 @@ class WebFetcher:
 
     # -- network ----------------------------------------------------------------------------------
 
-    async def _warming(
-        self, client: httpx.AsyncClient, caller: Caller, checked: Checked, sent: _Sent
-    ) -> Download:
-        """The first download that may need a shaping worker, while a worker starts.
+    async def _robots_for(self, target: Target, checked: Checked) -> dict[str, object]:
+        """:meth:`_obey_robots` when the target (or, by default, this fetcher) obeys robots.txt."""
+        robots = target.options.robots
+        obey = self._obey_robots_by_default if robots is None else robots
+        return await self._obey_robots(target.url, checked) if obey else {}
 
-        The call waits for it (this call's body is shaped in it; a body that needs none waits
-        once), so nothing outlives the call; a cancel kills the worker still starting.
+    async def _warming_if_first(self, options: Options, work: Callable[[], Awaitable[T]]) -> T:
+        """``work()``; for the first fetch that may need a shaping worker, while one starts.
+
+        The call waits for the worker (this call's body is shaped in it; a body that needs none
+        waits once), so nothing outlives the call; a cancel kills the worker still starting.
         """
         shaper = self._shaper
         assert shaper is not None  # set with the client
+        if not (self._warm and warms_up(options)):
+            return await work()
+        self._warm = False
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(shaper.warm)
-                return await self._fetch_network(client, caller, checked, sent)
+                return await work()
         except BaseExceptionGroup as group:
             raise_single_exception_from_group(group)
             raise
 
-    async def _fetch_network(
-        self, client: httpx.AsyncClient, caller: Caller, checked: Checked, sent: _Sent
-    ) -> Download:
-        """Take the pool slots, then download within the deadline."""
+    @contextlib.asynccontextmanager
+    async def _fetch_slot(self, caller: Caller) -> AsyncIterator[None]:
+        """Hold a slot of the fetch pool for ``caller``, waited for ``slot_wait`` at most.
+
+        Raises:
+            RetryLater: no slot came free in time.
+        """
         pool = self._pool
         with trio.move_on_after(self._slot_wait) as waited:
             await pool.acquire(caller.name)
@@ -531,12 +568,44 @@ class WebFetcher:
             which = "this caller's fetch slots are" if capped else "the fetch pool is"
             raise RetryLater(f"{which} all in use")
         try:
-            with trio.fail_after(self._timeout):
-                return await self._download(client, checked, self._read, sent)
-        except trio.TooSlowError:
-            raise timeout_error(self._timeout) from None
+            yield
         finally:
             pool.release(caller.name)
+
+    async def _fetch_network(
+        self, client: httpx.AsyncClient, caller: Caller, checked: Checked, sent: _Sent
+    ) -> Download:
+        """Take the pool slots, then download within the deadline."""
+        async with self._fetch_slot(caller):
+            try:
+                with trio.fail_after(self._timeout):
+                    return await self._download(client, checked, self._read, sent)
+            except trio.TooSlowError:
+                raise timeout_error(self._timeout) from None
+
+    # -- rendered pages (docs/render.md) ----------------------------------------------------------
+
+    async def _rendered(
+        self, caller: Caller, target: Target, checked: Checked, sent: _Sent, start: float
+    ) -> Result:
+        """A target with ``render``: robots.txt as for any target, a slot of the fetch pool,
+        the page in a browser whose every request goes through the guard and the host budget
+        (``_rendered``), then its DOM shaped as HTML. Nothing of it is cached."""
+        robots_meta = await self._robots_for(target, checked)
+        load = functools.partial(self._renders.load, caller.name, target, sent.origin)
+        async with self._fetch_slot(caller):
+            body, page = await self._warming_if_first(target.options, load)
+        shaper = self._shaper
+        assert shaper is not None  # set with the client
+        content, extra = await shaper.run(caller.name, body, target.options)
+        meta: dict[str, object] = {
+            **rendered_meta(body, page),
+            "elapsed": round(trio.current_time() - start, 3),
+            "cached": False,
+            **robots_meta,
+            **extra,
+        }
+        return Result(content, meta)
 
     async def _download(
         self,

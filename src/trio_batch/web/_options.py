@@ -21,6 +21,8 @@ from .._model import Options
 
 MODES: Final = ("text", "markdown", "html", "raw")
 MAX_OPTION_CHARS: Final = 4096
+MAX_WAIT_FOR_CHARS: Final = 1024
+"""Longest ``wait_for`` selector (the page evaluates it every 0.1 s while it waits)."""
 MAX_GREP_REPEAT: Final = 1000
 """Largest count in a ``{m,n}`` repeat of ``grep`` (RE2's limit too)."""
 MAX_GREP_SIZE: Final = 100_000
@@ -445,7 +447,55 @@ def _comment_end(program: str, start: int) -> int:
 
 
 def _strings(options: Options) -> Iterable[tuple[str, str]]:
-    return ((name, getattr(options, name)) for name in ("mode", "question", "pages", "grep", "jq"))
+    names = ("mode", "question", "pages", "grep", "jq", "wait_for")
+    return ((name, getattr(options, name)) for name in names)
+
+
+_SELECTOR_HINT: Final = "write a CSS selector such as #content or main article"
+
+
+def check_render(options: Options) -> None:
+    """Refuse ``wait_for`` without ``render``, a ``wait_for`` that cannot be a selector (blank,
+    too long, a control character), and ``render`` with options that never apply to the
+    rendered page (an HTML document: ``jq`` reads JSON, ``pages`` a PDF) or to a render
+    (``recover`` serves a cached copy, and rendered pages are not cached).
+
+    Whether the selector is valid CSS is checked by the browser, at fetch time (400).
+
+    Raises:
+        TargetError: status 400, naming the option.
+    """
+    selector = options.wait_for
+    if selector and not options.render:
+        raise _bad(
+            "wait_for applies with render only",
+            "add render=true to load the page in a browser, or leave wait_for out",
+        )
+    if selector and not selector.strip():
+        raise _bad("wait_for is blank", _SELECTOR_HINT)
+    if len(selector) > MAX_WAIT_FOR_CHARS:
+        raise _bad(
+            f"wait_for is {len(selector):,} characters; the limit is {MAX_WAIT_FOR_CHARS:,}",
+            _SELECTOR_HINT,
+        )
+    bad = next((i for i, c in enumerate(selector) if c < " " or "\x7f" <= c <= "\x9f"), None)
+    if bad is not None:
+        raise _bad(
+            f"wait_for holds a control character at position {bad + 1}",
+            _SELECTOR_HINT + " on one line",
+        )
+    if not options.render:
+        return
+    for name, what in (
+        ("jq", "jq reads JSON"),
+        ("pages", "pages reads a PDF"),
+        ("recover", "recover serves a cached copy, and rendered pages are not cached"),
+    ):
+        if getattr(options, name):
+            raise _bad(
+                f"render and {name} cannot be used together: a rendered page is HTML and {what}",
+                f"leave {name} out, or ask without render",
+            )
 
 
 def validate_options(options: Options) -> None:
@@ -457,22 +507,25 @@ def validate_options(options: Options) -> None:
     repeats over 1,000 or unrolling past 100,000 items, the ``(?V1)`` flag), a ``jq`` program
     that uses a refused builtin or leaves a string or bracket open, a malformed ``pages`` list,
     ``headers`` a target may not send (``trio_batch._headers.header_refusal``: a name off the
-    allow-list, a value with a line break, too long, too many), and options that cannot go
-    together (``jq`` with ``pages``, ``grep`` with ``question``,
-    ``context`` without either). Whether an option fits the response's content type is only
-    known at fetch time, and a program the checks let through may still fail to compile then.
+    allow-list, a value with a line break, too long, too many), a ``wait_for`` that cannot be
+    a selector (:func:`check_render`), and options that cannot go together (``jq`` with
+    ``pages``, ``grep`` with ``question``, ``context`` without either, ``wait_for`` without
+    ``render``, ``render`` with ``jq``, ``pages`` or ``recover``). Whether an option fits the
+    response's content type is only known at fetch time, and a program the checks let through
+    may still fail to compile then.
 
     Raises:
         trio_batch.TargetError: ``status`` 400, the message names the option and the problem.
     """
     for name, value in _strings(options):
         check_text(name, value)
-        if len(value) > MAX_OPTION_CHARS:
+        if len(value) > MAX_OPTION_CHARS and name != "wait_for":  # check_render's, shorter
             raise _bad(
                 f"{name} is {len(value):,} characters; the limit is {MAX_OPTION_CHARS:,}",
                 f"shorten {name}",
             )
     check_headers(options.headers)
+    check_render(options)
     if options.mode and options.mode not in MODES:
         raise _bad(
             f"unknown mode {options.mode!r}",

@@ -29,6 +29,11 @@ _OPTION_DOCS = {
     "User-Agent (appended to ours), names in any case; any other is a 400. Cookie and "
     "Authorization go to the target's exact origin only (never after a redirect to another), "
     "bypass the response cache, and are never stored or shown: answers show `<secret>`.",
+    "render": "Load the page in a headless Chromium and shape the DOM its scripts built (for "
+    "single-page apps that answer `Loading...`). Every request the page makes goes through the "
+    "same guard; not cached; not with jq, pages or recover. meta says `rendered` and `settled`.",
+    "wait_for": "With render: a CSS selector to wait for (at most 1,024 characters, one line) "
+    "instead of the network going quiet; an invalid selector is a 400.",
 }
 """One line per field of ``trio_batch.Options``; a new field without one fails at import."""
 
