@@ -40,6 +40,9 @@ LONG_FILES: dict[str, str] = {
     "_engine/_batch_engine.py": "BatchEngine and open_engine are one object: the rotation with "
     "its two sources (its own rotation, a fleet's claims), the finisher's acknowledgements and "
     "the reads share its state; split, they were a mixin reaching into each other",
+    "web/_html.py": "the extractor's converter is one state machine over lexbor's tree: blocks, "
+    "inline marks, lists, tables and fences share its buffers and its one walk (the tag "
+    "handler tables already live in _html_tags); split, each part reached into the others",
 }
 
 
