@@ -28,6 +28,7 @@ from .._budget import HostBudget
 from .._config import Config
 from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import Busy, CallerBusy, TargetError
+from .._headers import SECRETS
 from .._model import Caller, JSONValue, Target, TargetStatus
 from .._util import plural, raise_single_exception_from_group
 from ..stores import ServiceStore
@@ -204,6 +205,22 @@ def precheck_func(allow: Sequence[IPNetwork]) -> Callable[[str], TargetError | N
 # -- the run ------------------------------------------------------------------------------------
 
 
+def _sealed(caller: Caller, targets: list[Target]) -> list[Target]:
+    """``targets`` with their credentials (``Cookie``, ``Authorization``) held in this process's
+    memory and a reference in their place, so that ``--db`` never stores a secret."""
+    return [
+        dataclasses.replace(
+            t,
+            options=dataclasses.replace(
+                t.options, headers=SECRETS.seal(caller.name, t.options.headers)
+            ),
+        )
+        if t.options.headers
+        else t
+        for t in targets
+    ]
+
+
 async def _run_jobs(
     engine: BatchEngine,
     jobs: list[Job],
@@ -222,7 +239,8 @@ async def _run_jobs(
         while next_job < len(jobs) and len(live) < live_cap:
             job = jobs[next_job]
             try:
-                sub = await engine.submit(caller, "fleet", job.targets, concurrency=concurrency)
+                sealed = _sealed(caller, job.targets)
+                sub = await engine.submit(caller, "fleet", sealed, concurrency=concurrency)
             except (CallerBusy, Busy):
                 break  # a slot frees up when a live job finishes
             job.id, job.reused = sub.id, sub.reused
