@@ -21,13 +21,16 @@ class TestSurface:
         assert sorted(trio_batch.web.__all__) == [
             "AddressRefused",
             "DEFAULT_USER_AGENT",
+            "MapBounds",
             "Network",
             "Resolver",
+            "SiteMap",
             "WebFetcher",
             "WebFetcherStatistics",
             "guarded_transport",
             "precheck",
             "shape",
+            "site_map",
             "validate_options",
         ]
 
@@ -35,6 +38,8 @@ class TestSurface:
         """Public classes are final and live in trio_batch.web."""
         classes = (
             trio_batch.web.AddressRefused,
+            trio_batch.web.MapBounds,
+            trio_batch.web.SiteMap,
             trio_batch.web.WebFetcher,
             trio_batch.web.WebFetcherStatistics,
         )

@@ -50,8 +50,9 @@ _OPTIONS_HELP = (
     "or raw; grep = a regular expression, only matching lines (context = true adds the lines "
     "around them); question = the passages of the page that answer it; pages = PDF pages like "
     "1-3,7; jq = a jq program for a JSON response; recover = true serves the last cached copy "
-    "(marked stale) when the fetch fails. Narrow a long page with grep, question or pages "
-    "rather than reading it whole."
+    "(marked stale) when the fetch fails; render = true loads the page in a headless browser "
+    "first (for pages built by scripts; wait_for = a CSS selector to wait for). Narrow a long "
+    "page with grep, question or pages rather than reading it whole."
 )
 _ERRORS_HELP = (
     "On error the answer is a tool error with error (what went wrong), hint (what to do) and "
