@@ -52,6 +52,9 @@ class Options:
     request headers for the fetcher; the web fetcher allows a few (``trio_batch._headers``).
     ``render`` asks the web fetcher to load the page in a headless browser and shape the DOM its
     scripts built; ``wait_for`` (a CSS selector, with ``render`` only) is what it waits for.
+    ``formats`` (any sequence of strings, kept as a tuple) asks for several shapes of one body
+    (``markdown``, ``text``, ``html``, ``raw``, ``links``, ``metadata``); ``mode`` is the
+    one-format shorthand. Empty, it is left out of :meth:`to_json`, so older keys do not change.
     """
 
     mode: str = ""
@@ -65,6 +68,7 @@ class Options:
     headers: Mapping[str, str] = HeaderMap()
     render: bool = False
     wait_for: str = ""
+    formats: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -79,6 +83,12 @@ class Options:
             elif f.name in ("context", "robots"):
                 ok = value is None or isinstance(value, bool)
                 want = "a bool or None"
+            elif f.name == "formats":
+                ok = isinstance(value, Sequence) and not isinstance(value, str | bytes)
+                ok = ok and all(isinstance(v, str) for v in value)
+                want = "a sequence of strings"
+                if ok and not isinstance(value, tuple):
+                    object.__setattr__(self, "formats", tuple(value))
             elif f.name in ("recover", "render"):
                 ok, want = isinstance(value, bool), "a bool"
             else:
@@ -86,10 +96,10 @@ class Options:
             if not ok:
                 raise TypeError(f"Options.{f.name} must be {want} (got {type(value).__name__})")
 
-    def to_json(self) -> dict[str, str | bool | dict[str, str] | None]:
+    def to_json(self) -> dict[str, str | bool | dict[str, str] | list[str] | None]:
         """The options without their empty (default) fields, as stored and hashed."""
         return {
-            name: dict(value) if isinstance(value, HeaderMap) else value
+            name: _json_value(value)
             for name, default in _OPTION_DEFAULTS
             if (value := getattr(self, name)) != default
         }
@@ -109,6 +119,17 @@ class Options:
 
 
 _OPTION_DEFAULTS = tuple((f.name, f.default) for f in dataclasses.fields(Options))
+
+
+def _json_value(
+    value: str | bool | HeaderMap | tuple[str, ...] | None,
+) -> str | bool | dict[str, str] | list[str] | None:
+    """An option's value as JSON holds it: ``headers`` an object, ``formats`` an array."""
+    if isinstance(value, HeaderMap):
+        return dict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
 
 
 @final
