@@ -36,10 +36,10 @@ MAX_INT = 2**31 - 1
 """Largest ``offset`` or ``limit``."""
 
 _HINTS = typing.get_type_hints(Options, localns={"Mapping": Mapping})  # headers' type
+_ARRAYS = {"headers": (dict,), "formats": (list,)}
+"""Options whose JSON is a container: headers an object of strings, formats an array of them."""
 OPTION_TYPES: dict[str, tuple[type, ...]] = {
-    f.name: (dict,)
-    if f.name == "headers"  # a Mapping[str, str]: a JSON object (_headers)
-    else typing.get_args(_HINTS[f.name]) or (_HINTS[f.name],)
+    f.name: _ARRAYS.get(f.name) or typing.get_args(_HINTS[f.name]) or (_HINTS[f.name],)
     for f in dataclasses.fields(Options)
 }
 """Each option's name and the Python types its JSON value may have (``bool | None``: both)."""
@@ -49,6 +49,7 @@ _JSON_WORDS: dict[type, tuple[str, ...]] = {
     bool: ("true", "false"),
     type(None): ("null",),
     dict: ("an object",),
+    list: ("an array of strings",),
 }
 
 
@@ -202,7 +203,21 @@ def parse_target(item: object, where: str) -> Target:
             check_text(f"{where}.options.{name}", value)
         if isinstance(value, dict):
             _check_headers(value, f"{where}.options.headers")
+        if isinstance(value, list):
+            _check_strings(value, f"{where}.options.{name}")
     return Target(url, Options(**raw))
+
+
+def _check_strings(values: list[object], where: str) -> None:
+    """Refuse an array option (``formats``) that holds anything but strings."""
+    for i, value in enumerate(values):
+        if not isinstance(value, str):
+            raise ApiError(
+                400,
+                f"{where}[{i}] must be a string (got {_type_name(value)})",
+                field=f"{where}[{i}]",
+            )
+        check_text(f"{where}[{i}]", value)
 
 
 def _check_headers(headers: dict[str, object], where: str) -> None:
