@@ -34,6 +34,11 @@ _OPTION_DOCS = {
     "same guard; not cached; not with jq, pages or recover. meta says `rendered` and `settled`.",
     "wait_for": "With render: a CSS selector to wait for (at most 1,024 characters, one line) "
     "instead of the network going quiet; an invalid selector is a 400.",
+    "formats": "Several shapes of one fetch: the first of markdown, text, html (the cleaned "
+    "main content) or raw is the content, each other one goes in `meta.formats`; links gives "
+    "`meta.links` ({url, text, internal}: absolute, deduplicated), metadata `meta.metadata` "
+    "(title, description, lang, canonical, og:*, twitter:*, dates; a PDF's document info). "
+    "Each at most once; not with a different mode.",
 }
 """One line per field of ``trio_batch.Options``; a new field without one fails at import."""
 
@@ -51,10 +56,25 @@ _HEADERS: dict[str, JSONValue] = {  # loose: the server's 400 names a refused he
 }
 
 
+_FORMATS: dict[str, JSONValue] = {
+    "type": "array",
+    "items": {
+        "type": "string",
+        "enum": ["markdown", "text", "html", "raw", "links", "metadata"],
+    },
+    "maxItems": 6,
+    "uniqueItems": True,
+    "description": _OPTION_DOCS["formats"],
+}
+"""``trio_batch.web``'s ``FORMATS`` (``tests/http`` holds them equal)."""
+
+
 def _option(name: str, types: tuple[type, ...]) -> dict[str, JSONValue]:
     """The property of one field of ``Options``: its JSON types and its line of ``_OPTION_DOCS``."""
     if name == "headers":
         return _HEADERS
+    if name == "formats":
+        return _FORMATS
     kinds = [_JSON_TYPES[t] for t in types]
     return {"type": kinds[0] if len(kinds) == 1 else kinds, "description": _OPTION_DOCS[name]}
 
