@@ -20,6 +20,9 @@ from .._headers import check_headers
 from .._model import Options
 
 MODES: Final = ("text", "markdown", "html", "raw")
+FORMATS: Final = ("markdown", "text", "html", "raw", "links", "metadata")
+"""What ``formats`` may list; the first four are text-like (one of them is the content)."""
+TEXT_FORMATS: Final = frozenset(("markdown", "text", "html", "raw"))
 MAX_OPTION_CHARS: Final = 4096
 MAX_WAIT_FOR_CHARS: Final = 1024
 """Longest ``wait_for`` selector (the page evaluates it every 0.1 s while it waits)."""
@@ -498,6 +501,55 @@ def check_render(options: Options) -> None:
             )
 
 
+_FORMATS_HINT: Final = (
+    "formats lists each of markdown, text, html, raw, links, metadata at most once, such as "
+    '["markdown", "links", "metadata"]'
+)
+
+
+def check_formats(options: Options) -> None:
+    """Refuse a ``formats`` list with an unknown or repeated name, a ``mode`` that is not its
+    first text-like format (``mode`` is the one-format shorthand), and ``grep``, ``question``
+    or ``jq`` where they do not fit: ``grep`` and ``question`` narrow the content (the first
+    text-like format), so they need one; ``jq`` shapes JSON, not the formats of a page.
+
+    Raises:
+        TargetError: status 400, naming the format or option.
+    """
+    formats = options.formats
+    if not formats:
+        return
+    if len(formats) > len(FORMATS):
+        raise _bad(f"formats lists {len(formats):,} names; at most {len(FORMATS)}", _FORMATS_HINT)
+    seen: set[str] = set()
+    for name in formats:
+        if name not in FORMATS:
+            check_text("formats", name)
+            shown = name if len(name) <= 40 and name.isprintable() else name[:40] + "..."
+            raise _bad(f"formats has an unknown format {shown!r}", _FORMATS_HINT)
+        if name in seen:
+            raise _bad(f"formats lists {name!r} twice", _FORMATS_HINT)
+        seen.add(name)
+    content = next((name for name in formats if name in TEXT_FORMATS), "")
+    if options.mode and options.mode != content:
+        raise _bad(
+            f"mode={options.mode} contradicts formats, whose content is "
+            f"{content or 'none (no text-like format)'}",
+            "leave mode out and put the content's format first in formats",
+        )
+    for name in ("grep", "question"):
+        if getattr(options, name) and not content:
+            raise _bad(
+                f"{name} narrows the content, and formats asks for none",
+                "add markdown or text to formats, or leave " + name + " out",
+            )
+    if options.jq:
+        raise _bad(
+            "jq and formats cannot be used together: jq shapes a JSON response, formats a page",
+            "use jq alone for a JSON URL, or formats without jq",
+        )
+
+
 def validate_options(options: Options) -> None:
     """Check a target's options before it is accepted; the HTTP API calls it at submit.
 
@@ -508,9 +560,10 @@ def validate_options(options: Options) -> None:
     that uses a refused builtin or leaves a string or bracket open, a malformed ``pages`` list,
     ``headers`` a target may not send (``trio_batch._headers.header_refusal``: a name off the
     allow-list, a value with a line break, too long, too many), a ``wait_for`` that cannot be
-    a selector (:func:`check_render`), and options that cannot go together (``jq`` with
-    ``pages``, ``grep`` with ``question``, ``context`` without either, ``wait_for`` without
-    ``render``, ``render`` with ``jq``, ``pages`` or ``recover``). Whether an option fits the
+    a selector (:func:`check_render`), a bad ``formats`` list (:func:`check_formats`), and
+    options that cannot go together (``jq`` with ``pages``, ``grep`` with ``question``,
+    ``context`` without either, ``wait_for`` without ``render``, ``render`` with ``jq``,
+    ``pages`` or ``recover``). Whether an option fits the
     response's content type is only known at fetch time, and a program the checks let through
     may still fail to compile then.
 
@@ -531,6 +584,7 @@ def validate_options(options: Options) -> None:
             f"unknown mode {options.mode!r}",
             "mode is one of text (the default), markdown, html, raw",
         )
+    check_formats(options)
     if options.question and not options.question.strip():
         raise _bad("question is blank", "ask a question in words, or leave question out")
     if options.grep:
