@@ -133,8 +133,10 @@ class TestAllowedHeaders:
         stored = sealed("https://a.test/", Cookie=COOKIE, Accept_Language="de").options.to_json()
 
         assert COOKIE not in str(stored)
-        assert "de" == stored["headers"]["Accept-Language"]  # type: ignore[index]
-        assert str(stored["headers"]["Cookie"]).startswith("<secret ")  # type: ignore[index]
+        headers = stored["headers"]
+        assert isinstance(headers, dict)
+        assert "de" == headers["Accept-Language"]
+        assert str(headers["Cookie"]).startswith("<secret ")
 
     async def test_a_credential_no_longer_held_fails_without_a_request(self, site: Site) -> None:
         """A reference this process does not hold (a restart, another instance): a 410 with

@@ -87,7 +87,7 @@ async def polite_fleet(
 
 async def wait_jobs(engine: BatchEngine, ids: list[str]) -> list[JobStatus]:
     """The jobs' terminal statuses, waited for on the store (any instance may run them)."""
-    statuses = []
+    statuses: list[JobStatus] = []
     for job_id in ids:
         with trio.fail_after(60):
             while True:
