@@ -1,13 +1,15 @@
-"""What every test room shares: the callers, a movable wall clock and an event recorder."""
+"""What every test room shares: the callers, a movable wall clock, an event recorder and a
+site of hosts that records what it received (for the host budgets)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import trio
 
-from trio_batch import Caller, Hooks, Target
+from trio_batch import Caller, Hooks, Result, RetryLater, Target
 
 T = TypeVar("T")
 
@@ -80,3 +82,35 @@ def targets(prefix: str, n: int) -> list[Target]:
 
 def url(prefix: str, i: int) -> str:
     return f"https://{prefix}.example.test/page/{i}"
+
+
+def host_of(target: Target) -> str:
+    return urlsplit(target.url).netloc
+
+
+class Site:
+    """A fetch function over hosts that record when each request started, in which order, and
+    how many were in flight at once; a host answers 429 until its ``busy_until``."""
+
+    def __init__(self, seconds: float = 1.0) -> None:
+        self.seconds = seconds
+        self.starts: dict[str, list[float]] = {}
+        self.order: dict[str, list[str]] = {}
+        self.in_flight: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.busy_until: dict[str, float] = {}  # answer 429 before this time
+        self.retry_after: float | None = 2.0
+
+    async def fetch(self, caller: Caller, target: Target) -> Result:
+        host = host_of(target)
+        self.starts.setdefault(host, []).append(trio.current_time())
+        self.order.setdefault(host, []).append(target.url)
+        self.in_flight[host] = self.in_flight.get(host, 0) + 1
+        self.most[host] = max(self.most.get(host, 0), self.in_flight[host])
+        try:
+            await trio.sleep(self.seconds)
+            if trio.current_time() < self.busy_until.get(host, -1.0):
+                raise RetryLater("429 Too Many Requests", after=self.retry_after)
+            return Result("ok")
+        finally:
+            self.in_flight[host] -= 1

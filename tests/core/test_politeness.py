@@ -10,7 +10,6 @@ import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import trio
@@ -22,45 +21,13 @@ from trio_batch import (
     HostBudget,
     JobStatus,
     Result,
-    RetryLater,
     Target,
     TargetState,
     open_engine,
 )
 from trio_batch.stores import MemoryStore
 
-from ..support import Recorder, WallClock, targets
-
-
-def host_of(target: Target) -> str:
-    return urlsplit(target.url).netloc
-
-
-class Site:
-    """Hosts that record when each request started and how many were in flight."""
-
-    def __init__(self, seconds: float = 1.0) -> None:
-        self.seconds = seconds
-        self.starts: dict[str, list[float]] = {}
-        self.order: dict[str, list[str]] = {}
-        self.in_flight: dict[str, int] = {}
-        self.most: dict[str, int] = {}
-        self.busy_until: dict[str, float] = {}  # answer 429 before this time
-        self.retry_after = 2.0
-
-    async def fetch(self, caller: Caller, target: Target) -> Result:
-        host = host_of(target)
-        self.starts.setdefault(host, []).append(trio.current_time())
-        self.order.setdefault(host, []).append(target.url)
-        self.in_flight[host] = self.in_flight.get(host, 0) + 1
-        self.most[host] = max(self.most.get(host, 0), self.in_flight[host])
-        try:
-            await trio.sleep(self.seconds)
-            if trio.current_time() < self.busy_until.get(host, -1.0):
-                raise RetryLater("429 Too Many Requests", after=self.retry_after)
-            return Result("ok")
-        finally:
-            self.in_flight[host] -= 1
+from ..support import Recorder, Site, WallClock, host_of, targets
 
 
 @asynccontextmanager

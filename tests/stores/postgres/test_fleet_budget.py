@@ -12,7 +12,6 @@ import itertools
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
 import trio
 
@@ -22,44 +21,13 @@ from trio_batch import (
     Config,
     HostBudget,
     JobStatus,
-    Result,
-    RetryLater,
     Target,
     TargetState,
     open_engine,
 )
 from trio_batch.stores import PostgresStore
 
-from ...support import Recorder, targets
-
-
-def host_of(target: Target) -> str:
-    return urlsplit(target.url).netloc
-
-
-class Site:
-    """Hosts that record each request's start and the most in flight at once."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.starts: dict[str, list[float]] = {}
-        self.in_flight: dict[str, int] = {}
-        self.most: dict[str, int] = {}
-        self.busy_until: dict[str, float] = {}  # answer 429 before this time
-        self.retry_after: float | None = 2.0
-
-    async def fetch(self, caller: Caller, target: Target) -> Result:
-        host = host_of(target)
-        self.starts.setdefault(host, []).append(trio.current_time())
-        self.in_flight[host] = self.in_flight.get(host, 0) + 1
-        self.most[host] = max(self.most.get(host, 0), self.in_flight[host])
-        try:
-            await trio.sleep(self.seconds)
-            if trio.current_time() < self.busy_until.get(host, -1.0):
-                raise RetryLater("429 Too Many Requests", after=self.retry_after)
-            return Result("ok")
-        finally:
-            self.in_flight[host] -= 1
+from ...support import Recorder, Site, host_of, targets
 
 
 @asynccontextmanager
