@@ -30,6 +30,28 @@ from .._protocol import Claim, ScopeReport, ScopeRules
 from .._rules import LIVE_SQL, stored_target
 from ._schema import Conn
 
+
+def _take(chosen: str, more: str) -> str:
+    """The claims' common tail: the jobs of ``d`` that are ``chosen`` get a claim (a token, this
+    instance, a deadline on the database's clock) and their next target runs (CTEs j and t);
+    ``more`` adds columns of ``d`` to what j returns."""
+    return f"""j AS (
+        UPDATE jobs AS jb SET
+            claim = md5(%(instance)s || jb.id || clock_timestamp()::text || random()::text),
+            claim_instance = %(instance)s,
+            claim_until = clock_timestamp() + %(ttl)s * interval '1 second',
+            next_idx = d.idx, status = 'running', updated_at = %(now)s
+        FROM d WHERE jb.id = d.id AND {chosen}
+        RETURNING jb.id, jb.next_idx, jb.claim, jb.caller, jb.workspace, jb.created_at,
+            jb.webhook <> '' AS has_webhook, jb.busy_since, d.taken_over, d.turn,
+            jb.caller_class{more}
+    ), t AS (
+        UPDATE targets AS tg SET status = 'running', started_at = %(now)s
+        FROM j WHERE tg.job_id = j.id AND tg.idx = j.next_idx
+        RETURNING tg.job_id, tg.url, tg.options
+    )"""
+
+
 # The claimable jobs of lowest turn, locked (others skip them), then each one's next target:
 # the first not stored from next_idx on (next_idx is a lower bound the finish keeps close).
 CLAIM_SQL = f"""
@@ -46,20 +68,7 @@ CLAIM_SQL = f"""
             WHERE tg.job_id = c.id AND tg.idx >= c.next_idx AND tg.status IN ('pending', 'running')
         ) AS idx
         FROM c
-    ), j AS (
-        UPDATE jobs AS jb SET
-            claim = md5(%(instance)s || jb.id || clock_timestamp()::text || random()::text),
-            claim_instance = %(instance)s,
-            claim_until = clock_timestamp() + %(ttl)s * interval '1 second',
-            next_idx = d.idx, status = 'running', updated_at = %(now)s
-        FROM d WHERE jb.id = d.id AND d.idx IS NOT NULL
-        RETURNING jb.id, jb.next_idx, jb.claim, jb.caller, jb.workspace, jb.created_at,
-            jb.webhook <> '' AS has_webhook, jb.busy_since, d.taken_over, d.turn, jb.caller_class
-    ), t AS (
-        UPDATE targets AS tg SET status = 'running', started_at = %(now)s
-        FROM j WHERE tg.job_id = j.id AND tg.idx = j.next_idx
-        RETURNING tg.job_id, tg.url, tg.options
-    )
+    ), {_take("d.idx IS NOT NULL", "")}
     SELECT j.id, j.next_idx, j.claim, j.caller, j.workspace, j.created_at, j.has_webhook,
         j.busy_since, j.taken_over, t.url, t.options, j.caller_class
     FROM j JOIN t ON t.job_id = j.id
@@ -129,21 +138,7 @@ CLAIM_SCOPED_SQL = f"""
         HAVING greatest(%(interval)s, coalesce(max(s0.crawl_delay), 0)) > 0
         ON CONFLICT (scope) DO UPDATE SET next_start = excluded.next_start,
             touched_at = clock_timestamp()
-    ), j AS (
-        UPDATE jobs AS jb SET
-            claim = md5(%(instance)s || jb.id || clock_timestamp()::text || random()::text),
-            claim_instance = %(instance)s,
-            claim_until = clock_timestamp() + %(ttl)s * interval '1 second',
-            next_idx = d.idx, status = 'running', updated_at = %(now)s
-        FROM d WHERE jb.id = d.id AND d.fits
-        RETURNING jb.id, jb.next_idx, jb.claim, jb.caller, jb.workspace, jb.created_at,
-            jb.webhook <> '' AS has_webhook, jb.busy_since, d.taken_over, d.turn,
-            jb.caller_class, d.scope
-    ), t AS (
-        UPDATE targets AS tg SET status = 'running', started_at = %(now)s
-        FROM j WHERE tg.job_id = j.id AND tg.idx = j.next_idx
-        RETURNING tg.job_id, tg.url, tg.options
-    )
+    ), {_take("d.fits", ", d.scope")}
     SELECT j.id, j.next_idx, j.claim, j.caller, j.workspace, j.created_at, j.has_webhook,
         j.busy_since, j.taken_over, t.url, t.options, j.caller_class, j.scope,
         CASE WHEN s.blocked_until > clock_timestamp()
