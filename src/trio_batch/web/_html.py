@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from ._html_clean import clean_html
+from ._html_meta import base_url, page_links, page_metadata
 from ._html_tags import (
     AUTOCLOSE,
     BLANK_LINES,
@@ -796,22 +798,82 @@ def _head_leaks(tree: LexborHTMLParser) -> bool:
     return node is not None and (node.tag == "-text" or node.tag in _HEAD_ONLY)
 
 
+@dataclass(frozen=True, slots=True)
+class _Content:
+    """What the converter walks: the head alone (for the title) when the source's head text
+    leaked into the body, then the root of the content."""
+
+    head: LexborNode | None
+    root: LexborNode | None
+    trees: tuple[LexborHTMLParser, ...]
+    """The parsers that own those nodes (a node does not keep its tree alive)."""
+
+
+def _content(html: str, tree: LexborHTMLParser) -> _Content:
+    head = _HEAD_START.search(html)
+    end = _HEAD_END.search(html, head.end()) if head is not None else None
+    if end is not None and tree.head is not None and _head_leaks(tree):
+        # What stood in <head> is dropped with it: the head gives the title, the content is
+        # what follows </head>.
+        rest = LexborHTMLParser(html[end.end() :])
+        return _Content(tree.head, rest.root, (tree, rest))
+    return _Content(None, tree.root, (tree,))
+
+
+def _convert(content: _Content, url: str, markdown: bool) -> tuple[str, str]:
+    """The text or Markdown of ``content``, and the title; Markdown's links are made absolute
+    against the page's ``<base href>``, or ``url``."""
+    converter = _Converter(
+        markdown=markdown, base_url=base_url(content.trees[0], url) if markdown else url
+    )
+    if content.head is not None:
+        _walk(converter, content.head)
+    if content.root is not None:
+        _walk(converter, content.root)
+    converter.finish()
+    return _join(converter.blocks), SPACE.sub(" ", converter.title).strip()
+
+
 def html_to_text(html: str, *, base_url: str = "", markdown: bool = False) -> tuple[str, str]:
     """The readable text (or Markdown) of an HTML document, and its title.
 
     Never raises on malformed HTML: the parser follows HTML5, which gives every input a tree.
     """
-    converter = _Converter(markdown=markdown, base_url=base_url)
     tree = LexborHTMLParser(html)  # lone surrogates are dropped
-    head = _HEAD_START.search(html)
-    end = _HEAD_END.search(html, head.end()) if head is not None else None
-    root = tree.root
-    if end is not None and tree.head is not None and _head_leaks(tree):
-        # What stood in <head> is dropped with it: the head gives the title, the content is
-        # what follows </head>.
-        _walk(converter, tree.head)
-        root = LexborHTMLParser(html[end.end() :]).root
-    if root is not None:
-        _walk(converter, root)
-    converter.finish()
-    return _join(converter.blocks), SPACE.sub(" ", converter.title).strip()
+    return _convert(_content(html, tree), base_url, markdown)
+
+
+@dataclass(frozen=True, slots=True)
+class HtmlShapes:
+    """What ``formats`` ask of one HTML document (:func:`html_shapes`)."""
+
+    texts: dict[str, str]
+    """Each text-like format asked for (``text``, ``markdown``, ``html``, ``raw``)."""
+    title: str
+    links: list[dict[str, object]] | None
+    """``_html_meta.page_links``, when asked for."""
+    metadata: dict[str, str] | None
+    """``_html_meta.page_metadata``, when asked for."""
+
+
+def html_shapes(html: str, *, url: str, formats: Sequence[str]) -> HtmlShapes:
+    """Every format of ``formats`` from one parse of ``html`` (the page at ``url``, its final
+    URL): text and Markdown by the converter's walk, ``html`` cleaned from the same tree (last,
+    as it edits the tree), links and metadata read from it. Never raises on malformed HTML."""
+    tree = LexborHTMLParser(html)
+    content = _content(html, tree)
+    texts: dict[str, str] = {}
+    title: str | None = None
+    for name in formats:
+        if name in ("text", "markdown"):
+            texts[name], title = _convert(content, url, markdown=name == "markdown")
+        elif name == "raw":
+            texts[name] = html
+    if title is None:
+        node = tree.css_first("title")
+        title = SPACE.sub(" ", node.text(deep=True)).strip() if node is not None else ""
+    links = page_links(tree, url) if "links" in formats else None
+    metadata = page_metadata(tree, url, title) if "metadata" in formats else None
+    if "html" in formats:
+        texts["html"] = clean_html(tree, base_url(tree, url))
+    return HtmlShapes(texts, title, links, metadata)

@@ -16,8 +16,9 @@ such work to a ``trio-parallel`` worker process that
 
 A dead worker is replaced by the next job (about 0.4 s to start one here). Only work that is
 cheap and bounded whatever the bytes say stays in the service, in a thread: decoding text, JSON
-without ``jq``, HTML source (``mode=html``/``raw``), and ``question`` on at most 64 KiB. Why
-trio-parallel, and the numbers behind these choices, are in ``docs/web.md``.
+without ``jq``, HTML source (``mode=html``/``raw``, ``formats=["raw"]``), and ``question``
+on at most 64 KiB. Why trio-parallel, and the numbers behind these choices, are in
+``docs/web.md``.
 """
 
 from __future__ import annotations
@@ -70,20 +71,24 @@ def in_process(body: Body, options: Options) -> bool:
         kind = kind_of(body)
     except TargetError:
         return True  # refused at once (415)
-    if kind == "pdf" or (kind == "html" and options.mode in ("", "text", "markdown")):
+    if kind == "pdf" or (kind == "html" and _parses_html(options)):
         return False
     return not options.question or len(body.data) <= IN_PROCESS_BYTES
 
 
+def _parses_html(options: Options) -> bool:
+    """Whether the options parse an HTML body: text or Markdown, or any format but ``raw``
+    (cleaned HTML, links, metadata)."""
+    if options.formats:
+        return any(name != "raw" for name in options.formats)
+    return options.mode in ("", "text", "markdown")
+
+
 def warms_up(options: Options) -> bool:
     """Whether a fetch with these options may need a shaping worker, whatever its body is
-    (HTML to text or Markdown, ``grep``, ``jq``, PDF pages), so that the workers should start
-    beside its download."""
-    return bool(options.grep or options.jq or options.pages) or options.mode in (
-        "",
-        "text",
-        "markdown",
-    )
+    (HTML to text or Markdown, the formats that parse it, ``grep``, ``jq``, PDF pages), so
+    that the workers should start beside its download."""
+    return bool(options.grep or options.jq or options.pages) or _parses_html(options)
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,3 +83,86 @@ def document_title(reader: PdfReader) -> str:
     except Exception:  # a damaged info dictionary only costs the title
         return ""
     return _SPACE.sub(" ", title).strip() if isinstance(title, str) else ""
+
+
+_INFO: Final = {
+    "title": "/Title",
+    "author": "/Author",
+    "subject": "/Subject",
+    "keywords": "/Keywords",
+    "creator": "/Creator",
+    "producer": "/Producer",
+    "created": "/CreationDate",
+    "modified": "/ModDate",
+}
+"""``metadata`` keys, and the document info entries they come from."""
+_PDF_DATE = re.compile(r"^D:(\d{4})(\d{2})?(\d{2})?(\d{2})?(\d{2})?(\d{2})?")
+MAX_INFO_CHARS: Final = 2_000
+
+
+def document_info(reader: PdfReader, pages: int) -> dict[str, object]:
+    """The ``metadata`` of a PDF: its document info (``title``, ``author``, ``subject``,
+    ``keywords``, ``creator``, ``producer``, ``created`` and ``modified`` as ISO 8601 when
+    they parse) and ``page_count``. A damaged info dictionary gives only the page count."""
+    info: dict[str, object] = {}
+    try:
+        metadata = reader.metadata
+        for key, entry in _INFO.items():
+            value = metadata.get(entry) if metadata is not None else None
+            if isinstance(value, str):
+                text = _SPACE.sub(" ", value[: MAX_INFO_CHARS * 4]).strip()[:MAX_INFO_CHARS]
+                if text:
+                    info[key] = _iso_date(text) if key in ("created", "modified") else text
+    except Exception:  # a damaged info dictionary only costs its fields
+        info.clear()
+    info["page_count"] = pages
+    return info
+
+
+def _iso_date(value: str) -> str:
+    """A PDF date (``D:20240102030405+01'00'``) as ISO 8601 (``2024-01-02T03:04:05``, local
+    time as written), or the value as it is."""
+    found = _PDF_DATE.match(value)
+    if found is None:
+        return value
+    year, month, day, hour, minute, second = (
+        part or default
+        for part, default in zip(found.groups(), ("", "01", "01", "00", "00", "00"), strict=True)
+    )
+    return f"{year}-{month}-{day}T{hour}:{minute}:{second}"
+
+
+def _uri(annotation: object) -> str | None:
+    """The URI a link annotation's action opens, if it is one."""
+    action = annotation.get("/A") if isinstance(annotation, dict) else None
+    action = action.get_object() if action is not None else None
+    uri = action.get("/URI") if isinstance(action, dict) else None
+    return uri if isinstance(uri, str) else None
+
+
+def uri_links(
+    reader: PdfReader, numbers: list[int], host: str, most: int
+) -> list[dict[str, object]]:
+    """The URI link annotations of the pages ``numbers`` (1-based), each URL once (without its
+    fragment), http(s) only, at most ``most``: ``{"url", "text": "", "internal"}`` (a PDF link
+    has no anchor text)."""
+    import urllib.parse
+
+    found: dict[str, dict[str, object]] = {}
+    for number in numbers:
+        annotations = reader.pages[number - 1].get("/Annots")
+        for ref in annotations.get_object() if annotations is not None else ():
+            uri = _uri(ref.get_object())
+            if uri is None or len(uri) > 2048:
+                continue
+            url = urllib.parse.urldefrag(uri.strip()).url
+            if not url.startswith(("http://", "https://")) or url in found:
+                continue
+            try:
+                internal = (urllib.parse.urlsplit(url).hostname or "").lower() == host
+            except ValueError:
+                continue
+            found[url] = {"url": url, "text": "", "internal": internal}
+            if len(found) >= most:
+                return list(found.values())
+    return list(found.values())

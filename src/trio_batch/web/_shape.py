@@ -15,19 +15,32 @@ import json
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias
 
 import jq  # type: ignore[import-not-found,unused-ignore]  # ships no type information
 import regex
 
 from .._errors import TargetError
 from .._model import Options
-from ._html import html_to_text
-from ._options import GREP_HINT, JQ_HINT, check_grep, check_jq, lone_surrogate, parse_pages
-from ._pdf import document_title, page_text
+from ._html import html_shapes, html_to_text
+from ._html_meta import MAX_LINKS
+from ._options import (
+    GREP_HINT,
+    JQ_HINT,
+    TEXT_FORMATS,
+    check_grep,
+    check_jq,
+    lone_surrogate,
+    parse_pages,
+)
+from ._pdf import document_info, document_title, page_text, uri_links
 from ._question import answer
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
 
 Kind: TypeAlias = Literal["html", "json", "pdf", "text"]
 
@@ -196,7 +209,10 @@ def decode(body: Body, kind: Kind) -> str:
 # -- the options --------------------------------------------------------------------------------
 
 
-def _pdf_pages(body: Body, spec: str, markdown: bool) -> tuple[str, dict[str, object]]:
+def _pdf_pages(body: Body, spec: str, wanted: _Wanted) -> tuple[dict[str, str], dict[str, object]]:
+    """The PDF's pages in each text-like format of ``wanted`` (``[page N]`` headers in text,
+    ``## Page N`` in Markdown), and its ``meta``: ``page_count``, ``pages``, ``title``, and
+    ``links``/``metadata`` when asked for."""
     import pypdf
     from pypdf.errors import PyPdfError
 
@@ -211,36 +227,73 @@ def _pdf_pages(body: Body, spec: str, markdown: bool) -> tuple[str, dict[str, ob
                 status=422,
             )
         count = len(reader.pages)
-        wanted: list[int] = []
-        ranges = parse_pages(spec) if spec else [(1, None)]
-        for start, end in ranges:
-            last = count if end is None else min(end, count)
-            wanted.extend(n for n in range(start, last + 1) if n not in wanted)
-        if not wanted:
-            raise TargetError(
-                f"the PDF has {count} page{'s' if count != 1 else ''}; pages={spec} asks for "
-                "none of them",
-                hint=f"ask for pages between 1 and {count}, such as pages=1-{min(count, 5)}",
-                status=416,
-            )
-        sections = []
+        numbers = _page_numbers(spec, count)
         title = document_title(reader)
-        for number in wanted:
+        texts: list[tuple[int, str]] = []
+        for number in numbers:
             text = page_text(reader.pages[number - 1])
             if not title and number == 1:
                 title = next((line.strip() for line in text.splitlines() if line.strip()), "")
-            header = f"## Page {number}" if markdown else f"[page {number}]"
-            sections.append(f"{header}\n\n{text.strip()}".rstrip())
+            texts.append((number, text))
+        meta: dict[str, object] = {"page_count": count, "pages": numbers}
+        if title:
+            meta["title"] = title[:300]
+        meta.update(_pdf_extras(reader, body.url, numbers, wanted))
     except TargetError:
         raise
     except (PyPdfError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise TargetError(
             f"the PDF could not be read ({type(exc).__name__})", hint=hint, status=422
         ) from None
-    meta: dict[str, object] = {"page_count": count, "pages": wanted}
-    if title:
-        meta["title"] = title[:300]
-    return "\n\n".join(sections) + "\n", meta
+    shaped = {}
+    for name in wanted.texts:
+        sections = [
+            (f"## Page {n}" if name == "markdown" else f"[page {n}]") + f"\n\n{text.strip()}"
+            for n, text in texts
+        ]
+        shaped[name] = "\n\n".join(section.rstrip() for section in sections) + "\n"
+    return shaped, meta
+
+
+def _page_numbers(spec: str, count: int) -> list[int]:
+    """The pages ``spec`` names (all without one), in its order, each once.
+
+    Raises:
+        TargetError: none of them is in the document (status 416).
+    """
+    wanted: list[int] = []
+    seen: set[int] = set()
+    for start, end in parse_pages(spec) if spec else [(1, None)]:
+        last = count if end is None else min(end, count)
+        for n in range(start, last + 1):
+            if n not in seen:
+                seen.add(n)
+                wanted.append(n)
+    if not wanted:
+        raise TargetError(
+            f"the PDF has {count} page{'s' if count != 1 else ''}; pages={spec} asks for "
+            "none of them",
+            hint=f"ask for pages between 1 and {count}, such as pages=1-{min(count, 5)}",
+            status=416,
+        )
+    return wanted
+
+
+def _pdf_extras(
+    reader: PdfReader, url: str, numbers: list[int], wanted: _Wanted
+) -> dict[str, object]:
+    """``metadata`` (the document info) and ``links`` (the URI annotations of the pages read;
+    a damaged annotation ends the list there) when ``wanted`` asks for them."""
+    extras: dict[str, object] = {}
+    if wanted.metadata:
+        extras["metadata"] = document_info(reader, len(reader.pages))
+    if wanted.links:
+        host = (urllib.parse.urlsplit(url).hostname or "").lower()
+        try:
+            extras["links"] = uri_links(reader, numbers, host, MAX_LINKS)
+        except Exception:  # damaged annotations only cost the links
+            extras["links"] = []
+    return extras
 
 
 def _jq(text: str, program: str) -> tuple[str, dict[str, object]]:
@@ -300,19 +353,49 @@ def _grep(text: str, pattern: str, context: bool, seconds: float) -> tuple[str, 
     return "\n".join(out) + ("\n" if out else ""), {"matches": len(matched)}
 
 
-def shape_body(
-    body: Body, options: Options, *, grep_seconds: float = GREP_SECONDS
-) -> tuple[str, dict[str, object]]:
-    """The content the options ask for, and what they add to ``meta``.
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    """What the options ask of a body: its text-like formats (the first is the content; with
+    no ``formats``, the mode alone), and whether links and metadata."""
 
-    Order: the mode (or the PDF's pages, or jq on JSON), then ``question`` or ``grep``.
+    texts: tuple[str, ...]
+    links: bool = False
+    metadata: bool = False
+    listed: bool = False
+    """Asked with ``formats`` (else with ``mode``, as before ``formats`` existed)."""
 
-    Raises:
-        TargetError: the type cannot become text (415), an option does not apply to this type
-            (422), a page range outside the document (416), or jq/grep/PDF failures (422).
-    """
-    kind = kind_of(body)
-    mode = options.mode or "text"
+    @classmethod
+    def of(cls, options: Options) -> _Wanted:
+        formats = options.formats
+        if not formats:
+            return cls((options.mode or "text",))
+        texts = tuple(name for name in formats if name in TEXT_FORMATS)
+        return cls(texts, "links" in formats, "metadata" in formats, listed=True)
+
+
+def _check_fits(name: str, kind: Kind, described: str, listed: bool) -> None:
+    """Refuse a text-like format that does not apply to this kind of body (status 422)."""
+    label = f"the {name} format" if listed else f"mode={name}"
+    if name == "html" and kind != "html":
+        raise _not_applicable(
+            f"{label} applies to HTML pages; this response is {described}",
+            "use text (the default)" if not listed else "ask for text or raw instead",
+        )
+    if name == "markdown" and kind == "json":
+        raise _not_applicable(
+            f"{label} does not apply to {described}",
+            "use mode=raw or jq= for JSON" if not listed else "ask for text or raw instead",
+        )
+    if name == "raw" and kind == "pdf":
+        raise _not_applicable(
+            f"{label} does not apply to a PDF, which is binary",
+            "use mode=text (the default), with pages= to pick pages"
+            if not listed
+            else "ask for text or markdown instead, with pages= to pick pages",
+        )
+
+
+def _check_options(body: Body, kind: Kind, options: Options, wanted: _Wanted) -> None:
     what = {"html": "an HTML page", "json": "JSON", "pdf": "a PDF", "text": "plain text"}[kind]
     described = f"{what} ({body.content_type})" if body.content_type else what
     if options.jq and kind != "json":
@@ -325,36 +408,68 @@ def shape_body(
             f"pages applies to PDF documents; this response is {described}",
             "drop pages; use question= or grep= to narrow other pages",
         )
-    if mode == "html" and kind != "html":
-        raise _not_applicable(
-            f"mode=html applies to HTML pages; this response is {described}",
-            "use mode=text (the default)",
-        )
-    if mode == "markdown" and kind == "json":
-        raise _not_applicable(
-            f"mode=markdown does not apply to {described}",
-            "use mode=raw or jq= for JSON",
-        )
-    if mode == "raw" and kind == "pdf":
-        raise _not_applicable(
-            "mode=raw does not apply to a PDF, which is binary",
-            "use mode=text (the default), with pages= to pick pages",
-        )
-    meta: dict[str, object] = {"mode": mode}
+    for name in wanted.texts:
+        _check_fits(name, kind, described, wanted.listed)
+
+
+def _shaped(
+    body: Body, kind: Kind, options: Options, wanted: _Wanted
+) -> tuple[dict[str, str], dict[str, object]]:
+    """Each text-like format ``wanted`` asks for, and what shaping adds to ``meta`` (``title``,
+    a PDF's pages, ``links`` and ``metadata``)."""
     if kind == "pdf":
-        content, extra = _pdf_pages(body, options.pages, markdown=mode == "markdown")
-        meta.update(extra)
-    else:
-        text = decode(body, kind)
-        if kind == "html" and mode in ("text", "markdown"):
-            content, title = html_to_text(text, base_url=body.url, markdown=mode == "markdown")
-            if title:
-                meta["title"] = title
-        elif kind == "json" and options.jq:
-            content, extra = _jq(text, options.jq)
-            meta.update(extra)
-        else:
-            content = text
+        return _pdf_pages(body, options.pages, wanted)
+    text = decode(body, kind)
+    meta: dict[str, object] = {}
+    if kind == "html" and wanted.listed:
+        shapes = html_shapes(text, url=body.url, formats=options.formats)
+        if shapes.title:
+            meta["title"] = shapes.title
+        if shapes.links is not None:
+            meta["links"] = shapes.links
+        if shapes.metadata is not None:
+            meta["metadata"] = shapes.metadata
+        return shapes.texts, meta
+    mode = wanted.texts[0]
+    if kind == "html" and mode in ("text", "markdown"):
+        content, title = html_to_text(text, base_url=body.url, markdown=mode == "markdown")
+        if title:
+            meta["title"] = title
+        return {mode: content}, meta
+    if kind == "json" and options.jq:
+        content, extra = _jq(text, options.jq)
+        return {mode: content}, {**meta, **extra}
+    if wanted.links:
+        meta["links"] = []
+    if wanted.metadata:
+        meta["metadata"] = {}
+    return dict.fromkeys(wanted.texts, text), meta
+
+
+def shape_body(
+    body: Body, options: Options, *, grep_seconds: float = GREP_SECONDS
+) -> tuple[str, dict[str, object]]:
+    """The content the options ask for, and what they add to ``meta``.
+
+    Order: the mode or formats (or the PDF's pages, or jq on JSON), then ``question`` or
+    ``grep`` on the content. With ``formats``, the first text-like format is the content (""
+    when there is none), each other one goes in ``meta["formats"]``, and ``links`` and
+    ``metadata`` in ``meta`` under their names (empty for JSON and plain text).
+
+    Raises:
+        TargetError: the type cannot become text (415), an option does not apply to this type
+            (422), a page range outside the document (416), or jq/grep/PDF failures (422).
+    """
+    kind = kind_of(body)
+    wanted = _Wanted.of(options)
+    _check_options(body, kind, options, wanted)
+    texts, extra = _shaped(body, kind, options, wanted)
+    first = wanted.texts[0] if wanted.texts else ""
+    meta: dict[str, object] = {"mode": first} if first else {}
+    meta.update(extra)
+    content = _valid_text(texts.get(first, ""))
+    if len(wanted.texts) > 1:
+        meta["formats"] = {name: _valid_text(texts[name]) for name in wanted.texts[1:]}
     if options.question:
         context = True if options.context is None else options.context
         content, extra = answer(content, options.question, context)
@@ -362,6 +477,12 @@ def shape_body(
     elif options.grep:
         content, extra = _grep(content, options.grep, bool(options.context), grep_seconds)
         meta.update(extra)
-    if lone_surrogate(content) is not None:  # e.g. from a PDF's broken UTF-16 text strings
-        content = content.encode("utf-8", errors="replace").decode("utf-8")
     return content, meta
+
+
+def _valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate (from a PDF's broken UTF-16 text strings,
+    say) becomes U+FFFD."""
+    if lone_surrogate(text) is not None:
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+    return text
