@@ -10,7 +10,7 @@ import pytest
 from trio_batch import Options, Target, TargetError
 from trio_batch.web import WebFetcher, shape
 from trio_batch.web._isolate import in_process, warms_up
-from trio_batch.web._options import validate_options
+from trio_batch.web._options import FORMATS, validate_options
 from trio_batch.web._shape import Body
 
 from .support import CALLER, DATA_JSON, HTML, JSON, LOOPBACK, PDF, LocalServer, Reply, make_pdf
@@ -202,6 +202,18 @@ class TestOptions:
         assert info.value.status == 400
         assert info.value.msg == message
         assert info.value.hint
+
+    def test_the_openapi_options_list_the_same_formats(self) -> None:
+        """The API's schema (and so the MCP tools' input schemas) names every format, once."""
+        from trio_batch.http._openapi.schemas import OPTIONS
+
+        properties = OPTIONS["properties"]
+        assert isinstance(properties, dict)
+        schema = properties["formats"]
+
+        assert schema["type"] == "array"
+        assert list(FORMATS) == schema["items"]["enum"]
+        assert len(FORMATS) == schema["maxItems"]
 
     def test_a_hostile_format_name_is_cut_in_the_message(self) -> None:
         """An unknown name of 4,000 characters is quoted short."""
