@@ -16,8 +16,9 @@ def shape(body: bytes, *, url: str, content_type: str, options: Options) -> Resu
     way, and tests can check the extractor without a server. ``url`` is the page's address
     (relative links in Markdown are made absolute against it); ``content_type`` is the
     ``Content-Type`` header as sent, with its ``charset`` if any (``""`` sniffs the bytes).
-    ``meta`` holds what the options add (``mode``, ``title``, ``page_count``, ``matches``, ...),
-    not the fields of a fetch (``status``, ``elapsed``...).
+    ``meta`` holds what the options add (``mode``, ``title``, ``page_count``, ``matches``, and
+    with ``formats`` the other formats in ``formats``, ``links`` and ``metadata``), not the
+    fields of a fetch (``status``, ``elapsed``...).
 
     It is synchronous and pure: CPU work in the caller's thread and process, **without** the
     limits that the fetcher puts around it (the fetcher runs this same code in worker processes
