@@ -187,7 +187,7 @@ class Progress:
 
 
 async def check_tool_list(client: Client) -> None:
-    """The six tools, each with a valid JSON Schema that accepts and refuses what it should."""
+    """The seven tools, each with a valid JSON Schema that accepts and refuses what it should."""
     listed = await client.list_tools()
     schemas = {tool.name: tool.input_schema for tool in listed.tools}
 

@@ -22,6 +22,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.mcp.support import (
     ENV,
+    TOOL_NAMES,
     Site,
     call,
     check_tool_errors,
@@ -77,7 +78,7 @@ async def test_the_default_store_is_in_the_users_data_directory(tmp_path: Path) 
     async with Client(params) as client:
         listed = await client.list_tools()
 
-    assert 6 == len(listed.tools)
+    assert len(TOOL_NAMES) == len(listed.tools)
     assert (tmp_path / "data" / "trio-batch" / "mcp.sqlite").exists()
     assert [] == list(work.iterdir())
 
