@@ -45,8 +45,12 @@ def _clean(value: str, most: int) -> str:
 
 def base_url(tree: LexborHTMLParser, url: str) -> str:
     """What the page's relative links are relative to: its first ``<base href>`` (itself made
-    absolute against ``url``) when that is http(s), else ``url``."""
-    node = tree.css_first("base[href]")
+    absolute against ``url``) when that is http(s), else ``url``.
+
+    Only the head is searched (the HTML5 parser puts every ``<base>`` before the body there),
+    so Markdown, which asks on every page, does not pay for a query of the whole tree."""
+    head = tree.head
+    node = head.css_first("base[href]") if head is not None else None
     href = (node.attributes.get("href") or "").strip() if node is not None else ""
     if not href:
         return url
