@@ -114,7 +114,9 @@ class TestLockedJobsTable:
     ) -> None:
         """Under the lock: 503 + Retry-After within store_timeout, /healthz unhealthy; then 200."""
         timeout = 1.5
-        async with open_service(tmp_path, store_timeout=timeout) as service:
+        # Two live jobs a caller: the submit queued under the lock must not race A's outcome,
+        # which the lock holds back too (with one, it lands only if A's outcome lands first).
+        async with open_service(tmp_path, store_timeout=timeout, jobs_per_caller=2) as service:
             client = service.client
             job_id = (await client.post("/v1/batch", json={"targets": [{"url": A}]})).json()["id"]
             assert (await client.get(f"/v1/batch/{job_id}")).status_code == 200
