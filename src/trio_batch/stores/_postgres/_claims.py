@@ -52,6 +52,20 @@ def _take(chosen: str, more: str) -> str:
     )"""
 
 
+def _held(scope_is: str) -> str:
+    """The scopes of the fleet's slots in use, one row a slot: a claimed job's next target (a
+    claim is a target in flight, or about to be) and a lease, live on the database's clock;
+    ``scope_is`` picks the scopes (``IS NOT NULL``: all; ``= %(scope)s``: one)."""
+    return f"""
+            SELECT tg.scope FROM jobs AS jb
+            JOIN targets AS tg ON tg.job_id = jb.id AND tg.idx = jb.next_idx
+            WHERE jb.claim IS NOT NULL AND jb.claim_until >= clock_timestamp()
+                AND tg.scope {scope_is}
+            UNION ALL
+            SELECT scope FROM scope_leases WHERE until >= clock_timestamp() AND scope {scope_is}
+        """
+
+
 # The claimable jobs of lowest turn, locked (others skip them), then each one's next target:
 # the first not stored from next_idx on (next_idx is a lower bound the finish keeps close).
 CLAIM_SQL = f"""
@@ -86,14 +100,7 @@ CLAIM_SQL = f"""
 # idle workers), so its target starts at once and the spacing holds between starts too.
 CLAIM_SCOPED_SQL = f"""
     WITH held AS (
-        SELECT x.scope, count(*) AS n FROM (
-            SELECT tg.scope FROM jobs AS jb
-            JOIN targets AS tg ON tg.job_id = jb.id AND tg.idx = jb.next_idx
-            WHERE jb.claim IS NOT NULL AND jb.claim_until >= clock_timestamp()
-                AND tg.scope IS NOT NULL
-            UNION ALL
-            SELECT scope FROM scope_leases WHERE until >= clock_timestamp()
-        ) AS x
+        SELECT x.scope, count(*) AS n FROM ({_held("IS NOT NULL")}) AS x
         GROUP BY x.scope
     ), room AS (
         SELECT coalesce(h.scope, s.scope) AS scope, CASE
@@ -151,18 +158,11 @@ CLAIM_SCOPED_SQL = f"""
 # A request outside the rotation takes a lease of its scope's budget, under the same rules and
 # the same lock as the claims: its token, or (no token) in how many seconds the scope's clock
 # ends (None: when a slot frees) and how long it has been pushed back (None: it is well).
-LEASE_SQL = """
+LEASE_SQL = f"""
     WITH s AS (
         SELECT * FROM scopes WHERE scope = %(scope)s
     ), held AS (
-        SELECT count(*) AS n FROM (
-            SELECT 1 FROM jobs AS jb
-            JOIN targets AS tg ON tg.job_id = jb.id AND tg.idx = jb.next_idx
-            WHERE jb.claim IS NOT NULL AND jb.claim_until >= clock_timestamp()
-                AND tg.scope = %(scope)s
-            UNION ALL
-            SELECT 1 FROM scope_leases WHERE scope = %(scope)s AND until >= clock_timestamp()
-        ) AS x
+        SELECT count(*) AS n FROM ({_held("= %(scope)s")}) AS x
     ), v AS (
         SELECT CASE
             WHEN s.blocked_until > clock_timestamp() OR s.next_start > clock_timestamp() THEN false
