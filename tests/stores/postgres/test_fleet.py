@@ -167,6 +167,33 @@ class TestInstancesComeAndGo:
         assert [url("a", 0)] == held.calls
         assert [url("a", 0), url("a", 1)] == again.calls
 
+    async def test_an_instance_cancelled_from_outside_gives_its_turns_back_too(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """An application that cancels the scope around its store and engine (a shutdown,
+        not a crash) gives the claims back as a close does, not after the claim timeout."""
+        import psycopg
+        from psycopg import sql
+
+        held = ScriptedFetch()
+        held.hold(url("a", 0))
+        rec = Recorder()
+        with trio.CancelScope() as scope:
+            async with (
+                PostgresStore.open(pg_dsn, schema=pg_schema) as store,
+                open_engine(store, held, Config(hooks=rec.hooks())) as engine,
+            ):
+                sub = await engine.submit(ALICE, "fleet", targets("a", 2))
+                await rec.wait_until(lambda: rec.inflights[-1:] == [1])
+                scope.cancel()
+                await trio.sleep_forever()
+
+        query = sql.SQL("SELECT claim, status FROM {}.jobs WHERE id = %s").format(
+            sql.Identifier(pg_schema)
+        )
+        with psycopg.connect(pg_dsn) as conn:
+            assert (None, "running") == conn.execute(query, (sub.id,)).fetchone()
+
     async def test_an_expired_claim_is_taken_over_and_the_late_outcome_is_not_stored(
         self, pg_dsn: str, pg_schema: str
     ) -> None:

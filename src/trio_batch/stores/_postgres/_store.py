@@ -746,8 +746,13 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
 
         Cancellation: if this raises :class:`trio.Cancelled`, the claims are still held (and
         expire after ``claim_timeout`` if nobody releases them).
+
+        It needs the pool only, not the writer: when an application cancels the scope around
+        the store and its engine, the cancel ends the writer task before the engine's shielded
+        close gets here, and the claims should still go back at once.
         """
-        self._check_open()
+        if self._pool.closed:
+            raise trio.ClosedResourceError("this PostgresStore is closed")
         tokens = list(self._claims)
         if tokens:
             await self._run(lambda conn: _claims.release_all(conn, tokens, now))
