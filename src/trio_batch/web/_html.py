@@ -338,7 +338,11 @@ class _Converter:
         if self._cells is not None and (tag in LAYOUT or (tag == "p" and self._paragraphs)):
             self._unrow()
 
-        self._starts.get(tag, _Converter._start_other)(self, tag, attributes)
+        handler = self._starts.get(tag)
+        if handler is not None:
+            handler(self, tag, attributes)
+        elif self._pre:  # what _start_other does for most tags, without its call
+            self._start_other(tag, attributes)
 
     def handle_endtag(self, tag: str) -> None:
         """Steps every end tag takes (the title, dropped subtrees), then its handler in
@@ -353,7 +357,14 @@ class _Converter:
                     pass
             return
 
-        self._ends.get(tag, _Converter._end_other)(self, tag)
+        handler = self._ends.get(tag)
+        if handler is not None:
+            handler(self, tag)
+            return
+        if self._pre and self._inside and tag != "pre":  # _end_other, without its call
+            self._inside -= 1
+        if tag in BLOCK and self._pieces:
+            self._flush()
 
     def handle_data(self, data: str) -> None:
         self._emit(data)
@@ -367,39 +378,22 @@ class _Converter:
     def _skipped(self, tag: str, attributes: dict[str, str | None]) -> bool:
         """Whether the tag is inside a dropped subtree or starts one (whose end tag then ends
         the drop)."""
-        if self._drop == [tag] and tag in AUTOCLOSE:
-            self._drop.clear()  # a hidden <p> or <li> left open ends where the next one starts
-        elif self._drop:
-            if tag not in VOID:
-                self._drop.append(tag)
-            return True
+        drop = self._drop
+        if drop:
+            if len(drop) == 1 and drop[0] == tag and tag in AUTOCLOSE:
+                drop.clear()  # a hidden <p> or <li> left open ends where the next one starts
+            else:
+                if tag not in VOID:
+                    drop.append(tag)
+                return True
 
-        if self._dropped(tag, attributes):
+        if (tag in DROP or (tag == "footer" and not self._quote)) or (
+            attributes and _dropped_for(tag, attributes)
+        ):
             if tag not in VOID:
-                self._drop.append(tag)
+                drop.append(tag)
             return True
         return False
-
-    def _dropped(self, tag: str, attributes: dict[str, str | None]) -> bool:
-        if tag in DROP or (tag == "footer" and not self._quote):
-            return True
-        if not attributes:
-            return False
-        if "hidden" in attributes or attributes.get("aria-hidden") == "true":
-            return True
-        if attributes.get("role") in DROP_ROLES:
-            return True
-
-        classes = (attributes.get("class") or "").split()
-        if not classes:
-            return False
-        if not DROP_CLASSES.isdisjoint(classes):
-            return True
-        return (
-            tag == "a"
-            and (attributes.get("href") or "").startswith("#")
-            and not PERMALINK_CLASSES.isdisjoint(classes)
-        )
 
     # -- start tags: the handlers of ``_starts`` ----------------------------------------------
 
@@ -665,6 +659,26 @@ class _Converter:
             self._end_mark(tag)
 
 
+def _dropped_for(tag: str, attributes: dict[str, str | None]) -> bool:
+    """Whether an element's attributes drop it: hidden, a navigation role, a sidebar's or a
+    permalink's class."""
+    if "hidden" in attributes or attributes.get("aria-hidden") == "true":
+        return True
+    if attributes.get("role") in DROP_ROLES:
+        return True
+
+    classes = (attributes.get("class") or "").split()
+    if not classes:
+        return False
+    if not DROP_CLASSES.isdisjoint(classes):
+        return True
+    return (
+        tag == "a"
+        and (attributes.get("href") or "").startswith("#")
+        and not PERMALINK_CLASSES.isdisjoint(classes)
+    )
+
+
 _MAY_DROP: Final = DROP | {"footer"}
 """Tags that are dropped for what they are, whatever their attributes."""
 
@@ -756,7 +770,6 @@ def _walk(converter: _Converter, top: LexborNode) -> None:
     depth = 0
     while node is not None:
         tag = node.tag
-        descend = False
         if tag == "-text":
             data(node.text_content or "")
         elif tag is not None and tag not in _SKIPPED:
@@ -767,13 +780,12 @@ def _walk(converter: _Converter, top: LexborNode) -> None:
             elif not dropping and drops and tag != "head":
                 end(tag)  # started a drop: nothing inside it would be kept
             else:
-                child = node.child
-                if child is None:
-                    end(tag)
-                else:
-                    node, depth, descend = child, depth + 1, True
-        if descend:
-            continue
+                child = node.first_child
+                if child is not None:
+                    node = child
+                    depth += 1
+                    continue
+                end(tag)
         while True:  # the next node: a sibling, or the end of each parent left behind
             if not depth:
                 return
