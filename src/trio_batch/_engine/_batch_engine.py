@@ -23,7 +23,7 @@ from typing import cast, final
 
 import trio
 
-from .._budget import CURRENT_SLOT, HostBudget, HostSlot, ScopeNews, Waiting
+from .._budget import CURRENT_SLOT, HostBudget, HostSlot, Waiting
 from .._config import Config
 from .._errors import NoTargets, RetryLater, TargetError, classify_failure
 from .._hooks import SafeHooks
@@ -52,14 +52,12 @@ from ..stores._protocol import (
     NewJob,
     Outcome,
     ResumedJob,
-    ScopeReport,
-    ScopeRules,
     Store,
     Stored,
     is_fleet,
 )
 from ._ahead import ClaimAhead
-from ._gate import FleetGate
+from ._fleet_budget import FleetBudget
 from ._groups import drain_in_groups
 from ._live import (
     EngineStatistics,
@@ -145,23 +143,14 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._wants_work = trio.Event()  # fleet: set when a worker takes or waits for a turn
         self._ahead = ClaimAhead()  # fleet: how many turns to claim beyond the idle workers
         self._dry = False  # fleet: the last claim found fewer turns than it asked for
-        # Fleet with a budget: the scopes' rules the claims keep, and the budget's news for the
-        # fleet (reported by a task of their own).
-        self._budget = budget if scope is not None else None
-        self._scope_of = scope
-        self._scope_rules: ScopeRules | None = None
-        self._reports: list[ScopeReport] = []
-        self._reported = trio.Event()
-        self._reports_lock = trio.Lock()
-        self._gate: FleetGate | None = None
-        if self._fleet and self._budget is not None:
-            b = self._budget
-            self._scope_rules = ScopeRules(b.concurrency, b.interval, b.block_limit)
-            b.add_observer(self._heard)
-            self._gate = FleetGate(
+        # Fleet with a budget: the budget is the fleet's (the claims keep its rules).
+        self._fleet_budget: FleetBudget | None = None
+        if self._fleet and budget is not None and scope is not None:
+            self._fleet_budget = FleetBudget(
                 cast("FleetStore", store),
-                self._scope_rules,
-                lambda exc: self._store_error("lease_scope", "", exc),
+                budget,
+                scope,
+                lambda op, exc: self._store_error(op, "", exc),
             )
 
     # -- public API ---------------------------------------------------------------------------
@@ -283,9 +272,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
 
     def _scopes(self, targets: list[Target]) -> tuple[str | None, ...]:
         """Each target's scope, for a fleet's budgets (the store keeps them); else none."""
-        if self._scope_rules is None or self._scope_of is None:
-            return ()
-        return tuple(self._scope_of(t) for t in targets)
+        return () if self._fleet_budget is None else self._fleet_budget.scopes(targets)
 
     def _enter(self, live: LiveJob, event: str) -> None:
         self._live[live.id] = live
@@ -586,19 +573,14 @@ class BatchEngine(metaclass=NoPublicConstructor):
                         tasks.start_soon(self._rotation.run_timers)
                         if self._fleet:
                             tasks.start_soon(self._claimer)
-                        if self._scope_rules is not None:
-                            tasks.start_soon(self._reporter)
-                        if self._gate is not None and self._budget is not None:
-                            tasks.start_soon(self._gate.run)
-                            self._budget.set_gate(self._gate)
+                        if self._fleet_budget is not None:
+                            await tasks.start(self._fleet_budget.run)
                         elif self._config.resume and is_shared(self._store):
                             tasks.start_soon(self._adopt_loop)
                         task_status.started()
                         await trio.sleep_forever()
                 finally:
                     self._fetched_send.close()
-                    if self._gate is not None and self._budget is not None:
-                        self._budget.set_gate(None)  # closing gives every lease back
         finally:
             self._runner_done.set()
 
@@ -642,6 +624,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         logged and tried again after a backoff; the workers just wait meanwhile.
         """
         store = cast("FleetStore", self._store)
+        rules = None if self._fleet_budget is None else self._fleet_budget.rules
         failures = 0
         while True:
             want = min(self._turns_wanted(), _MAX_CLAIMS)
@@ -652,9 +635,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             t0 = trio.current_time()
             spaced = max(0, self._rotation.idle_workers - self._rotation.ready)
             try:
-                claims = await store.claim_turns(
-                    want, self._wall(), self._scope_rules, spaced=spaced
-                )
+                claims = await store.claim_turns(want, self._wall(), rules, spaced=spaced)
             except Exception as exc:
                 failures += 1
                 self._store_error("claim_turns", "", exc)
@@ -666,8 +647,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
             for claim in claims:
                 live = live_job_of(claim, trio.current_time(), self._wall())
                 self._live[live.id] = live
-                if claim.scope is not None and self._budget is not None:
-                    self._budget.hold(claim.scope, claim.scope_wait, claim.scope_blocked_for)
+                if self._fleet_budget is not None:
+                    self._fleet_budget.hold(claim)
                 self._rotation.put(live)
             if claims:
                 self._report_depth()
@@ -675,37 +656,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
                     hook(len(claims), sum(c.taken_over for c in claims))
             # With budgets a claim may stop short at a scope's last slot: the next one, which
             # sees that scope full, passes over its jobs to the others.
-            if len(claims) < want and not (claims and self._scope_rules is not None):
+            if len(claims) < want and not (claims and rules is not None):
                 with trio.move_on_after(_FLEET_POLL):
                     await store.wait_for_turns()
-
-    def _heard(self, news: ScopeNews) -> None:
-        """Fleet: the budget learned something of a scope; the reporter tells the fleet."""
-        ago = trio.current_time() - news.started_at
-        self._reports.append(ScopeReport(news.scope, news.kind, news.seconds, ago))
-        self._reported.set()
-
-    async def _reporter(self) -> None:
-        """Fleet: store the budget's news of its scopes, batched, as they come.
-
-        A report that fails is logged and dropped: this instance's budget still holds the
-        scope back, and the next event is reported again.
-        """
-        while True:
-            await self._reported.wait()
-            self._reported = trio.Event()
-            try:
-                await self._send_reports()
-            except Exception as exc:
-                self._store_error("report_scopes", "", exc)
-
-    async def _send_reports(self) -> None:
-        """Store the news not yet stored; one sender at a time, so that news stored before a
-        turn is given back is in the database before the turn is."""
-        async with self._reports_lock:
-            reports, self._reports = self._reports, []
-            if reports:
-                await cast("FleetStore", self._store).report_scopes(reports)
 
     def _turns_wanted(self) -> int:
         """Fleet: turns to claim now, for the idle workers and a few more (``ClaimAhead``).
@@ -846,7 +799,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         So a serial job starts nothing else meanwhile, and a job of more ``concurrency`` runs
         its other targets.
         """
-        if live.claim is not None and self._scope_rules is not None:
+        if live.claim is not None and self._fleet_budget is not None:
             # fleet budgets: the turn goes back at once, and the fleet's backoff holds it (one
             # probe fleet-wide when it ends, not one from each instance holding a turn)
             if (hook := self._hooks.retry) is not None:
@@ -906,7 +859,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         store = cast("FleetStore", self._store)
         with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
             try:
-                await self._send_reports()  # the fleet learns of the backoff before the turn
+                if self._fleet_budget is not None:  # the fleet learns of the backoff first
+                    await self._fleet_budget.send_reports()
                 await store.release_claim(live.claim, self._wall(), busy_since)
             except Exception as exc:  # the claim expires and another instance takes it
                 self._store_error("release_claim", live.id, exc)
