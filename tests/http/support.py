@@ -19,10 +19,11 @@ import functools
 import ipaddress
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -443,3 +444,29 @@ async def until_all_end(client: httpx.AsyncClient, job_ids: list[str]) -> list[d
                         break
             summaries.append((await client.get(f"/v1/batch/{job_id}")).json())
     return summaries
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+"""Debian's Chromium, which the ``/ui`` tests drive with Playwright (None: they skip)."""
+
+
+@contextlib.contextmanager
+def browser_page(playwright: Any, width: int, height: int) -> Iterator[tuple[Any, list[str]]]:
+    """A headless Chromium page of ``width`` x ``height`` and the errors it has seen: script
+    errors, answers of 400 and over (with their URL), console errors. The browser closes with
+    the block."""
+    browser = playwright.chromium.launch(
+        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+    )
+    errors: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on(
+            "response",
+            lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None,
+        )
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        yield page, errors
+    finally:
+        browser.close()

@@ -10,7 +10,6 @@ Chromium. ``TRIO_BATCH_UI_SCREENSHOT=docs/ui.png`` saves the screenshot the docs
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,7 @@ from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
-from .support import ALICE, auth, make_keys
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from .support import ALICE, CHROMIUM, auth, browser_page, make_keys
 
 
 class TestPage:
@@ -87,53 +84,39 @@ def _drive(
     from playwright.sync_api import expect, sync_playwright
 
     seen: dict[str, object] = {"errors": []}
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 520})
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on(
-                "response",
-                lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None,
-            )
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.goto(f"{base}/ui")
-            seen["focused"] = page.evaluate("document.activeElement.id")
-            page.get_by_label("API key").fill(ALICE)
-            page.keyboard.press("Enter")  # the form works from the keyboard
-            live = page.locator(f'tr[data-job-id="{job_ids[-1]}"]')
-            expect(live).to_have_attribute("data-status", "running")
-            expect(live.locator(".counts")).to_contain_text("1 done")
-            seen["rows"] = page.locator("tbody tr").count()
-            seen["first_row"] = page.locator("tbody tr").first.get_attribute("data-job-id")
-            seen["bar_before"] = live.get_by_role("progressbar").get_attribute("aria-valuenow")
-            page.screenshot(path=str(screenshot), full_page=True)  # a job mid-way, for the docs
-            seen["shot_bytes"] = screenshot.stat().st_size
-            release()  # the held target may finish now; the page learns it from the events
-            expect(live).to_have_attribute("data-status", "done", timeout=10_000)
-            expect(live.locator(".counts")).to_contain_text("2 done, 0 failed")
-            seen["bar_after"] = live.get_by_role("progressbar").get_attribute("aria-valuenow")
-            seen["cancel_disabled"] = live.get_by_role("button", name="Cancel").is_disabled()
-            seen["ndjson"] = live.get_by_role("link", name="NDJSON").get_attribute("href")
-            seen["retry_disabled_when_all_done"] = live.get_by_role(
-                "button", name="Retry failed"
-            ).is_disabled()
-            partial = page.locator(f'tr[data-job-id="{job_ids[1]}"]')
-            expect(partial).to_have_attribute("data-status", "partial")
-            partial.get_by_role("button", name="Retry failed").click()
-            expect(page.locator("tbody tr")).to_have_count(4)
-            newest = page.locator("tbody tr").first
-            expect(newest).to_have_attribute("data-status", "done", timeout=10_000)
-            expect(newest.locator(".counts")).to_contain_text("1 done, 0 failed")
-            seen["retried_as"] = newest.get_attribute("data-job-id")
+    with sync_playwright() as p, browser_page(p, 1100, 520) as (page, errors):
+        page.goto(f"{base}/ui")
+        seen["focused"] = page.evaluate("document.activeElement.id")
+        page.get_by_label("API key").fill(ALICE)
+        page.keyboard.press("Enter")  # the form works from the keyboard
+        live = page.locator(f'tr[data-job-id="{job_ids[-1]}"]')
+        expect(live).to_have_attribute("data-status", "running")
+        expect(live.locator(".counts")).to_contain_text("1 done")
+        seen["rows"] = page.locator("tbody tr").count()
+        seen["first_row"] = page.locator("tbody tr").first.get_attribute("data-job-id")
+        seen["bar_before"] = live.get_by_role("progressbar").get_attribute("aria-valuenow")
+        page.screenshot(path=str(screenshot), full_page=True)  # a job mid-way, for the docs
+        seen["shot_bytes"] = screenshot.stat().st_size
+        release()  # the held target may finish now; the page learns it from the events
+        expect(live).to_have_attribute("data-status", "done", timeout=10_000)
+        expect(live.locator(".counts")).to_contain_text("2 done, 0 failed")
+        seen["bar_after"] = live.get_by_role("progressbar").get_attribute("aria-valuenow")
+        seen["cancel_disabled"] = live.get_by_role("button", name="Cancel").is_disabled()
+        seen["ndjson"] = live.get_by_role("link", name="NDJSON").get_attribute("href")
+        seen["retry_disabled_when_all_done"] = live.get_by_role(
+            "button", name="Retry failed"
+        ).is_disabled()
+        partial = page.locator(f'tr[data-job-id="{job_ids[1]}"]')
+        expect(partial).to_have_attribute("data-status", "partial")
+        partial.get_by_role("button", name="Retry failed").click()
+        expect(page.locator("tbody tr")).to_have_count(4)
+        newest = page.locator("tbody tr").first
+        expect(newest).to_have_attribute("data-status", "done", timeout=10_000)
+        expect(newest.locator(".counts")).to_contain_text("1 done, 0 failed")
+        seen["retried_as"] = newest.get_attribute("data-job-id")
 
-            seen.update(_elsewhere(page, partial, submit))
-        finally:
-            browser.close()
-    seen["errors"] = errors
+        seen.update(_elsewhere(page, partial, submit))
+        seen["errors"] = errors
     return seen
 
 

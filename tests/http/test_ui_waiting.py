@@ -10,7 +10,6 @@ while a second job on that host waits (``host_busy``), and a third host answers 
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,9 +31,8 @@ from trio_batch.http import create_app, serve
 from trio_batch.stores import MemoryStore
 from trio_batch.web import precheck
 
-from .support import ALICE, auth, make_keys
+from .support import ALICE, CHROMIUM, auth, browser_page, make_keys
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 HELD = "https://held.example.test/"
 LIMITED = "https://limited.example.test/"
 
@@ -67,46 +65,32 @@ def _drive(
     from playwright.sync_api import expect, sync_playwright
 
     seen: dict[str, object] = {}
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+    with sync_playwright() as p, browser_page(p, 1100, 600) as (page, errors):
+        page.goto(f"{base}/ui")
+        page.get_by_label("API key").fill(ALICE)
+        page.keyboard.press("Enter")
+        rows = {name: page.locator(f'tr[data-job-id="{i}"]') for name, i in ids.items()}
+        expect(rows["busy"]).to_have_attribute("data-waiting", "host_busy")
+        expect(rows["backoff"]).to_have_attribute("data-waiting", "backoff")
+        for name in ("busy", "backoff"):
+            line = rows[name].locator(".waiting")
+            expect(line).to_be_visible()
+            seen[name] = line.text_content()
+        seen["holder_waits"] = rows["holder"].get_attribute("data-waiting")
+        seen["crawl_delay"] = page.evaluate(
+            "waitWords({idx: 2, reason: 'crawl_delay', until: Date.now() / 1000 + 5}, 4)"
         )
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 600})
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on(
-                "response",
-                lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None,
-            )
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.goto(f"{base}/ui")
-            page.get_by_label("API key").fill(ALICE)
-            page.keyboard.press("Enter")
-            rows = {name: page.locator(f'tr[data-job-id="{i}"]') for name, i in ids.items()}
-            expect(rows["busy"]).to_have_attribute("data-waiting", "host_busy")
-            expect(rows["backoff"]).to_have_attribute("data-waiting", "backoff")
-            for name in ("busy", "backoff"):
-                line = rows[name].locator(".waiting")
-                expect(line).to_be_visible()
-                seen[name] = line.text_content()
-            seen["holder_waits"] = rows["holder"].get_attribute("data-waiting")
-            seen["crawl_delay"] = page.evaluate(
-                "waitWords({idx: 2, reason: 'crawl_delay', until: Date.now() / 1000 + 5}, 4)"
-            )
-            release()
-            for name in ("holder", "busy"):
-                expect(rows[name]).to_have_attribute("data-status", "done", timeout=10_000)
-            expect(rows["busy"].locator(".waiting")).to_be_hidden()
-            seen["busy_after"] = rows["busy"].get_attribute("data-waiting")
-            expect(rows["backoff"]).to_have_attribute("data-waiting", "backoff")  # still 429
-            recover()
-            expect(rows["backoff"]).to_have_attribute("data-status", "done", timeout=10_000)
-            expect(rows["backoff"].locator(".waiting")).to_be_hidden()
-            seen["backoff_after"] = rows["backoff"].get_attribute("data-waiting")
-        finally:
-            browser.close()
-    seen["errors"] = errors
+        release()
+        for name in ("holder", "busy"):
+            expect(rows[name]).to_have_attribute("data-status", "done", timeout=10_000)
+        expect(rows["busy"].locator(".waiting")).to_be_hidden()
+        seen["busy_after"] = rows["busy"].get_attribute("data-waiting")
+        expect(rows["backoff"]).to_have_attribute("data-waiting", "backoff")  # still 429
+        recover()
+        expect(rows["backoff"]).to_have_attribute("data-status", "done", timeout=10_000)
+        expect(rows["backoff"].locator(".waiting")).to_be_hidden()
+        seen["backoff_after"] = rows["backoff"].get_attribute("data-waiting")
+        seen["errors"] = errors
     return seen
 
 
