@@ -68,7 +68,7 @@ class _List:
     """Where the open item's content starts: the indent of its blocks after the first."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Mark:
     """An open inline element's Markdown: written only once text follows it (so an element
     with no text leaves no mark), and closed with the whitespace around it moved outside."""
@@ -658,8 +658,9 @@ class _Converter:
     def _end_inline(self, tag: str) -> None:
         """Markdown: a link, emphasis or inline code closes its mark (outside ``<pre>``; in
         inline code, only the code's own end tag)."""
-        self._end_other(tag)
-        if self._pre:
+        if self._pre:  # what _end_other does for an inline tag
+            if self._inside:
+                self._inside -= 1
             return
 
         if tag == "code" and self._code:
@@ -758,7 +759,10 @@ def _join(blocks: list[tuple[str, bool]]) -> str:
         if not text:
             previous_tight = False
             continue
-        text = "\n".join(line.rstrip() for line in text.split("\n"))
+        if "\n" in text:
+            text = "\n".join(line.rstrip() for line in text.split("\n"))
+        else:
+            text = text.rstrip()
         if out:
             out.append("\n" if tight and previous_tight else "\n\n")
         out.append(text)
