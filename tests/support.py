@@ -1,12 +1,15 @@
-"""What every test room shares: the callers, a movable wall clock, an event recorder and a
-site of hosts that records what it received (for the host budgets)."""
+"""What every test room shares: the callers, a movable wall clock, an event recorder, a
+site of hosts that records what it received (for the host budgets), and a real HTTP server
+that records each request's headers (for the headers a target sends)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+import h11
 import trio
 
 from trio_batch import Caller, Hooks, Result, RetryLater, Target
@@ -114,3 +117,72 @@ class Site:
             return Result("ok")
         finally:
             self.in_flight[host] -= 1
+
+
+Route = tuple[int, list[tuple[str, str]], bytes]
+"""An answer of :class:`RecordingSite`: status, headers, body."""
+
+
+class RecordingSite:
+    """A local HTTP/1.1 server (h11, keep-alive) that records each request's path and headers
+    (lower-case names) and answers from its routes; a path with no route gets ``unrouted``."""
+
+    def __init__(self, host: str, unrouted: Route = (404, [], b"not found")) -> None:
+        self.host = host
+        self.port = 0
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.routes: dict[str, Route] = {}
+        self.unrouted = unrouted
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}:{self.port}{path}"
+
+    def route(self, path: str, body: bytes = b"ok", *, to: str = "", status: int = 200) -> None:
+        """Answer ``path`` with ``status`` and ``body`` (plain text), or with a 302 to ``to``."""
+        self.routes[path] = (302, [("location", to)], b"") if to else (status, [], body)
+
+    def headers_of(self, path: str) -> list[dict[str, str]]:
+        return [headers for p, headers in self.requests if p == path]
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                request: h11.Request | None = None
+                while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+                    if event is h11.NEED_DATA:
+                        conn.receive_data(bytes(await stream.receive_some(65536)))
+                    elif isinstance(event, h11.Request):
+                        request = event
+                    elif isinstance(event, h11.ConnectionClosed):
+                        return
+                assert request is not None
+                await self._answer(stream, conn, request)
+                conn.start_next_cycle()
+        except (trio.BrokenResourceError, h11.ProtocolError):
+            return
+        finally:
+            await stream.aclose()
+
+    async def _answer(
+        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request
+    ) -> None:
+        path = request.target.decode()
+        self.requests.append((path, {k.decode(): v.decode() for k, v in request.headers}))
+        status, headers, body = self.routes.get(path, self.unrouted)
+        headers = [*headers, ("content-type", "text/plain"), ("content-length", str(len(body)))]
+        await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
+        await stream.send_all(conn.send(h11.Data(data=body)))
+        await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
+async def serve_recording_site(
+    nursery: trio.Nursery, host: str, unrouted: Route = (404, [], b"not found")
+) -> RecordingSite:
+    """A :class:`RecordingSite` on ``host`` (any free port), served by ``nursery``."""
+    site = RecordingSite(host, unrouted)
+    listeners: list[trio.SocketListener] = await nursery.start(
+        functools.partial(trio.serve_tcp, site.handle, 0, host=host)
+    )
+    site.port = listeners[0].socket.getsockname()[1]
+    return site

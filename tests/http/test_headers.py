@@ -17,13 +17,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import h11
 import httpx
 import pytest
 import trio
 from starlette.types import ASGIApp
 
 from tests.http.support import ALICE, auth, lifespan, make_keys
+from tests.support import RecordingSite as Site, Route, serve_recording_site
 from trio_batch import BatchEngine, Config, Options, Target, open_engine
 from trio_batch.client import open_client
 from trio_batch.http import create_app
@@ -34,69 +34,18 @@ COOKIE = "sid=cookie-value-0b7d4"
 BEARER = "Bearer token-value-91ac3"
 VALUES = ("cookie-value", "token-value")
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
-
-
-class Site:
-    """A local HTTP server that records each request's path and headers (lower-case names)."""
-
-    def __init__(self, host: str) -> None:
-        self.host = host
-        self.port = 0
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self.routes: dict[str, tuple[int, list[tuple[str, str]]]] = {}
-
-    def url(self, path: str) -> str:
-        return f"http://{self.host}:{self.port}{path}"
-
-    def headers_of(self, path: str) -> list[dict[str, str]]:
-        return [headers for p, headers in self.requests if p == path]
-
-    async def handle(self, stream: trio.SocketStream) -> None:
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request: h11.Request | None = None
-                while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-                    if event is h11.NEED_DATA:
-                        conn.receive_data(bytes(await stream.receive_some(65536)))
-                    elif isinstance(event, h11.Request):
-                        request = event
-                    elif isinstance(event, h11.ConnectionClosed):
-                        return
-                assert request is not None
-                path = request.target.decode()
-                self.requests.append((path, {k.decode(): v.decode() for k, v in request.headers}))
-                status, headers = self.routes.get(path, (200, []))
-                body = b"page text" if status == 200 else b""
-                headers = [*headers, ("content-type", "text/plain")]
-                headers.append(("content-length", str(len(body))))
-                await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
-                await stream.send_all(conn.send(h11.Data(data=body)))
-                await stream.send_all(conn.send(h11.EndOfMessage()))
-                conn.start_next_cycle()
-        except (trio.BrokenResourceError, h11.ProtocolError):
-            return
-        finally:
-            await stream.aclose()
-
-
-async def _site(nursery: trio.Nursery, host: str) -> Site:
-    site = Site(host)
-    listeners: list[trio.SocketListener] = await nursery.start(
-        functools.partial(trio.serve_tcp, site.handle, 0, host=host)
-    )
-    site.port = listeners[0].socket.getsockname()[1]
-    return site
+PAGE: Route = (200, [], b"page text")
+"""What the sites answer a path with no route of its own."""
 
 
 @pytest.fixture
 async def site(nursery: trio.Nursery) -> Site:
-    return await _site(nursery, "127.0.0.1")
+    return await serve_recording_site(nursery, "127.0.0.1", PAGE)
 
 
 @pytest.fixture
 async def other(nursery: trio.Nursery) -> Site:
-    return await _site(nursery, "127.0.0.2")
+    return await serve_recording_site(nursery, "127.0.0.2", PAGE)
 
 
 @dataclass
@@ -194,7 +143,7 @@ class TestSent:
         self, service: Service, site: Site, other: Site
     ) -> None:
         """The site on 127.0.0.2 a redirect leads to records no credential."""
-        site.routes["/page"] = (302, [("location", other.url("/landing"))])
+        site.route("/page", to=other.url("/landing"))
         await service.run(target(site.url("/page"), Cookie=COOKIE, Authorization=BEARER))
         [there] = other.headers_of("/landing")
 
@@ -231,7 +180,7 @@ class TestNeverShown:
         """Status, results, a target, the listing, the NDJSON and SSE streams and a retry show
         ``<secret>``; the store's bytes and every log record (DEBUG) hold no value."""
         caplog.set_level(logging.DEBUG)
-        site.routes["/gone"] = (500, [])
+        site.route("/gone", b"", status=500)
         job = await service.run(
             target(site.url("/page"), Cookie=COOKIE, Accept_Language="de"),
             target(site.url("/gone"), Authorization=BEARER),

@@ -7,14 +7,13 @@ into the process's memory (``trio_batch._headers.SECRETS``), a reference in the 
 
 from __future__ import annotations
 
-import functools
 import logging
 
-import h11
 import pytest
 import trio
 
-from tests.web.support import CALLER, LOOPBACK, TEXT
+from tests.support import RecordingSite as Site, serve_recording_site
+from tests.web.support import CALLER, LOOPBACK
 from trio_batch import Options, Target, TargetError
 from trio_batch._headers import SECRET_MARK, SECRETS, HeaderSecrets
 from trio_batch.stores import MemoryStore
@@ -24,71 +23,16 @@ COOKIE = "session=cookie-value-7f3a9"
 BEARER = "Bearer token-value-5c1e2"
 
 
-class Site:
-    """A local HTTP server that records each request's path and headers (lower-case names)."""
-
-    def __init__(self, host: str) -> None:
-        self.host = host
-        self.port = 0
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self.routes: dict[str, tuple[int, list[tuple[str, str]], bytes]] = {}
-
-    def url(self, path: str) -> str:
-        return f"http://{self.host}:{self.port}{path}"
-
-    def route(self, path: str, body: bytes = b"ok", *, to: str = "") -> None:
-        """Answer ``path`` with ``body``, or with a 302 to ``to``."""
-        self.routes[path] = (302, [("location", to)], b"") if to else (200, TEXT, body)
-
-    def headers_of(self, path: str) -> list[dict[str, str]]:
-        return [headers for p, headers in self.requests if p == path]
-
-    async def handle(self, stream: trio.SocketStream) -> None:
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request: h11.Request | None = None
-                while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-                    if event is h11.NEED_DATA:
-                        conn.receive_data(bytes(await stream.receive_some(65536)))
-                    elif isinstance(event, h11.Request):
-                        request = event
-                    elif isinstance(event, h11.ConnectionClosed):
-                        return
-                assert request is not None
-                path = request.target.decode()
-                self.requests.append((path, {k.decode(): v.decode() for k, v in request.headers}))
-                status, headers, body = self.routes.get(path, (404, TEXT, b"not found"))
-                headers = [*headers, ("content-length", str(len(body)))]
-                await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
-                await stream.send_all(conn.send(h11.Data(data=body)))
-                await stream.send_all(conn.send(h11.EndOfMessage()))
-                conn.start_next_cycle()
-        except (trio.BrokenResourceError, h11.ProtocolError):
-            return
-        finally:
-            await stream.aclose()
-
-
-async def _site(nursery: trio.Nursery, host: str) -> Site:
-    site = Site(host)
-    listeners: list[trio.SocketListener] = await nursery.start(
-        functools.partial(trio.serve_tcp, site.handle, 0, host=host)
-    )
-    site.port = listeners[0].socket.getsockname()[1]
-    return site
-
-
 @pytest.fixture
 async def site(nursery: trio.Nursery) -> Site:
     """The target's site, on 127.0.0.1."""
-    return await _site(nursery, "127.0.0.1")
+    return await serve_recording_site(nursery, "127.0.0.1")
 
 
 @pytest.fixture
 async def other(nursery: trio.Nursery) -> Site:
     """Another origin, on 127.0.0.2."""
-    return await _site(nursery, "127.0.0.2")
+    return await serve_recording_site(nursery, "127.0.0.2")
 
 
 def sealed(url: str, **headers: str) -> Target:
@@ -195,7 +139,7 @@ class TestCredentialsStayHome:
 
     async def test_another_port_is_another_origin(self, site: Site, nursery: trio.Nursery) -> None:
         """Same host, another port: no credential."""
-        second = await _site(nursery, "127.0.0.1")
+        second = await serve_recording_site(nursery, "127.0.0.1")
         site.route("/page", to=second.url("/landing"))
         second.route("/landing")
         async with WebFetcher(allow=LOOPBACK) as fetch:
