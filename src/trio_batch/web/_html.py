@@ -208,6 +208,8 @@ class _Converter:
         cells = self._cells
         if cells is None:
             buffer = self._pieces
+            if not (buffer or self._pre or self._waiting or self._opener) and text.isspace():
+                return  # the space between blocks, which _flush would drop
         elif cells:
             buffer = cells[-1]
         else:
@@ -220,21 +222,27 @@ class _Converter:
             if text[:1] == "(" and buffer and buffer[-1].endswith("]"):
                 buffer[-1] = buffer[-1][:-1] + "\\]"  # a ] and ( from two text nodes
         if self._waiting and not self._pre:
-            body = text.lstrip(WS)
-            if not body:
-                buffer.append(text)
-                return
-            if len(body) < len(text):
-                buffer.append(text[: len(text) - len(body)])
-            for mark in self._marks:
-                if mark.buffer is None:
-                    if mark.opening == "[" and buffer and buffer[-1].endswith("!"):
-                        buffer[-1] = buffer[-1][:-1] + "\\!"  # not an image's ![
-                    mark.buffer, mark.index = buffer, len(buffer)
-                    buffer.append(mark.opening)
-            self._waiting = 0
-            text = body
+            self._write_marks(buffer, text)
+            return
         buffer.append(text)
+
+    def _write_marks(self, buffer: list[str], text: str) -> None:
+        """Write ``text`` into ``buffer`` after the marks waiting for text, if it is more than
+        space (which goes before them)."""
+        body = text.lstrip(WS)
+        if not body:
+            buffer.append(text)
+            return
+        if len(body) < len(text):
+            buffer.append(text[: len(text) - len(body)])
+        for mark in self._marks:
+            if mark.buffer is None:
+                if mark.opening == "[" and buffer and buffer[-1].endswith("!"):
+                    buffer[-1] = buffer[-1][:-1] + "\\!"  # not an image's ![
+                mark.buffer, mark.index = buffer, len(buffer)
+                buffer.append(mark.opening)
+        self._waiting = 0
+        buffer.append(body)
 
     # -- inline marks -------------------------------------------------------------------------
 
