@@ -286,6 +286,35 @@ def test_the_first_fetch_that_may_shape_starts_a_worker(
     assert expected == trio.run(main)
 
 
+def test_warm_starts_a_worker_before_any_fetch_and_the_first_fetch_starts_no_other() -> None:
+    """``WebFetcher.warm()`` (serve calls it as it starts) has a worker running before the
+    first page; that page then starts no second one beside its download."""
+
+    async def main() -> tuple[int, int]:
+        async with fetcher(shape_workers=2) as fetch:
+            await fetch.warm()
+            warmed = len(_children() - before)
+            await fetch(CALLER, Target(f"{SITE}/small.txt"))
+            return warmed, len(_children() - before)
+
+    before = _children()
+
+    assert (1, 1) == trio.run(main)
+
+
+def test_warm_outside_the_block_is_a_clear_error() -> None:
+    async def main() -> None:
+        fetch = fetcher()
+        with pytest.raises(RuntimeError, match="not open"):
+            await fetch.warm()
+        async with fetch:
+            pass
+        with pytest.raises(trio.ClosedResourceError):
+            await fetch.warm()
+
+    trio.run(main)
+
+
 def test_workers_do_not_outlive_the_fetcher() -> None:
     """Leaving the fetcher's block ends its worker processes."""
 
@@ -302,13 +331,18 @@ def test_workers_do_not_outlive_the_fetcher() -> None:
 
 
 def _children() -> set[int]:
+    """This process's children but multiprocessing's resource tracker, which the first worker
+    of a process starts beside it, once (a test run alone counted it as a second worker)."""
     me = str(os.getpid())
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as stat:
-                    if stat.read().rsplit(")", 1)[1].split()[1] == me:
+                    if stat.read().rsplit(")", 1)[1].split()[1] != me:
+                        continue
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if b"resource_tracker" not in cmdline.read():
                         found.add(int(entry))
             except OSError:
                 continue

@@ -124,6 +124,7 @@ async def _open_fetcher(
         render_memory=settings.render_memory,
     )
     async with fetcher as fetch:
+        await fetch.warm()  # the service's first page waits for no shaping worker's start
         yield serve_hints(fetch), {"budget": budget, "scope": fetch.scope}
 
 

@@ -534,6 +534,34 @@ class WebFetcher:
         obey = self._obey_robots_by_default if robots is None else robots
         return await self._obey_robots(target.url, checked) if obey else {}
 
+    async def warm(self) -> None:
+        """Start a shaping worker now, instead of beside the first fetch that may need one.
+
+        A service calls this as it starts (``trio-batch serve`` does): its first page then
+        waits for no worker, and the worker's start (a Python interpreter and the shaping
+        imports: 0.2-0.3 s of CPU) does not fall amid the load it came for, where on a busy
+        machine it is CPU taken from the requests. The first fetch afterwards starts no
+        other; the rest of the workers start when jobs first need them, as always.
+
+        Raises:
+            trio.ClosedResourceError: the fetcher is closed.
+            RuntimeError: the fetcher is not open.
+
+        Cancellation: a worker still starting is killed; the next fetch that may need one
+        starts it as if this had not been called.
+        """
+        shaper = self._shaper
+        if shaper is None:
+            if self._closed:
+                raise trio.ClosedResourceError("this WebFetcher is closed")
+            raise RuntimeError("the WebFetcher is not open; warm it inside its `async with`")
+        warm, self._warm = self._warm, False
+        try:
+            await shaper.warm()
+        except BaseException:
+            self._warm = warm
+            raise
+
     async def _warming_if_first(self, options: Options, work: Callable[[], Awaitable[T]]) -> T:
         """``work()``; for the first fetch that may need a shaping worker, while one starts.
 
