@@ -2,10 +2,10 @@
 
 This module holds :class:`WebFetcher`, its pools and the redirect loop. What a failure tells
 the agent is in ``_errors``, the response cache in ``_cache``, the URL and address guard in
-``_guard``, the pinned connections in ``_net``, a response's head and its redirect in
-``_response``, the submit-time option checks in ``_options``, shaping in ``_shape``
-(``question`` in ``_question``) and the worker processes it runs in, in ``_isolate``; rendered
-pages (``render``) in ``_rendered``.
+``_guard``, the pinned connections in ``_net``, reading a response (its head, its redirect,
+its body) in ``_response``, what robots.txt allows in ``_robots``, the submit-time option
+checks in ``_options``, shaping in ``_shape`` (``question`` in ``_question``) and the worker
+processes it runs in, in ``_isolate``; rendered pages (``render``) in ``_rendered``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,7 @@ from ._errors import (
     BUSY_STATUSES,
     busy_error,
     map_transport_errors,
-    status_error,
     timeout_error,
-    too_large,
 )
 from ._guard import (
     Checked,
@@ -60,12 +58,12 @@ from ._response import (
     REDIRECTS,
     Download,
     Refused,
-    content_type,
     hide_location,
     next_hop,
+    read_page,
+    read_robots,
 )
-from ._robots import MAX_ROBOTS_BYTES, RobotsCache
-from ._shape import Body
+from ._robots import RobotsCache, obey
 
 logger = logging.getLogger("trio_batch.web")
 
@@ -94,17 +92,6 @@ class WebFetcherStatistics:
     """Most fetches in flight at once (the ``pool_size`` setting)."""
     callers: int
     """Callers with a fetch in flight or waiting."""
-
-
-async def _read_robots(response: httpx.Response, current: Checked, hop: int) -> tuple[int, bytes]:
-    """A robots.txt answer, whatever its status: the status and at most
-    ``MAX_ROBOTS_BYTES + 1`` bytes (the parser reads the first ``MAX_ROBOTS_BYTES``)."""
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > MAX_ROBOTS_BYTES:
-            break
-    return response.status_code, bytes(body)
 
 
 def scope_of(checked: Checked) -> str:
@@ -699,28 +686,8 @@ class WebFetcher:
         verdict = await self._robots.check(url)
         if verdict.crawl_delay and self._budget is not None:
             self._budget.set_crawl_delay(scope_of(checked), verdict.crawl_delay)
-        if verdict.unreachable:
-            limit = self._budget.block_limit if self._budget is not None else 300.0
-            if verdict.unreachable_for < limit:
-                raise RetryLater("the site's robots.txt could not be read")
-            raise TargetError(
-                f"the site's robots.txt could not be read for {verdict.unreachable_for:.0f} s "
-                "(a 5xx or no answer), which RFC 9309 reads as disallowing everything",
-                hint="try these targets again when the site is back",
-                status=503,
-            )
-        if not verdict.allowed:
-            raise TargetError(
-                f"robots.txt disallows this URL for trio-batch ({verdict.rule})",
-                hint="the site asks crawlers not to fetch this path: fetch a page it allows, "
-                "or ask its operator",
-                status=403,
-            )
-        if verdict.crawl_delay_capped:
-            return {
-                "crawl_delay": {"asked": verdict.crawl_delay_asked, "used": verdict.crawl_delay}
-            }
-        return {}
+        block_limit = self._budget.block_limit if self._budget is not None else 300.0
+        return obey(verdict, block_limit=block_limit)
 
     async def _robots_get(self, url: str) -> tuple[int, bytes]:
         """GET a robots.txt through the guard and its host's budget (not the fetch pool):
@@ -730,7 +697,7 @@ class WebFetcher:
             raise trio.ClosedResourceError("the WebFetcher is closed")
         checked = check_url(url, self._allow)
         with trio.fail_after(self._timeout):
-            return await self._download(client, checked, _read_robots)
+            return await self._download(client, checked, read_robots)
 
     async def _slot(self, current: Checked) -> HostSlot | None:
         """A slot of the hop's host in the budget, unless the engine holds one for it already.
@@ -798,29 +765,11 @@ class WebFetcher:
         return checked
 
     async def _read(self, response: httpx.Response, current: Checked, hop: int) -> Download:
-        status = response.status_code
-        if status in BUSY_STATUSES:
-            raise busy_error(
-                status,
-                response.headers.get("retry-after"),
-                now=self._wall_clock(),
-                cap=self._max_retry_after,
-            )
-        error = status_error(status)
-        if error is not None:
-            raise error
-        mime, charset = content_type(response.headers.get("content-type", ""))
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self._max_bytes:
-            raise too_large(int(declared), limit=self._max_bytes, mime=mime)
-        data = bytearray()
-        async for chunk in response.aiter_bytes():
-            data += chunk
-            if len(data) > self._max_bytes:
-                raise too_large(None, limit=self._max_bytes, mime=mime)
-        return Download(
-            body=Body(bytes(data), mime, charset, str(current.url)),
-            status=status,
-            redirects=hop,
-            cache_control=response.headers.get("cache-control", "").lower(),
+        return await read_page(
+            response,
+            current,
+            hop,
+            max_bytes=self._max_bytes,
+            now=self._wall_clock(),
+            cap=self._max_retry_after,
         )

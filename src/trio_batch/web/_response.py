@@ -1,4 +1,5 @@
-"""Reading a response's head: its content type, and the redirect it asks for.
+"""Reading a response: its content type, the redirect it asks for, and its body (a page's,
+within the size limit, or a robots.txt's).
 
 The fetcher follows redirects itself, one checked hop at a time. Every way a redirect can fail
 (a Location that does not parse, another scheme, a refused address, too many hops) is a
@@ -16,7 +17,9 @@ from typing import Final
 import httpx
 
 from .._errors import TargetError
+from ._errors import BUSY_STATUSES, busy_error, status_error, too_large
 from ._guard import Checked, Network, check_url
+from ._robots import MAX_ROBOTS_BYTES
 from ._shape import Body
 
 REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
@@ -104,3 +107,53 @@ def next_hop(
                 status=403,
             )
         ) from None
+
+
+async def read_page(
+    response: httpx.Response,
+    current: Checked,
+    hop: int,
+    *,
+    max_bytes: int,
+    now: float,
+    cap: float,
+) -> Download:
+    """The final answer of a page's fetch, read in full: ``max_bytes`` at most, ``now`` (the
+    wall clock) and ``cap`` to read a busy answer's ``Retry-After``.
+
+    Raises:
+        RetryLater: the site answered 429 or 503.
+        TargetError: another error status, or a body over ``max_bytes`` (declared or read).
+    """
+    status = response.status_code
+    if status in BUSY_STATUSES:
+        raise busy_error(status, response.headers.get("retry-after"), now=now, cap=cap)
+    error = status_error(status)
+    if error is not None:
+        raise error
+    mime, charset = content_type(response.headers.get("content-type", ""))
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_large(int(declared), limit=max_bytes, mime=mime)
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) > max_bytes:
+            raise too_large(None, limit=max_bytes, mime=mime)
+    return Download(
+        body=Body(bytes(data), mime, charset, str(current.url)),
+        status=status,
+        redirects=hop,
+        cache_control=response.headers.get("cache-control", "").lower(),
+    )
+
+
+async def read_robots(response: httpx.Response, current: Checked, hop: int) -> tuple[int, bytes]:
+    """A robots.txt answer, whatever its status: the status and at most
+    ``MAX_ROBOTS_BYTES + 1`` bytes (the parser reads the first ``MAX_ROBOTS_BYTES``)."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_ROBOTS_BYTES:
+            break
+    return response.status_code, bytes(body)

@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from .._errors import RetryLater
+from .._errors import RetryLater, TargetError
 
 logger = logging.getLogger("trio_batch.web")
 
@@ -179,6 +179,38 @@ class RobotsVerdict:
             and self.crawl_delay_asked is not None
             and self.crawl_delay_asked > self.crawl_delay
         )
+
+
+def obey(verdict: RobotsVerdict, *, block_limit: float) -> dict[str, object]:
+    """What a fetch does with its URL's verdict: refuse it, back off, or go on.
+
+    Returns:
+        What the result's ``meta`` says of a capped ``Crawl-delay`` (empty when none).
+
+    Raises:
+        TargetError: disallowed (403, quoting the rule), or the file stayed unreachable for
+            ``block_limit`` seconds or more (503).
+        RetryLater: the file is unreachable for now: the host is backed off as for a 503.
+    """
+    if verdict.unreachable:
+        if verdict.unreachable_for < block_limit:
+            raise RetryLater("the site's robots.txt could not be read")
+        raise TargetError(
+            f"the site's robots.txt could not be read for {verdict.unreachable_for:.0f} s "
+            "(a 5xx or no answer), which RFC 9309 reads as disallowing everything",
+            hint="try these targets again when the site is back",
+            status=503,
+        )
+    if not verdict.allowed:
+        raise TargetError(
+            f"robots.txt disallows this URL for trio-batch ({verdict.rule})",
+            hint="the site asks crawlers not to fetch this path: fetch a page it allows, "
+            "or ask its operator",
+            status=403,
+        )
+    if verdict.crawl_delay_capped:
+        return {"crawl_delay": {"asked": verdict.crawl_delay_asked, "used": verdict.crawl_delay}}
+    return {}
 
 
 @dataclass(frozen=True, slots=True)
