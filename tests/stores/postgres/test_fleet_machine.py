@@ -338,6 +338,10 @@ class FleetMachine(RuleBasedStateMachine):
 
         return await trio.to_thread.run_sync(count)
 
+    async def _live_claims_held(self) -> int:
+        """How many jobs a running engine holds a claim on (a target claimed, not yet stored)."""
+        return await self._count("claim IS NOT NULL AND NOT (claim_instance = ANY(%(dead)s))")
+
     async def _dead_claims_held(self) -> int:
         """How many claims of killed instances have not expired yet (PostgreSQL's clock)."""
         return await self._count(
@@ -480,16 +484,26 @@ class FleetMachine(RuleBasedStateMachine):
 
     async def _quiescent(self) -> tuple[dict[str, Snapshot], dict[str, Snapshot]]:
         """Wait (bounded) until every job of the fleet and of the reference has ended and
-        nothing is in flight, then return their snapshots."""
+        nothing is in flight, then return their snapshots.
+
+        On the fleet a target is in flight from its claim until its outcome is stored or its
+        claim given back, not only while the fetch runs: a cancelled job's last claimed target
+        is fetched and stored after the job ended. Claims of killed engines stay until they
+        expire, and the checks allow for them.
+        """
         engine = self.instances[0].engine
         with trio.fail_after(SETTLE_SECONDS):
             while True:
+                # Claims first: a snapshot taken after none was held shows every outcome.
+                claimed = await self._live_claims_held()
                 fleet = {job_id: await engine.status(job_id) for job_id in self.twins}
                 reference = {
                     twin: await self.reference.status(twin) for twin in self.twins.values()
                 }
-                if all(ended(s, self.fetch) for s in fleet.values()) and all(
-                    ended(s, self.reference_fetch) for s in reference.values()
+                if (
+                    not claimed
+                    and all(ended(s, self.fetch) for s in fleet.values())
+                    and all(ended(s, self.reference_fetch) for s in reference.values())
                 ):
                     break
                 await trio.sleep(0.05)
