@@ -37,6 +37,10 @@ from ._util import backoff
 
 WaitReason = Literal["host_busy", "backoff", "crawl_delay"]
 
+DEFAULT_BLOCK_LIMIT = 300.0
+"""``HostBudget``'s ``block_limit`` by default, and the limit a fetcher without a budget
+applies to an unreachable robots.txt."""
+
 # Backoff after a 429/503 without Retry-After: 1 s, 2 s, 4 s ... (jittered) up to max_backoff.
 _FIRST_BACKOFF = 1.0
 # Idle scopes are looked for once every this many new scopes (and when each slot is released).
@@ -174,7 +178,7 @@ class HostBudget:
         *,
         concurrency: int = 2,
         interval: float = 0.0,
-        block_limit: float = 300.0,
+        block_limit: float = DEFAULT_BLOCK_LIMIT,
         max_backoff: float = 120.0,
     ) -> None:
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:

@@ -25,7 +25,7 @@ import httpcore
 import httpx
 import trio
 
-from .._budget import CURRENT_SLOT, HostBlocked, HostBudget, HostSlot
+from .._budget import CURRENT_SLOT, DEFAULT_BLOCK_LIMIT, HostBlocked, HostBudget, HostSlot
 from .._errors import RetryLater, TargetError
 from .._headers import SECRETS, has_secrets, is_secret
 from .._model import Caller, Options, Result, Target
@@ -686,7 +686,7 @@ class WebFetcher:
         verdict = await self._robots.check(url)
         if verdict.crawl_delay and self._budget is not None:
             self._budget.set_crawl_delay(scope_of(checked), verdict.crawl_delay)
-        block_limit = self._budget.block_limit if self._budget is not None else 300.0
+        block_limit = self._budget.block_limit if self._budget is not None else DEFAULT_BLOCK_LIMIT
         return obey(verdict, block_limit=block_limit)
 
     async def _robots_get(self, url: str) -> tuple[int, bytes]:
