@@ -24,7 +24,7 @@ from tests.web.pages import pages
 
 from trio_batch import Options
 from trio_batch.web import shape
-from trio_batch.web._shape import Body, decode
+from trio_batch.web._extract._shape import Body, decode
 
 ROUNDS = 20
 Convert = Callable[..., tuple[str, str]]
@@ -32,7 +32,7 @@ Convert = Callable[..., tuple[str, str]]
 
 def _converter(path: str | None) -> Convert:
     if path is None:
-        from trio_batch.web._html import html_to_text
+        from trio_batch.web._extract._html import html_to_text
 
         return html_to_text
     # a name inside trio_batch.web, so that its relative imports resolve (to this checkout)

@@ -25,7 +25,7 @@ Extract = Callable[[str, str], str]
 
 
 def _extractors() -> dict[str, Extract]:
-    from trio_batch.web._html import html_to_text
+    from trio_batch.web._extract._html import html_to_text
 
     found: dict[str, Extract] = {
         "trio-batch text": lambda html, url: html_to_text(html, base_url=url)[0],
@@ -80,7 +80,7 @@ def main() -> int:
         print(built)
         return 1
     base, pages = built
-    from trio_batch.web._shape import Body, decode
+    from trio_batch.web._extract._shape import Body, decode
 
     docs = []
     for page in pages:

@@ -286,8 +286,8 @@ def _previous_converter() -> Convert | None:
 def quality(base: Path, pages: Sequence[str]) -> dict[str, Any]:
     """Recall of the pages' paragraphs, CPU per page in-process, and sameness with
     ``PREVIOUS``, for text and Markdown."""
-    from trio_batch.web._html import html_to_text
-    from trio_batch.web._shape import Body, decode
+    from trio_batch.web._extract._html import html_to_text
+    from trio_batch.web._extract._shape import Body, decode
 
     previous = _previous_converter()
     out: dict[str, Any] = {}

@@ -40,7 +40,7 @@ LONG_FILES: dict[str, str] = {
     "_engine/_batch_engine.py": "BatchEngine and open_engine are one object: the rotation with "
     "its two sources (its own rotation, a fleet's claims), the finisher's acknowledgements and "
     "the reads share its state; split, they were a mixin reaching into each other",
-    "web/_html.py": "the extractor's converter is one state machine over lexbor's tree: blocks, "
+    "web/_extract/_html.py": "the extractor's converter is one state machine over lexbor's tree: blocks, "
     "inline marks, lists, tables and fences share its buffers and its one walk (the tag "
     "handler tables already live in _html_tags); split, each part reached into the others",
 }
@@ -118,6 +118,52 @@ def test_a_room_reaches_another_only_through_its_face(path: Path) -> None:
     ]
 
     assert [] == wrong
+
+
+# web's own rooms, floor by floor: each imports only the floors below it and itself. The
+# extraction is pure code run in worker processes on untrusted bytes: it imports neither the
+# fetching nor the browser, so what a worker loads and what it may reach stays small.
+WEB_ALLOWED = {
+    "_guard": {"_guard"},
+    "_extract": {"_guard", "_extract"},
+    "_render": {"_guard", "_extract", "_render"},
+    "_fetch": {"_guard", "_extract", "_render", "_fetch"},
+}
+
+
+def web_room(module: str) -> str | None:
+    """The room of ``trio_batch.web`` that ``module`` is in (None: the face, or not web)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["trio_batch", "web"] and len(parts) > 2 else None
+
+
+WEB_SOURCES = [p for p in SOURCES if web_room(module_name(p)) is not None]
+
+
+@pytest.mark.parametrize("path", WEB_SOURCES, ids=lambda p: str(p.relative_to(SRC)))
+def test_web_rooms_import_only_the_floors_below(path: Path) -> None:
+    """Inside ``web/``, the guard is the floor, then extraction, the browser and fetching.
+
+    So extraction never imports fetching or the browser, and no import runs back up.
+    """
+    own = web_room(module_name(path))
+    assert own is not None
+    wrong = [
+        name
+        for name in source_imports(path)
+        if (other := web_room(name)) is not None and other not in WEB_ALLOWED[own]
+    ]
+
+    assert [] == wrong
+
+
+def test_web_rooms_are_all_there() -> None:
+    """Every module of ``web/`` but its face lives in one of the four rooms."""
+    web = SRC / "web"
+    loose = sorted(p.name for p in web.glob("*.py") if p.name != "__init__.py")
+
+    assert [] == loose
+    assert set(WEB_ALLOWED) == {web_room(module_name(p)) for p in WEB_SOURCES}
 
 
 def test_the_rooms_are_all_there() -> None:

@@ -23,7 +23,7 @@ from trio_batch import Config, Target, open_engine
 from trio_batch.http import create_app
 from trio_batch.stores import MemoryStore, ResponseCache, Store
 from trio_batch.testing import asgi_lifespan
-from trio_batch.web._cache import CACHE_WAIT
+from trio_batch.web._fetch._cache import CACHE_WAIT
 
 from .support import auth, make_keys
 

@@ -16,7 +16,7 @@ from tests.http.support import auth, open_api
 from tests.web.support import HTML, LOOPBACK, LocalServer, Reply
 from trio_batch import Caller, HostBudget
 from trio_batch.web import WebFetcher, precheck
-from trio_batch.web._sitemap import site_map
+from trio_batch.web._fetch._sitemap import site_map
 
 XML = [("content-type", "application/xml")]
 

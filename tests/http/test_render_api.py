@@ -18,7 +18,7 @@ from trio_batch import Config, open_engine
 from trio_batch.http import create_app
 from trio_batch.stores import MemoryStore
 from trio_batch.web import WebFetcher, precheck
-from trio_batch.web._browser import find_chromium
+from trio_batch.web._render._browser import find_chromium
 
 SPA = b"""<!doctype html><html><body><div id="app">Loading...</div>
 <script>setTimeout(() => {

@@ -13,7 +13,7 @@ import trio.testing
 from tests.web.support import CALLER, URL, StalledCache, stalled_fetcher
 from trio_batch import Target
 from trio_batch.web import WebFetcher
-from trio_batch.web._cache import CACHE_WAIT, MAX_LEFT_BEHIND
+from trio_batch.web._fetch._cache import CACHE_WAIT, MAX_LEFT_BEHIND
 
 
 async def timed_fetch(fetch: WebFetcher) -> tuple[str, bool, float]:

@@ -9,7 +9,7 @@ import httpcore
 import httpx
 import pytest
 
-from trio_batch.web._errors import busy_error, status_error, transport_error
+from trio_batch.web._guard._errors import busy_error, status_error, transport_error
 
 
 def through_the_pool(root: BaseException) -> httpx.ConnectError:

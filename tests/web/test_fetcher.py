@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 
-import trio_batch.web._fetcher
+import trio_batch.web._extract._isolate
 from tests.support import WallClock
 from tests.web.support import (
     ARTICLE_HTML,
@@ -29,7 +29,7 @@ from tests.web.support import (
 from trio_batch import Caller, Options, Result, RetryLater, Target, TargetError
 from trio_batch.stores import CacheEntry, MemoryStore, ResponseCache
 from trio_batch.web import WebFetcher
-from trio_batch.web._shape import Body
+from trio_batch.web._extract._shape import Body
 
 
 def mock_fetcher(handler: Handler, **settings: object) -> WebFetcher:
@@ -491,7 +491,7 @@ class TestCache:
                 trio.from_thread.run_sync(scope.cancel)
                 return body.data.decode(), {"mode": "text"}
 
-            monkeypatch.setattr(trio_batch.web._isolate, "shape_body", cancel_then_shape)
+            monkeypatch.setattr(trio_batch.web._extract._isolate, "shape_body", cancel_then_shape)
             store = typing.cast("ResponseCache", EagerCache())
             async with mock_fetcher(text_handler("shaped"), store=store) as fetch:
                 await fetch(CALLER, Target(f"{SITE}/"))

@@ -9,9 +9,9 @@ import pytest
 
 from trio_batch import Options, Target, TargetError
 from trio_batch.web import WebFetcher, shape
-from trio_batch.web._isolate import in_process, warms_up
-from trio_batch.web._options import FORMATS, validate_options
-from trio_batch.web._shape import Body
+from trio_batch.web._extract._isolate import in_process, warms_up
+from trio_batch.web._extract._options import FORMATS, validate_options
+from trio_batch.web._extract._shape import Body
 
 from .support import CALLER, DATA_JSON, HTML, JSON, LOOPBACK, PDF, LocalServer, Reply, make_pdf
 

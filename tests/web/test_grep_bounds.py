@@ -21,7 +21,7 @@ from hypothesis import given, settings, strategies as st
 
 from trio_batch import Options, TargetError
 from trio_batch.web import validate_options
-from trio_batch.web._options import MAX_GREP_REPEAT, check_grep
+from trio_batch.web._extract._options import MAX_GREP_REPEAT, check_grep
 
 HUGE = "99999999"
 core: Any = importlib.import_module("regex._regex_core")  # its parser: no public API, no stubs

@@ -18,7 +18,7 @@ from tests.web.support import (
 )
 from trio_batch import Caller, Target, TargetError
 from trio_batch.web import WebFetcher, precheck
-from trio_batch.web._guard import (
+from trio_batch.web._guard._check import (
     IPAddress,
     check_url,
     is_public,

@@ -15,7 +15,7 @@ import trio.testing
 from tests.web.support import ARTICLE_HTML, CALLER, PUBLIC_IP, SITE, FakeDNS, make_pdf
 from trio_batch import Caller, Options, Target, TargetError
 from trio_batch.web import WebFetcher
-from trio_batch.web._isolate import (
+from trio_batch.web._extract._isolate import (
     IN_PROCESS_BYTES,
     MIN_MEMORY,
     ShapeLimits,
@@ -23,7 +23,7 @@ from trio_batch.web._isolate import (
     _Shaped,
     in_process,
 )
-from trio_batch.web._shape import Body
+from trio_batch.web._extract._shape import Body
 
 T = TypeVar("T")
 PAGES: dict[str, tuple[bytes, str]] = {

@@ -7,7 +7,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batch.web._limits import FairPool
+from trio_batch.web._guard._limits import FairPool
 
 
 async def _hold(pool: FairPool, caller: str, release: trio.Event, log: list[str]) -> None:

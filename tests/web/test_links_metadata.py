@@ -12,7 +12,7 @@ from pypdf.annotations import Link
 
 from trio_batch import Options
 from trio_batch.web import shape
-from trio_batch.web._html_meta import MAX_LINKS, MAX_META_CHARS, MAX_TEXT_CHARS
+from trio_batch.web._extract._html_meta import MAX_LINKS, MAX_META_CHARS, MAX_TEXT_CHARS
 
 from .support import make_pdf
 

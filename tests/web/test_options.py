@@ -21,7 +21,7 @@ from tests.web.support import (
 )
 from trio_batch import Options, Result, Target, TargetError
 from trio_batch.web import WebFetcher, validate_options
-from trio_batch.web._shape import Body, shape_body
+from trio_batch.web._extract._shape import Body, shape_body
 
 
 def html_body(data: bytes = ARTICLE_HTML) -> Body:

@@ -15,7 +15,7 @@ from tests.web.render_support import (
     serve_site,
 )
 from trio_batch import HostBudget, HostSlot
-from trio_batch.web._proxy import MAX_HEAD_BYTES, REFUSED_HEADER, open_guarded_proxy
+from trio_batch.web._render._proxy import MAX_HEAD_BYTES, REFUSED_HEADER, open_guarded_proxy
 
 
 async def exchange(port: int, request: bytes) -> bytes:

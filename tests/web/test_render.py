@@ -24,9 +24,9 @@ from tests.web.render_support import (
     serve_site,
 )
 from trio_batch import HostBudget, HostSlot, TargetError
-from trio_batch.web._browser import find_chromium
-from trio_batch.web._cdp import CdpClosed, CdpError, open_cdp
-from trio_batch.web._render import open_render_pool
+from trio_batch.web._render._browser import find_chromium
+from trio_batch.web._render._cdp import CdpClosed, CdpError, open_cdp
+from trio_batch.web._render._pool import open_render_pool
 
 needs_chromium = pytest.mark.skipif(
     find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"

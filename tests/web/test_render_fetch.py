@@ -16,7 +16,7 @@ from tests.web.support import CALLER
 from trio_batch import Config, JobStatus, Options, Target, TargetError, TargetState, open_engine
 from trio_batch.stores import MemoryStore
 from trio_batch.web import WebFetcher, validate_options
-from trio_batch.web._browser import find_chromium
+from trio_batch.web._render._browser import find_chromium
 
 needs_chromium = pytest.mark.skipif(
     find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"

@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from trio_batch import RetryLater
-from trio_batch.web._robots import (
+from trio_batch.web._fetch._robots import (
     DEFAULT_MAX_CRAWL_DELAY,
     DEFAULT_TTL,
     MAX_ROBOTS_BYTES,

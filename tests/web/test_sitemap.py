@@ -17,7 +17,7 @@ import trio
 from tests.web.support import CALLER, HTML, LOOPBACK, LocalServer, Reply
 from trio_batch import HostBudget, TargetError
 from trio_batch.web import WebFetcher
-from trio_batch.web._sitemap import MAX_LIMIT, MapBounds, site_map
+from trio_batch.web._fetch._sitemap import MAX_LIMIT, MapBounds, site_map
 
 XML = [("content-type", "application/xml")]
 GZIP = [("content-type", "application/gzip")]

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from trio_batch import Options, TargetError
 from trio_batch.web import validate_options
-from trio_batch.web._options import MAX_GREP_SIZE, check_grep, check_jq
+from trio_batch.web._extract._options import MAX_GREP_SIZE, check_grep, check_jq
 
 
 def refusal(options: Options) -> TargetError:

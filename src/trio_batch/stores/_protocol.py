@@ -2,7 +2,7 @@
 
 :class:`Store` is what the engine and the reads need. Two smaller protocols are apart, so that
 a user asks only for what it uses: :class:`ResponseCache` (the web fetcher's response cache,
-``web/_cache``) and :class:`WebhookOutbox` (the webhook dispatcher's delivery state,
+``web/_fetch/_cache``) and :class:`WebhookOutbox` (the webhook dispatcher's delivery state,
 ``http/_deliveries``). :class:`ServiceStore` is all three: what ``trio-batch serve`` runs on.
 
 Every backend (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``) implements all three and runs
@@ -354,7 +354,7 @@ class Store(Protocol):
 
 
 class ResponseCache(Protocol):
-    """Where the web fetcher keeps its response cache (SPEC §6): ``web/_cache`` uses it.
+    """Where the web fetcher keeps its response cache (SPEC §6): ``web/_fetch/_cache`` uses it.
 
     Cancellation as for :class:`Store`: a write that has begun completes. ``WebFetcher`` runs
     each call in a task of its own and stops waiting after a second, so a stalled store costs

@@ -18,8 +18,8 @@ same guard and budgets, for ``POST /v1/map`` and ``trio-batch map``.
 own requests to URLs a caller chose (webhooks); it raises :class:`AddressRefused`.
 
 The public names are imported on first use (PEP 562), all together: a shaping worker process
-imports ``trio_batch.web._isolate`` only, and importing the fetcher, httpx and the rest there
-took 0.11 of the 0.26 s of CPU each worker spent starting (two workers a run).
+imports ``trio_batch.web._extract._isolate`` only, and importing the fetcher, httpx and the
+rest there took 0.11 of the 0.26 s of CPU each worker spent starting (two workers a run).
 """
 
 from __future__ import annotations
@@ -28,31 +28,34 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._convert import shape as shape
-    from ._fetcher import (
+    from ._extract._options import validate_options as validate_options
+    from ._fetch._convert import shape as shape
+    from ._fetch._fetcher import (
         DEFAULT_USER_AGENT as DEFAULT_USER_AGENT,
         WebFetcher as WebFetcher,
         WebFetcherStatistics as WebFetcherStatistics,
     )
-    from ._guard import Network as Network, Resolver as Resolver, precheck as precheck
-    from ._options import validate_options as validate_options
-    from ._outbound import AddressRefused as AddressRefused, guarded_transport as guarded_transport
-    from ._sitemap import MapBounds as MapBounds, SiteMap as SiteMap, site_map as site_map
+    from ._fetch._sitemap import MapBounds as MapBounds, SiteMap as SiteMap, site_map as site_map
+    from ._guard._check import Network as Network, Resolver as Resolver, precheck as precheck
+    from ._guard._outbound import (
+        AddressRefused as AddressRefused,
+        guarded_transport as guarded_transport,
+    )
 
 _WHERE = {
-    "shape": "._convert",
-    "DEFAULT_USER_AGENT": "._fetcher",
-    "WebFetcher": "._fetcher",
-    "WebFetcherStatistics": "._fetcher",
-    "Network": "._guard",
-    "Resolver": "._guard",
-    "precheck": "._guard",
-    "validate_options": "._options",
-    "AddressRefused": "._outbound",
-    "guarded_transport": "._outbound",
-    "MapBounds": "._sitemap",
-    "SiteMap": "._sitemap",
-    "site_map": "._sitemap",
+    "DEFAULT_USER_AGENT": "._fetch._fetcher",
+    "WebFetcher": "._fetch._fetcher",
+    "WebFetcherStatistics": "._fetch._fetcher",
+    "shape": "._fetch._convert",
+    "Network": "._guard._check",
+    "Resolver": "._guard._check",
+    "precheck": "._guard._check",
+    "validate_options": "._extract._options",
+    "AddressRefused": "._guard._outbound",
+    "guarded_transport": "._guard._outbound",
+    "MapBounds": "._fetch._sitemap",
+    "SiteMap": "._fetch._sitemap",
+    "site_map": "._fetch._sitemap",
 }
 
 __all__ = [

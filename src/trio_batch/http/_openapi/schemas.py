@@ -66,7 +66,7 @@ _FORMATS: dict[str, JSONValue] = {
     "uniqueItems": True,
     "description": _OPTION_DOCS["formats"],
 }
-"""``trio_batch.web._options.FORMATS`` (``tests/web/test_formats.py`` holds them equal)."""
+"""``trio_batch.web._extract._options.FORMATS`` (``tests/web/test_formats.py`` holds them equal)."""
 
 
 def _option(name: str, types: tuple[type, ...]) -> dict[str, JSONValue]:

@@ -18,7 +18,7 @@ from typing import Final
 
 import httpx
 
-from .._errors import RetryLater, TargetError, iter_chain
+from ..._errors import RetryLater, TargetError, iter_chain
 
 
 @dataclass(frozen=True, slots=True)

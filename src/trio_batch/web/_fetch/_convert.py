@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .._model import Options, Result
-from ._options import validate_options
+from ..._model import Options, Result
+from .._extract._options import validate_options
+from .._extract._shape import Body, shape_body
 from ._response import content_type as parse_content_type
-from ._shape import Body, shape_body
 
 
 def shape(body: bytes, *, url: str, content_type: str, options: Options) -> Result:

@@ -1,14 +1,14 @@
 """Targets with ``render``: the web fetcher's browsers, and what a rendered page becomes.
 
-:class:`Renders` holds the fetcher's :class:`~trio_batch.web._render.RenderPool` (opened with the
-fetcher, no browser started until the first render) and hands out its browsers fairly between
-callers. The pool's nursery lives in a Trio system task of its own, not in the task that
+:class:`Renders` holds the fetcher's :class:`~trio_batch.web._render._pool.RenderPool` (opened
+with the fetcher, no browser started until the first render) and hands out its browsers fairly
+between callers. The pool's nursery lives in a Trio system task of its own, not in the task that
 entered the fetcher: a nursery held open from ``__aenter__`` to ``aclose`` would break an
 ``aclose`` called inside a cancel scope ("cancel scope stack corrupted").
 
 :meth:`Renders.load` renders one target's page and returns its DOM as an HTML
-:class:`~trio_batch.web._shape.Body` for the fetcher's shaper, with the page's HTTP status
-mapped to the errors a plain fetch raises for it (docs/render.md).
+:class:`~trio_batch.web._extract._shape.Body` for the fetcher's shaper, with the page's HTTP
+status mapped to the errors a plain fetch raises for it (docs/render.md).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import Final, final
 
 import trio
 
-from .._budget import CURRENT_SLOT, HostBudget
-from .._errors import RetryLater, TargetError
-from .._model import Target
+from ..._budget import CURRENT_SLOT, HostBudget
+from ..._errors import RetryLater, TargetError
+from ..._model import Target
+from .._extract._shape import Body
+from .._guard._check import Network, Resolver, redact_url
+from .._guard._errors import BUSY_STATUSES, busy_error, status_error, too_large
+from .._guard._limits import FairPool
 from ._browser import DEFAULT_CHROMIUM
-from ._errors import BUSY_STATUSES, busy_error, status_error, too_large
-from ._guard import Network, Resolver, redact_url
-from ._limits import FairPool
 from ._page import RenderedPage
-from ._render import MIN_MEMORY, RenderPool, open_render_pool
-from ._shape import Body
+from ._pool import MIN_MEMORY, RenderPool, open_render_pool
 
 logger = logging.getLogger("trio_batch.web")
 

@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from .._errors import TargetError
-from .._headers import check_headers
-from .._model import Options
+from ..._errors import TargetError
+from ..._headers import check_headers
+from ..._model import Options
 
 MODES: Final = ("text", "markdown", "html", "raw")
 FORMATS: Final = ("markdown", "text", "html", "raw", "links", "metadata")

@@ -32,9 +32,9 @@ from typing import Final, final
 
 import trio
 
-from .._budget import HostBlocked, HostBudget, HostSlot
-from .._errors import TargetError
-from ._guard import Checked, Network, Resolver, check_url, resolve_checked, system_resolver
+from ..._budget import HostBlocked, HostBudget, HostSlot
+from ..._errors import TargetError
+from .._guard._check import Checked, Network, Resolver, check_url, resolve_checked, system_resolver
 
 MAX_HEAD_BYTES: Final = 32 * 1024
 """Largest request head (request line and headers) the proxy reads; past it a 431."""

@@ -18,7 +18,7 @@ from typing import Final, TypeAlias
 import httpx
 import trio
 
-from .._errors import TargetError
+from ..._errors import TargetError
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -16,11 +16,11 @@ from typing import Final
 
 import httpx
 
-from .._errors import TargetError
-from ._errors import BUSY_STATUSES, busy_error, status_error, too_large
-from ._guard import Checked, Network, check_url
+from ..._errors import TargetError
+from .._extract._shape import Body
+from .._guard._check import Checked, Network, check_url
+from .._guard._errors import BUSY_STATUSES, busy_error, status_error, too_large
 from ._robots import MAX_ROBOTS_BYTES
-from ._shape import Body
 
 REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 LOCATION: Final = "x-trio-batch-location"

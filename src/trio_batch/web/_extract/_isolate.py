@@ -36,9 +36,9 @@ from typing import Final, Protocol, TypeVar, final
 import trio
 import trio_parallel  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
-from .._errors import TargetError
-from .._model import Options
-from ._limits import FairPool
+from ..._errors import TargetError
+from ..._model import Options
+from .._guard._limits import FairPool
 from ._shape import Body, kind_of, shape_body
 
 logger = logging.getLogger("trio_batch.web")
@@ -284,7 +284,7 @@ class Shaper:
         """The content ``options`` ask for from ``body``, and what they add to ``meta``.
 
         Raises:
-            TargetError: what :func:`~trio_batch.web._shape.shape_body` raises, or the job
+            TargetError: what :func:`~trio_batch.web._extract._shape.shape_body` raises, or the job
                 went over its CPU time, wall time or memory (status 422); the worker was killed
                 and will be replaced.
             RuntimeError: a worker died for another reason, or shaping hit a bug (logged with

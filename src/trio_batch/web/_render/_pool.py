@@ -5,9 +5,9 @@ A single-page app answers ``Loading...`` until its scripts run, so a target that
 runs code a site wrote, so it is treated as untrusted work (docs/render.md):
 
 - each renderer is one Chromium (``_browser``) in a process group of its own, with its own
-  :class:`~trio_batch.web._proxy.GuardedProxy` (so a render's refusals are its own) and a fresh
-  profile; each render runs in a fresh browser context (no cookie, storage or cache of another
-  render), disposed at its end;
+  :class:`~trio_batch.web._render._proxy.GuardedProxy` (so a render's refusals are its own)
+  and a fresh profile; each render runs in a fresh browser context (no cookie, storage or
+  cache of another render), disposed at its end;
 - a render has ``seconds`` in all: past it the renderer is killed (the whole group) and the
   next render starts a new one; its memory is watched (``memory`` bytes over the group) and a
   renderer over it is killed the same way; a crash ends only that render;
@@ -30,9 +30,10 @@ from typing import Final, final
 
 import trio
 
-from .._budget import HostBudget, HostSlot
-from .._errors import TargetError
-from .._util import raise_saving_context
+from ..._budget import HostBudget, HostSlot
+from ..._errors import TargetError
+from ..._util import raise_saving_context
+from .._guard._check import Network, Resolver, check_url
 from ._browser import (
     DEFAULT_CHROMIUM,
     Browser,
@@ -42,7 +43,6 @@ from ._browser import (
     sandbox_allowed,
 )
 from ._cdp import CdpClosed, CdpError
-from ._guard import Network, Resolver, check_url
 from ._page import BlankPage, RenderedPage, close_blank_page, load_page, open_blank_page
 from ._proxy import GuardedProxy, open_guarded_proxy
 

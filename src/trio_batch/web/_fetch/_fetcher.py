@@ -25,21 +25,15 @@ import httpcore
 import httpx
 import trio
 
-from .._budget import CURRENT_SLOT, DEFAULT_BLOCK_LIMIT, HostBlocked, HostBudget, HostSlot
-from .._errors import RetryLater, TargetError
-from .._headers import SECRETS, has_secrets, is_secret
-from .._model import Caller, Options, Result, Target
-from .._util import raise_single_exception_from_group
-from ..stores._protocol import ResponseCache as CacheStore
-from ._browser import DEFAULT_CHROMIUM
-from ._cache import ResponseCache, from_cache
-from ._errors import (
-    BUSY_STATUSES,
-    busy_error,
-    map_transport_errors,
-    timeout_error,
-)
-from ._guard import (
+from ..._budget import CURRENT_SLOT, DEFAULT_BLOCK_LIMIT, HostBlocked, HostBudget, HostSlot
+from ..._errors import RetryLater, TargetError
+from ..._headers import SECRETS, has_secrets, is_secret
+from ..._model import Caller, Options, Result, Target
+from ..._util import raise_single_exception_from_group
+from ...stores._protocol import ResponseCache as CacheStore
+from .._extract._isolate import ShapeLimits, Shaper, open_shaper, warms_up
+from .._extract._options import validate_options
+from .._guard._check import (
     Checked,
     Network,
     Resolver,
@@ -48,11 +42,17 @@ from ._guard import (
     resolve_checked,
     system_resolver,
 )
-from ._isolate import ShapeLimits, Shaper, open_shaper, warms_up
-from ._limits import FairPool
-from ._net import PINS, PinnedBackend, PinnedTransport
-from ._options import validate_options
-from ._rendered import Renders, RenderSettings, rendered_meta
+from .._guard._errors import (
+    BUSY_STATUSES,
+    busy_error,
+    map_transport_errors,
+    timeout_error,
+)
+from .._guard._limits import FairPool
+from .._guard._net import PINS, PinnedBackend, PinnedTransport
+from .._render._browser import DEFAULT_CHROMIUM
+from .._render._rendered import Renders, RenderSettings, rendered_meta
+from ._cache import ResponseCache, from_cache
 from ._response import (
     LOCATION,
     REDIRECTS,

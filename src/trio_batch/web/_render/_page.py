@@ -24,8 +24,8 @@ from typing import Final, final
 
 import trio
 
-from .._errors import TargetError
-from .._util import raise_single_exception_from_group
+from ..._errors import TargetError
+from ..._util import raise_single_exception_from_group
 from ._cdp import CdpClosed, CdpConnection, CdpError, Message
 from ._proxy import REFUSED_HEADER
 

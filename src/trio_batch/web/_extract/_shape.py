@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias
 import jq  # type: ignore[import-not-found,unused-ignore]  # ships no type information
 import regex
 
-from .._errors import TargetError
-from .._model import Options
+from ..._errors import TargetError
+from ..._model import Options
 from ._html import html_shapes, html_to_text
 from ._html_meta import MAX_LINKS
 from ._options import (

@@ -32,9 +32,9 @@ from typing import Final, Literal, cast, final
 import outcome
 import trio
 
-from .._errors import TargetError
-from .._model import Caller, Result, Target
-from ..stores._protocol import CacheEntry, ResponseCache as CacheStore
+from ..._errors import TargetError
+from ..._model import Caller, Result, Target
+from ...stores._protocol import CacheEntry, ResponseCache as CacheStore
 
 logger = logging.getLogger("trio_batch.web")
 

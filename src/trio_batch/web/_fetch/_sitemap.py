@@ -38,10 +38,10 @@ from xml.parsers import expat
 import httpx
 import trio
 
-from .._errors import RetryLater, TargetError
-from .._model import Caller
-from ._errors import BUSY_STATUSES, busy_error, status_error, timeout_error
-from ._guard import Checked, check_url
+from ..._errors import RetryLater, TargetError
+from ..._model import Caller
+from .._guard._check import Checked, check_url
+from .._guard._errors import BUSY_STATUSES, busy_error, status_error, timeout_error
 from ._response import Refused, content_type
 from ._robots import MAX_ROBOTS_BYTES, origin_of
 

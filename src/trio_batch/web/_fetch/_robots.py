@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from .._errors import RetryLater, TargetError
+from ..._errors import RetryLater, TargetError
 
 logger = logging.getLogger("trio_batch.web")
 

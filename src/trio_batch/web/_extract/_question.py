@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from typing import Final
 
-from .._errors import TargetError
+from ..._errors import TargetError
 
 QUESTION_PASSAGES: Final = 3
 QUESTION_MAX_CHARS: Final = 12_000_000

@@ -16,7 +16,7 @@ from typing import final
 import httpcore
 import httpx
 
-from ._guard import Network, Resolver, resolve_checked, system_resolver
+from ._check import Network, Resolver, resolve_checked, system_resolver
 from ._net import PinnedBackend, PinnedTransport
 
 

@@ -36,7 +36,7 @@ from typing import Final, final
 
 import trio
 
-from .._errors import TargetError
+from ..._errors import TargetError
 from ._cdp import CdpConnection, open_cdp
 
 DEFAULT_CHROMIUM: Final = "/usr/bin/chromium"

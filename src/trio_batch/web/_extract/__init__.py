@@ -1,0 +1,9 @@
+"""Extraction: a body in hand becomes what an agent asked for. Pure code, no network.
+
+It imports the guard's ``_limits`` and ``_errors`` at most, never fetching or the browser
+(``tests/core/test_layout.py`` holds that), because it runs in worker processes on untrusted
+bytes. ``_options`` validates a target's options; ``_shape`` decodes a body and dispatches on
+the mode and formats; ``_html`` (with ``_html_clean``, ``_html_meta``, ``_html_tags``) turns
+HTML into text or Markdown; ``_pdf`` reads PDF pages; ``_question`` picks the passages that
+answer a question; ``_isolate`` runs the shaping in worker processes with CPU and memory limits.
+"""
