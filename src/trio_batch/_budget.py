@@ -33,6 +33,7 @@ from typing import Literal, Protocol, final
 
 import trio
 
+from ._errors import Error
 from ._util import backoff
 
 WaitReason = Literal["host_busy", "backoff", "crawl_delay"]
@@ -405,7 +406,7 @@ class HostBudget:
 
 
 @final
-class HostBlocked(Exception):
+class HostBlocked(Error):
     """A scope stayed pushed back (429/503 answers) longer than the budget's ``block_limit``."""
 
     def __init__(self, blocked_for: float) -> None:

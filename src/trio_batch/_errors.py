@@ -13,6 +13,8 @@
         ├── TargetError            a fetch function's failure, with a hint for the agent
         ├── RetryLater             a fetch function's "only busy, try again"
         ├── StoreError             the store could not be used as asked (e.g. a second writer)
+        ├── HostBlocked            a host kept answering 429/503 past its budget's block limit
+        ├── (in trio_batch.web)    AddressRefused: a guarded request to a refused address
         ├── (in trio_batch.http)   KeysFileError: a bad keys file
         ├── (in the CLI)           SettingsError: a bad settings file or variable
         └── (in trio_batch.client) ClientError: an HTTP error answer of the API

@@ -119,3 +119,22 @@ def test_every_public_name_is_in_the_api_reference(module: str) -> None:
     missing = [f"{module}.{name}" for name in names]
 
     assert [] == [name for name in missing if name not in documented_names()]
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_every_public_exception_is_under_the_one_root(module: str) -> None:
+    """Each exception a public module exports subclasses ``trio_batch.Error``, so one
+    ``except trio_batch.Error`` catches anything trio-batch raises on purpose."""
+    public = importlib.import_module(module)
+    exceptions = [
+        f"{module}.{name}"
+        for name in public.__all__
+        if inspect.isclass(obj := getattr(public, name)) and issubclass(obj, BaseException)
+    ]
+    outside = [
+        name
+        for name in exceptions
+        if not issubclass(getattr(public, name.rsplit(".", 1)[1]), trio_batch.Error)
+    ]
+
+    assert [] == outside

@@ -16,12 +16,13 @@ from typing import final
 import httpcore
 import httpx
 
+from ..._errors import Error
 from ._check import Network, Resolver, resolve_checked, system_resolver
 from ._net import PinnedBackend, PinnedTransport
 
 
 @final
-class AddressRefused(Exception):
+class AddressRefused(Error):
     """Raised by a :func:`guarded_transport` request whose host resolves to an address the
     guard refuses (private, loopback, link-local... and outside ``allow``), or does not
     resolve at all; no connection was attempted.
