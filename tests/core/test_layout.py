@@ -191,6 +191,76 @@ def test_web_rooms_are_all_there() -> None:
     assert set(WEB_ALLOWED) == {web_room(module_name(p)) for p in WEB_SOURCES}
 
 
+MODULES = {module_name(p): p for p in SOURCES}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The project's modules that the file at ``path`` imports, each resolved to a module.
+
+    ``from . import _answers`` names the module ``_answers``, not the package; a name that is
+    an object of a module resolves to that module. Imports under ``TYPE_CHECKING`` and inside
+    functions count: a circle of types is still a circle a reader has to hold.
+    """
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            named.update(
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            )
+        elif isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+    found: set[str] = set()
+    for name in named:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            found.add(name)
+    return found
+
+
+def test_no_circle_of_imports() -> None:
+    """No module imports, through others, a module that imports it: not even for types.
+
+    Found as the strongly connected components of the import graph (Tarjan's algorithm).
+    """
+    graph = {name: imported_modules(path) for name, path in MODULES.items()}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(name: str) -> None:
+        order[name] = low[name] = len(order)
+        stack.append(name)
+        for other in graph[name]:
+            if other not in order:
+                visit(other)
+                low[name] = min(low[name], low[other])
+            elif other in stack:
+                low[name] = min(low[name], order[other])
+        if low[name] == order[name]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == name:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for name in graph:
+        if name not in order:
+            visit(name)
+
+    assert [] == circles
+
+
 def test_the_rooms_are_all_there() -> None:
     """The walk sees every room, so the tests above check something in each."""
     assert set(ALLOWED) == {room(module_name(p)) for p in SOURCES}

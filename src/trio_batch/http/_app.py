@@ -1,6 +1,6 @@
 """The ASGI app of SPEC §5: ``create_app``, authentication and the routes.
 
-Reading requests is in ``_parse``, writing answers in ``_render``, error answers in ``_errors``,
+Reading requests is in ``_parse``, writing answers in ``_answers``, error answers in ``_errors``,
 the store calls' deadline in ``_deadline`` and the access log with the request metrics in
 ``_observe``.
 """
@@ -29,7 +29,7 @@ from .._errors import CallerBusy, NotRetryable, SubmitError, TargetError, classi
 from .._model import Caller, Job, JobStatus, JSONValue, Submitted
 from ..metrics import PrometheusMetrics
 from ..stores import JobSummary
-from . import _render as render, _stream as stream
+from . import _answers as answers, _stream as stream
 from ._context import KEEPALIVE_SECONDS, Ctx, authenticate
 from ._deadline import StoreBudget, StoreCalls, StoreTimeout
 from ._errors import (
@@ -333,10 +333,10 @@ async def _answer_submitted(
     if job is None:  # evicted or swept in between: vanishingly rare
         raise not_found()
     if lease is not None:
-        job = render.with_lease(job, lease)
+        job = answers.with_lease(job, lease)
 
     return JSONResponse(
-        {**render.submitted(sub, job, ctx.ttl), **extra},
+        {**answers.submitted(sub, job, ctx.ttl), **extra},
         status_code=200 if sub.reused else 202,
         headers={"Location": f"/v1/batch/{sub.id}"},
     )
@@ -352,7 +352,7 @@ async def _get_batch(ctx: Ctx, request: Request) -> Response:
     store = ctx.calls.request()
     summary = await _owned(ctx, store, request, record, ctx.engine.summary)
     lease = await _touch(ctx, store, summary.job.id)
-    body = render.summary_of(summary, ctx.ttl, lease=lease)
+    body = answers.summary_of(summary, ctx.ttl, lease=lease)
     if results:  # streamed: memory bounded by a page of results, not the job's (_results)
         return await with_targets(ctx, store, summary, body, states, offset, limit)
     return JSONResponse(body)
@@ -372,7 +372,7 @@ async def _get_target(ctx: Ctx, request: Request) -> Response:
             f"the job has no target {idx}",
             f"targets are numbered from 0 to {job.targets_total - 1}",
         )
-    return JSONResponse(render.target(found[0], ctx.engine.waiting(job.id)))
+    return JSONResponse(answers.target(found[0], ctx.engine.waiting(job.id)))
 
 
 async def _cancel(ctx: Ctx, request: Request) -> Response:
@@ -393,7 +393,7 @@ async def _cancel(ctx: Ctx, request: Request) -> Response:
         )
 
     after = await store.read(ctx.engine.summary, job_id)
-    return JSONResponse(render.summary_of(after or before, ctx.ttl))
+    return JSONResponse(answers.summary_of(after or before, ctx.ttl))
 
 
 async def _retry(ctx: Ctx, request: Request) -> Response:
@@ -469,7 +469,7 @@ async def _fetch(ctx: Ctx, request: Request) -> Response:
         result = await ctx.fetch(record.caller(), target)
     except Exception as exc:
         raise _fetch_failure(ctx, exc) from None
-    return JSONResponse(render.fetched(target.url, result))
+    return JSONResponse(answers.fetched(target.url, result))
 
 
 def _parse_map(body: object) -> tuple[str, int, bool]:
@@ -587,7 +587,7 @@ async def _healthz(ctx: Ctx, request: Request) -> Response:
             "the database is unavailable",
             f"the store reported {type(failure).__name__}; requests get 503 meanwhile",
         )
-    body = render.health(stats, problem)
+    body = answers.health(stats, problem)
     if problem is None:
         return JSONResponse(body)
     return JSONResponse(body, status_code=503, headers=ctx.busy_headers())

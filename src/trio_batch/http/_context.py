@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import final
 
-import trio
 from starlette.requests import Request
 
 from .._engine import BatchEngine, FetchFunc
@@ -18,39 +16,10 @@ from ._errors import ApiError, retry_after_header
 from ._keys import KeyRecord, KeyRing
 from ._observe import CALLER_KEY
 from ._parse import OptionsCheckFunc, PrecheckFunc
+from ._stopping import Stopping
 
 KEEPALIVE_SECONDS = 15.0
 """Longest silence of an events stream: then it writes a comment line (SPEC §7)."""
-
-
-@final
-class Stopping:
-    """Set when the server begins to shut down; cancels the long streams registered with it.
-
-    A stream registers its cancel scope instead of running a task that waits for an event: a
-    follower costs one task less.
-    """
-
-    def __init__(self) -> None:
-        self._scopes: set[trio.CancelScope] = set()
-        self.is_set = False
-
-    def set(self) -> None:
-        """Cancel every registered stream, now and from now on. Never blocks."""
-        self.is_set = True
-        for scope in self._scopes:
-            scope.cancel()
-
-    @contextmanager
-    def cancelling(self, scope: trio.CancelScope) -> Iterator[None]:
-        """Cancel ``scope`` when this is set (at once if it is set already), while in the block."""
-        if self.is_set:
-            scope.cancel()
-        self._scopes.add(scope)
-        try:
-            yield
-        finally:
-            self._scopes.discard(scope)
 
 
 @final

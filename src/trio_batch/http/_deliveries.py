@@ -48,7 +48,7 @@ from ..metrics import PrometheusMetrics
 from ..stores import ServiceStore
 from ..stores._protocol import HookDue
 from ..web import AddressRefused, Network, Resolver, guarded_transport, precheck
-from . import _render as render
+from . import _answers as answers
 from ._keys import KeyRing
 from ._stream import target_event
 from ._webhooks import signed_headers
@@ -331,7 +331,7 @@ class Dispatcher:
             summary = await self._store.job_summary(due.job_id)
             if summary is None:
                 return None
-            return dict(render.summary_of(summary, self._ttl))
+            return dict(answers.summary_of(summary, self._ttl))
         found = await self._store.read_targets(due.job_id, idx - 1, 1, None, results=False)
         if not found or found[0].idx != idx:
             return None

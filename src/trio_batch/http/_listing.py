@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from .._model import JobStatus, JSONValue
 from ..stores import JobCursor
-from . import _render as render
+from . import _answers as answers
 from ._context import Ctx, authenticate
 from ._errors import ApiError
 from ._parse import query_int
@@ -103,6 +103,6 @@ async def list_jobs(ctx: Ctx, request: Request) -> Response:
     )
     page = await ctx.calls.request().read(read)
     shown = page[:limit]
-    jobs: list[JSONValue] = [render.summary_of(js, ctx.ttl) for js in shown]
+    jobs: list[JSONValue] = [answers.summary_of(js, ctx.ttl) for js in shown]
     nxt = encode_cursor(shown[-1].job.created_at, shown[-1].job.id) if len(page) > limit else None
     return JSONResponse({"jobs": jobs, "next": nxt})

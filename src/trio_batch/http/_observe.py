@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, final
+from typing import final
 
 import trio
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..metrics import PrometheusMetrics
-
-if TYPE_CHECKING:
-    from ._context import Stopping
+from ._stopping import Stopping
 
 CALLER_KEY = "trio_batch.caller"
 """The ASGI scope key where authentication leaves the caller's name for the access log."""

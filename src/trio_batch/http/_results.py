@@ -26,7 +26,7 @@ from starlette.responses import Response
 from .._model import JSONValue, TargetState, TargetStatus
 from ..stores import JobSummary
 from ..stores._protocol import MAX_READ
-from . import _render as render
+from . import _answers as answers
 from ._context import Ctx
 from ._deadline import StoreBudget, StoreTimeout
 from ._stream import Streamed, Write
@@ -79,7 +79,7 @@ async def with_targets(
         page, sent = first, 0
         while page:
             waiting = ctx.engine.waiting(job_id)
-            encoded = b",".join(json_bytes(render.target(t, waiting)) for t in page)
+            encoded = b",".join(json_bytes(answers.target(t, waiting)) for t in page)
             await write(b"," + encoded if sent else encoded)
             sent += len(page)
             if sent >= count:

@@ -29,11 +29,12 @@ from starlette.types import Receive, Scope, Send
 
 from .._engine import WaitingTarget
 from .._model import Job, JSONValue, TargetState, TargetStatus, target_json
-from . import _render as render
-from ._context import Ctx, Stopping, authenticate
+from . import _answers as answers
+from ._context import Ctx, authenticate
 from ._deadline import StoreTimeout
 from ._errors import ApiError, not_found
 from ._parse import query_flag, query_int, query_states
+from ._stopping import Stopping
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -407,7 +408,7 @@ async def events(ctx: Ctx, request: Request) -> Response:
                 last = await _shared(watch.memo, events, functools.partial(_read, ctx, read))
         if last is None:
             raise LookupError("the job is gone")
-        await write(sse("end", "end", render.summary_of(last, ctx.ttl, lease=touched)))
+        await write(sse("end", "end", answers.summary_of(last, ctx.ttl, lease=touched)))
 
     return Streamed(
         produce, media_type="text/event-stream", stopping=ctx.stopping, end_on_stop=True
