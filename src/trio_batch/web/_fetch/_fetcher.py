@@ -94,11 +94,6 @@ class WebFetcherStatistics:
     """Callers with a fetch in flight or waiting."""
 
 
-def scope_of(checked: Checked) -> str:
-    """A host budget's scope: the host and port the connection goes to."""
-    return f"{checked.host}:{checked.port}"
-
-
 def _origin(checked: Checked) -> tuple[str, str, int]:
     return checked.url.scheme, checked.host, checked.port
 
@@ -389,7 +384,7 @@ class WebFetcher:
         if url in self._scopes:  # asked again each time the rotation tries the job
             return self._scopes[url]
         try:
-            found: str | None = scope_of(check_url(url, self._allow))
+            found: str | None = check_url(url, self._allow).scope
         except TargetError:
             found = None
         if len(self._scopes) >= _SCOPES_KEPT:
@@ -685,7 +680,7 @@ class WebFetcher:
         """
         verdict = await self._robots.check(url)
         if verdict.crawl_delay and self._budget is not None:
-            self._budget.set_crawl_delay(scope_of(checked), verdict.crawl_delay)
+            self._budget.set_crawl_delay(checked.scope, verdict.crawl_delay)
         block_limit = self._budget.block_limit if self._budget is not None else DEFAULT_BLOCK_LIMIT
         return obey(verdict, block_limit=block_limit)
 
@@ -712,7 +707,7 @@ class WebFetcher:
         budget = self._budget
         if budget is None:
             return None
-        scope = scope_of(current)
+        scope = current.scope
         held = CURRENT_SLOT.get()
         if held is not None and held.scope == scope:
             return None

@@ -53,6 +53,15 @@ class Checked:
     literal: IPAddress | None
     """The address when the host is an IP literal (in any spelling), else None."""
 
+    @property
+    def scope(self) -> str:
+        """The key of the host's budget: the host and port the connection goes to.
+
+        Every door keys its budget with this (the fetcher, the browser's proxy, the engine's
+        rotation through ``WebFetcher.scope``), so their slots are the same slots.
+        """
+        return f"{self.host}:{self.port}"
+
 
 def _refuse(msg: str, hint: str) -> TargetError:
     return TargetError(msg, hint=hint, status=400)

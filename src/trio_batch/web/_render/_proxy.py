@@ -95,11 +95,6 @@ class _Head:
     """Bytes read past the head (the start of a body, or of a tunnel's first message)."""
 
 
-def scope_of(checked: Checked) -> str:
-    """The budget scope of a request: host and port, as ``WebFetcher`` names it."""
-    return f"{checked.host}:{checked.port}"
-
-
 @final
 class GuardedProxy:
     """An HTTP proxy on 127.0.0.1 that lets a request through only to addresses the guard
@@ -207,7 +202,7 @@ class GuardedProxy:
         """Hold the host's slot while the body runs; the body appends True to the yielded
         list when the site answered 429 or 503 (the scope is then pushed back)."""
         outcome: list[bool] = []
-        scope = scope_of(checked)
+        scope = checked.scope
         held = self._held
         if self._budget is None:
             yield outcome
