@@ -1,4 +1,8 @@
-"""Budgets per scope (a host and port): the site is protected by a budget, not by slowness.
+"""Budgets per host: the site is protected by a budget, not by slowness.
+
+One word for one concept: the types say *host* (``HostBudget``, ``HostSlot``, ``HostRules``...);
+the key a budget is kept under is the host's *scope*, the host and port a connection goes to
+(``Checked.scope`` in the web fetcher), a string and a column, never a second concept.
 
 A :class:`HostBudget` is shared by every caller and worker of an engine, and by every request
 the web fetcher makes. The engine's rotation asks it whether a job's next target may start now
@@ -58,7 +62,7 @@ other scope (a redirect to another host, robots.txt of another site) takes a slo
 
 @final
 @dataclass(frozen=True, slots=True)
-class ScopeNews:
+class HostNews:
     """What a budget learned of a scope, for the rest of a fleet (:meth:`HostBudget.add_observer`).
 
     ``kind`` is ``backoff`` (a rate-limit event counted: ``seconds`` is the wait), ``recovered``
@@ -76,19 +80,21 @@ class ScopeNews:
 @final
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """Why a scope cannot start now, and until when (Trio's clock; None: until a slot frees).
+    """Why a scope cannot start now, and until when: ``deadline`` is on Trio's clock, as a
+    :class:`trio.CancelScope`'s is (None: until a slot frees). :class:`WaitingTarget`, what a
+    job's status shows, says the same in Unix seconds as ``until``.
 
     ``blocked_for`` is how long the scope has been pushed back without a success in between
     (0 unless ``reason`` is ``backoff``); past the budget's ``block_limit`` it is ``blocked``.
     """
 
     reason: WaitReason
-    until: float | None
+    deadline: float | None
     blocked_for: float = 0.0
     blocked: bool = False
 
 
-class ScopeGate(Protocol):
+class HostGate(Protocol):
     """A fleet's budget per scope, taken beside a :class:`HostBudget`'s own slot by requests
     outside the rotation (:meth:`HostBudget.acquire`); the engine over a fleet store sets it."""
 
@@ -114,7 +120,7 @@ class HostSlot:
     def __init__(self, budget: HostBudget, scope: str, started_at: float) -> None:
         self._budget = budget
         self._released = False
-        self._lease: tuple[ScopeGate, object] | None = None  # a fleet's slot beside this one
+        self._lease: tuple[HostGate, object] | None = None  # a fleet's slot beside this one
         self.scope = scope
         self.started_at = started_at
 
@@ -196,8 +202,8 @@ class HostBudget:
         self._scopes: dict[str, _Scope] = {}
         self._created = 0
         self._listeners: list[Callable[[str], None]] = []
-        self._observers: list[Callable[[ScopeNews], None]] = []
-        self._gate: ScopeGate | None = None
+        self._observers: list[Callable[[HostNews], None]] = []
+        self._gate: HostGate | None = None
         self._changed = trio.Event()
         self.capped_retry_after = 0
         """How many ``Retry-After`` answers asked for more than ``max_backoff`` (and got it)."""
@@ -264,10 +270,10 @@ class HostBudget:
             if got.blocked:
                 raise HostBlocked(got.blocked_for)
             changed = self._changed
-            with trio.move_on_at(math.inf if got.until is None else got.until):
+            with trio.move_on_at(math.inf if got.deadline is None else got.deadline):
                 await changed.wait()
 
-    def set_gate(self, gate: ScopeGate | None) -> None:
+    def set_gate(self, gate: HostGate | None) -> None:
         """Make :meth:`acquire` also take a slot of ``gate`` (a fleet's budget), or stop."""
         self._gate = gate
 
@@ -282,7 +288,7 @@ class HostBudget:
         state = self._scope(scope, now)
         seconds = max(0.0, seconds)
         if seconds != state.crawl_delay:
-            self._tell(ScopeNews(scope, "paced", seconds, now))
+            self._tell(HostNews(scope, "paced", seconds, now))
         state.crawl_delay = seconds
         state.next_start = max(state.next_start, state.last_start + state.crawl_delay)
 
@@ -307,11 +313,11 @@ class HostBudget:
             state.blocked_since = since
         state.events = max(state.events, 1)
 
-    def add_observer(self, observer: Callable[[ScopeNews], None]) -> None:
-        """Call ``observer`` with each :class:`ScopeNews` (the engine over a fleet store)."""
+    def add_observer(self, observer: Callable[[HostNews], None]) -> None:
+        """Call ``observer`` with each :class:`HostNews` (the engine over a fleet store)."""
         self._observers.append(observer)
 
-    def _tell(self, news: ScopeNews) -> None:
+    def _tell(self, news: HostNews) -> None:
         for observer in self._observers:
             observer(news)
 
@@ -359,7 +365,7 @@ class HostBudget:
             self._push_back(slot.scope, state, slot.started_at, now, retry_after)
         elif state.blocked_until <= now and slot.started_at > state.backoff_at:
             if state.blocked_since is not None:
-                self._tell(ScopeNews(slot.scope, "recovered", 0.0, slot.started_at))
+                self._tell(HostNews(slot.scope, "recovered", 0.0, slot.started_at))
             state.events = 0  # a success after the backoff: the scope is well again
             state.blocked_since = None
         self._changed.set()
@@ -388,7 +394,7 @@ class HostBudget:
         state.blocked_until = max(state.blocked_until, now + wait)
         if state.blocked_since is None:
             state.blocked_since = now
-        self._tell(ScopeNews(scope, "backoff", wait, started_at))
+        self._tell(HostNews(scope, "backoff", wait, started_at))
 
     def _forget_idle(self, now: float) -> None:
         for scope in [scope for scope, s in self._scopes.items() if self._is_idle(s, now)]:

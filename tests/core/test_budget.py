@@ -35,7 +35,7 @@ async def test_interval_spaces_starts(autojump_clock: object) -> None:
     start(budget).release()
     waiting = refused(budget)
     assert "host_busy" == waiting.reason
-    assert waiting.until == pytest.approx(trio.current_time() + 0.2)
+    assert waiting.deadline == pytest.approx(trio.current_time() + 0.2)
     await trio.sleep(0.2)
     start(budget)
 
@@ -62,7 +62,7 @@ async def test_retry_after_pushes_the_scope_back_once_per_event(autojump_clock: 
     assert 1 == budget.backoffs
     waiting = refused(budget)
     assert "backoff" == waiting.reason
-    assert waiting.until == pytest.approx(2.0 + trio.current_time() - 0.5)
+    assert waiting.deadline == pytest.approx(2.0 + trio.current_time() - 0.5)
     await trio.sleep(1.5)
     probe = start(budget)
     assert Waiting("host_busy", None) == refused(budget)  # one probe until a success
@@ -75,13 +75,13 @@ async def test_backoff_without_retry_after_grows(autojump_clock: object) -> None
     waits = []
     for _ in range(4):
         while not isinstance(got := budget.try_start("a:443"), HostSlot):
-            assert got.until is not None
-            await trio.sleep_until(got.until)
+            assert got.deadline is not None
+            await trio.sleep_until(got.deadline)
         t0 = trio.current_time()
         got.release(rate_limited=True)
         waiting = refused(budget)
-        assert waiting.until is not None
-        waits.append(waiting.until - t0)
+        assert waiting.deadline is not None
+        waits.append(waiting.deadline - t0)
     assert waits == sorted(waits)
     assert waits[-1] > 3 * waits[0]
 
@@ -91,7 +91,7 @@ async def test_a_long_retry_after_is_capped_and_counted(autojump_clock: object) 
     start(budget).release(rate_limited=True, retry_after=7200.0)
     assert 1 == budget.capped_retry_after
     waiting = refused(budget)
-    assert waiting.until == pytest.approx(trio.current_time() + 60.0)
+    assert waiting.deadline == pytest.approx(trio.current_time() + 60.0)
 
 
 async def test_a_scope_blocked_past_the_limit_is_reported_blocked(autojump_clock: object) -> None:
@@ -105,8 +105,8 @@ async def test_a_scope_blocked_past_the_limit_is_reported_blocked(autojump_clock
             continue
         blocked = got.blocked
         if not blocked:
-            assert got.until is not None
-            await trio.sleep_until(got.until)
+            assert got.deadline is not None
+            await trio.sleep_until(got.deadline)
     assert 10.0 <= trio.current_time() < 16.0
     with pytest.raises(HostBlocked, match="429/503"):
         await budget.acquire("a:443")

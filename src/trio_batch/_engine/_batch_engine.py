@@ -69,7 +69,7 @@ from ._live import (
     resumed_live_jobs,
 )
 from ._retry import failed_targets
-from ._rotation import Rotation, ScopeFunc, Turn
+from ._rotation import HostFunc, Rotation, Turn
 from ._storing import store_outcomes
 from ._watch import JobWatch, is_shared, watchers_for
 
@@ -105,7 +105,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         log: logging.Logger,
         wall_clock: Callable[[], float],
         budget: HostBudget | None = None,
-        scope: ScopeFunc | None = None,
+        scope: HostFunc | None = None,
     ) -> None:
         self._store = store
         self._fetch = fetch
@@ -462,8 +462,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if waits is None or live is None or not live.queued:
             return None
         until = None
-        if waits.until is not None:
-            until = self._wall() + max(0.0, waits.until - trio.current_time())
+        if waits.deadline is not None:
+            until = self._wall() + max(0.0, waits.deadline - trio.current_time())
         return WaitingTarget(live.upcoming, waits.reason, until)
 
     def statistics(self) -> EngineStatistics:
@@ -1005,7 +1005,7 @@ async def open_engine(
     logger: logging.Logger | None = None,
     wall_clock: Callable[[], float] = time.time,
     budget: HostBudget | None = None,
-    scope: ScopeFunc | None = None,
+    scope: HostFunc | None = None,
 ) -> AsyncIterator[BatchEngine]:
     """Open a :class:`BatchEngine` whose workers live until the block exits.
 

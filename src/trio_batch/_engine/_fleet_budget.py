@@ -1,7 +1,7 @@
 """The budgets per host of an engine over a fleet store (``FleetBudget``).
 
 On a fleet the host budget is the database's: each claim of a turn keeps the scopes' rules
-(``ScopeRules``), a request outside the rotation takes a lease through :class:`FleetGate`, and
+(``HostRules``), a request outside the rotation takes a lease through :class:`FleetGate`, and
 what one instance's budget learns of a scope (a 429's backoff, a recovery, a ``Crawl-delay``)
 is stored, so every instance holds the scope back alike. This is that plumbing, in one place:
 the engine asks it for the rules its claims keep and for each target's scope at admission,
@@ -15,11 +15,11 @@ from typing import final
 
 import trio
 
-from .._budget import HostBudget, ScopeNews
+from .._budget import HostBudget, HostNews
 from .._model import Target
-from ..stores._protocol import Claim, FleetStore, ScopeReport, ScopeRules
+from ..stores._protocol import Claim, FleetStore, HostReport, HostRules
 from ._gate import FleetGate
-from ._rotation import ScopeFunc
+from ._rotation import HostFunc
 
 
 @final
@@ -30,17 +30,17 @@ class FleetBudget:
         self,
         store: FleetStore,
         budget: HostBudget,
-        scope_of: ScopeFunc,
+        scope_of: HostFunc,
         failed: Callable[[str, Exception], None],
     ) -> None:
         self._store = store
         self._budget = budget
         self._scope_of = scope_of
         self._failed = failed  # a store error: logged; the budget holds the scope meanwhile
-        self.rules = ScopeRules(budget.concurrency, budget.interval, budget.block_limit)
+        self.rules = HostRules(budget.concurrency, budget.interval, budget.block_limit)
         """What every claim of this engine keeps (the budget's own settings)."""
         self._gate = FleetGate(store, self.rules, lambda exc: failed("lease_scope", exc))
-        self._reports: list[ScopeReport] = []
+        self._reports: list[HostReport] = []
         self._reported = trio.Event()
         self._reports_lock = trio.Lock()
         budget.add_observer(self._heard)
@@ -78,10 +78,10 @@ class FleetBudget:
             if reports:
                 await self._store.report_scopes(reports)
 
-    def _heard(self, news: ScopeNews) -> None:
+    def _heard(self, news: HostNews) -> None:
         """The budget learned something of a scope; the reporter tells the fleet."""
         ago = trio.current_time() - news.started_at
-        self._reports.append(ScopeReport(news.scope, news.kind, news.seconds, ago))
+        self._reports.append(HostReport(news.scope, news.kind, news.seconds, ago))
         self._reported.set()
 
     async def _reporter(self) -> None:

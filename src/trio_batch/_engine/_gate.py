@@ -17,7 +17,7 @@ from typing import final
 import trio
 
 from .._budget import HostBlocked
-from ..stores._protocol import FleetStore, ScopeRules
+from ..stores._protocol import FleetStore, HostRules
 
 # How often a request waiting for a slot the fleet's claims hold asks again.
 _POLL = 0.1
@@ -25,10 +25,10 @@ _POLL = 0.1
 
 @final
 class FleetGate:
-    """:class:`~trio_batch._budget.ScopeGate` over a fleet store's leases."""
+    """:class:`~trio_batch._budget.HostGate` over a fleet store's leases."""
 
     def __init__(
-        self, store: FleetStore, rules: ScopeRules, failed: Callable[[Exception], None]
+        self, store: FleetStore, rules: HostRules, failed: Callable[[Exception], None]
     ) -> None:
         self._store = store
         self._rules = rules

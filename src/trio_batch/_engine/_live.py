@@ -41,8 +41,9 @@ class WaitingTarget:
     """A job's next target waiting for its host (:meth:`BatchEngine.waiting`).
 
     ``reason`` is ``host_busy`` (its host has no free slot, or its spacing), ``backoff`` (the
-    host answered 429/503) or ``crawl_delay``; ``until`` is Unix seconds, or None while the
-    target waits for a slot to free.
+    host answered 429/503) or ``crawl_delay``; ``until`` is Unix seconds (the wall clock, as
+    the HTTP API answers it), or None while the target waits for a slot to free. The budget's
+    :class:`Waiting` says the same on Trio's clock, as ``deadline``.
     """
 
     idx: int

@@ -25,7 +25,7 @@ from .._budget import HostBudget, HostSlot, Waiting
 from .._model import Target
 from ._live import LiveJob
 
-ScopeFunc = Callable[[Target], "str | None"]
+HostFunc = Callable[[Target], "str | None"]
 """The scope of a target (the web fetcher's: host and port), or None for no budget."""
 
 
@@ -49,7 +49,7 @@ class Rotation:
     def __init__(
         self,
         budget: HostBudget | None,
-        scope: ScopeFunc | None,
+        scope: HostFunc | None,
         dropped: Callable[[LiveJob], None],
         retry_for: float = math.inf,
         waited: Callable[[LiveJob, str, bool], None] = lambda live, reason, new: None,
@@ -153,8 +153,8 @@ class Rotation:
         live.queued = True
         parked = self._parked.setdefault(scope, [])
         parked.append((turn, live))
-        if got.until is not None and len(parked) == 1:
-            heapq.heappush(self._timers, (got.until, scope))
+        if got.deadline is not None and len(parked) == 1:
+            heapq.heappush(self._timers, (got.deadline, scope))
             self._timers_changed.set()
         return None
 
@@ -165,9 +165,9 @@ class Rotation:
         """
         if not live.again or live.busy_since is None:
             return False
-        if waiting.reason != "backoff" or waiting.until is None:
+        if waiting.reason != "backoff" or waiting.deadline is None:
             return False
-        return waiting.until - live.busy_since > self._retry_for
+        return waiting.deadline - live.busy_since > self._retry_for
 
     def _push(self, turn: int, live: LiveJob) -> None:
         if self._budget is None:

@@ -452,7 +452,7 @@ class Claim:
 
 @final
 @dataclass(frozen=True, slots=True)
-class ScopeRules:
+class HostRules:
     """The budget per scope that a fleet's claims keep: a ``HostBudget``'s settings.
 
     A claim takes a target only while its scope has fewer than ``concurrency`` targets under
@@ -468,7 +468,7 @@ class ScopeRules:
 
 @final
 @dataclass(frozen=True, slots=True)
-class ScopeReport:
+class HostReport:
     """What one instance learned of a scope, for the fleet (``FleetStore.report_scopes``).
 
     ``kind`` is ``backoff`` (``seconds``: the wait), ``recovered`` or ``paced`` (``seconds``:
@@ -497,7 +497,7 @@ class FleetStore(Store, Protocol):
     """True: the engine uses the claims below rather than its in-memory rotation."""
 
     async def claim_turns(
-        self, n: int, now: float, rules: ScopeRules | None = None, *, spaced: int | None = None
+        self, n: int, now: float, rules: HostRules | None = None, *, spaced: int | None = None
     ) -> list[Claim]:
         """Claim up to ``n`` turns: the live unclaimed jobs whose last turn is oldest.
 
@@ -511,7 +511,7 @@ class FleetStore(Store, Protocol):
         ...
 
     async def lease_scope(
-        self, scope: str, rules: ScopeRules
+        self, scope: str, rules: HostRules
     ) -> tuple[str | None, float | None, float | None]:
         """Take a slot of ``scope``'s fleet-wide budget for a request outside the rotation
         (``POST /v1/fetch``, a redirect to another host, robots.txt): its token; or None, in
@@ -524,7 +524,7 @@ class FleetStore(Store, Protocol):
         """Give back leases of :meth:`lease_scope`."""
         ...
 
-    async def report_scopes(self, reports: Sequence[ScopeReport]) -> None:
+    async def report_scopes(self, reports: Sequence[HostReport]) -> None:
         """Make what an instance learned of its scopes the fleet's (backoffs, recoveries,
         ``Crawl-delay``). Cancellation: if this raises :class:`trio.Cancelled`, the reports
         may or may not be stored."""

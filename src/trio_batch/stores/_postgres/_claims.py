@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
-from .._protocol import Claim, ScopeReport, ScopeRules
+from .._protocol import Claim, HostReport, HostRules
 from .._rules import LIVE_SQL, stored_target
 from ._schema import Conn
 
@@ -89,7 +89,7 @@ CLAIM_SQL = f"""
     ORDER BY j.turn
 """
 
-# The same with budgets per scope (ScopeRules), run alone (LOCK_CLAIM) so that two claimers
+# The same with budgets per scope (HostRules), run alone (LOCK_CLAIM) so that two claimers
 # never both see a scope's last free slot. ``held``: the fleet's claimed targets per scope (a
 # claim is a target in flight, or about to be); ``room``: how many more each scope with a
 # clock or a claim may start now; a job whose next target's scope has no room is passed over
@@ -205,7 +205,7 @@ SCOPES_FREE_SQL = """
     FROM scopes WHERE greatest(next_start, blocked_until) > clock_timestamp()
 """
 
-# What an instance learned of a scope (ScopeReport), made the fleet's. A backoff counts once
+# What an instance learned of a scope (HostReport), made the fleet's. A backoff counts once
 # per rate-limit event: a report of a request started before the last event counted is one
 # the fleet has already counted. A success after the backoff makes the scope well again.
 REPORT_BACKOFF_SQL = """
@@ -310,7 +310,7 @@ def claim(
     n: int,
     now: float,
     ttl: float,
-    rules: ScopeRules | None = None,
+    rules: HostRules | None = None,
     lock: tuple[int, int] = (0, 0),
     spaced: int | None = None,
 ) -> tuple[list[Claim], float | None]:
@@ -368,7 +368,7 @@ def lease(
     conn: Conn,
     instance: str,
     scope: str,
-    rules: ScopeRules,
+    rules: HostRules,
     ttl: float,
     lock: tuple[int, int],
 ) -> tuple[str | None, float | None, float | None]:
@@ -398,7 +398,7 @@ def release_leases(conn: Conn, tokens: Sequence[str]) -> None:
     unflushed(conn, RELEASE_LEASES_SQL, {"tokens": list(tokens)})
 
 
-def report(conn: Conn, reports: Sequence[ScopeReport]) -> None:
+def report(conn: Conn, reports: Sequence[HostReport]) -> None:
     """Store what instances learned of their scopes (one transaction, one round trip)."""
     with conn.pipeline(), conn.transaction():
         conn.execute("SET LOCAL synchronous_commit TO off")

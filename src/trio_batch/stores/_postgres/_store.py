@@ -33,12 +33,12 @@ from .._protocol import (
     CacheEntry,
     Claim,
     FinishItem,
+    HostReport,
+    HostRules,
     Limits,
     NewJob,
     Outcome,
     ResumedJob,
-    ScopeReport,
-    ScopeRules,
     Stored,
 )
 from .._rules import check_caps, job_from_row, options_json
@@ -663,7 +663,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     # -- the fleet's rotation (FleetStore) -----------------------------------------------------
 
     async def claim_turns(
-        self, n: int, now: float, rules: ScopeRules | None = None, *, spaced: int | None = None
+        self, n: int, now: float, rules: HostRules | None = None, *, spaced: int | None = None
     ) -> list[Claim]:
         """Claim up to ``n`` turns of the fleet's round robin (``FleetStore.claim_turns``).
 
@@ -692,7 +692,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         return claimed
 
     async def lease_scope(
-        self, scope: str, rules: ScopeRules
+        self, scope: str, rules: HostRules
     ) -> tuple[str | None, float | None, float | None]:
         """Take a slot of ``scope``'s fleet-wide budget for a request outside the rotation
         (``FleetStore.lease_scope``); renewed with the claims until released.
@@ -720,7 +720,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             await trio.lowlevel.checkpoint()
         self._leases.difference_update(tokens)
 
-    async def report_scopes(self, reports: Sequence[ScopeReport]) -> None:
+    async def report_scopes(self, reports: Sequence[HostReport]) -> None:
         """Make what this instance learned of its scopes the fleet's
         (``FleetStore.report_scopes``); a round trip that does not wait for the WAL flush.
         """
