@@ -42,9 +42,6 @@ EVERYBODYS = {"ground", "stores._protocol"}
 # the cap (a squeeze to a count once cut facts from public docstrings).
 MAX_CODE_LINES = 600
 LONG_FILES: dict[str, str] = {
-    "_engine/_batch_engine.py": "BatchEngine and open_engine are one object: the rotation with "
-    "its two sources (its own rotation, a fleet's claims), the finisher's acknowledgements and "
-    "the reads share its state; split, they were a mixin reaching into each other",
     "web/_extract/_html.py": "the extractor's converter is one state machine over lexbor's "
     "tree: blocks, inline marks, lists, tables and fences share its buffers and its one walk "
     "(the tag handler tables already live in _html_tags); split, each part reached into the "
@@ -321,3 +318,34 @@ def test_no_test_module_imports_another(path: Path) -> None:
     ]
 
     assert [] == wrong
+
+
+def test_the_engine_never_asks_which_store_it_has() -> None:
+    """``BatchEngine`` runs the same code over a fleet and a single store: the one decision
+    (its own rotation or a fleet's claims) is made in ``open_engine``, never in the class.
+
+    Read from the class's code: no name in it asks for a fleet, a shared store or a cast.
+    """
+    source = (SRC / "_engine" / "_batch_engine.py").read_text()
+    engine = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.ClassDef) and node.name == "BatchEngine"
+    )
+    asked = sorted(
+        {
+            name
+            for node in ast.walk(engine)
+            for name in (
+                [node.id]
+                if isinstance(node, ast.Name)
+                else [node.attr]
+                if isinstance(node, ast.Attribute)
+                else []
+            )
+            if name in {"is_fleet", "is_shared", "cast", "FleetStore", "FleetTurns", "LocalTurns"}
+            or "fleet" in name.lower()
+        }
+    )
+
+    assert [] == asked

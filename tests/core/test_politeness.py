@@ -196,3 +196,80 @@ class TestConcurrencyWithinAJob:
                 await engine.submit(Caller("a"), "fleet", targets("a", 2), concurrency=5)
             with pytest.raises(ValueError, match="from 1 to 4"):
                 await engine.submit(Caller("a"), "fleet", targets("a", 2), concurrency=0)
+
+
+class TestWorkConservingWithinAJob:
+    @staticmethod
+    async def _others_end(first_busy: bool) -> tuple[float, Site]:
+        """When the last of six targets on hosts y and z ends, in a serial job that starts
+        (or not) with a target on host x answering 429 for 6 s (Retry-After: 2)."""
+        site = Site(seconds=0.5)
+        site.busy_until["x.example.test"] = 6.0
+        rec = Recorder()
+        others = [Target(f"https://{'yz'[i % 2]}.example.test/{i + 1}") for i in range(6)]
+        job = [Target("https://x.example.test/0"), *others] if first_busy else others
+        async with polite_engine(
+            site, HostBudget(concurrency=2), rec, workers=2, max_workers=2
+        ) as engine:
+            t0 = trio.current_time()
+            sub = await engine.submit(Caller("a"), "fleet", job)
+            await rec.wait_terminal(1)
+            snap = await engine.status(sub.id)
+        assert snap is not None
+        assert JobStatus.DONE == snap.job.status
+        assert [t.url for t in job] == [t.url for t in snap.targets]  # results in index order
+        starts = site.starts["y.example.test"] + site.starts["z.example.test"]
+        return max(starts) + site.seconds - t0, site
+
+    async def test_a_waiting_host_holds_no_other_host_of_the_job_back(
+        self, autojump_clock: object
+    ) -> None:
+        """A serial job whose first target's host answers 429 for 6 s runs its other hosts'
+        targets meanwhile, one at a time: they end within 1.5x of the same job without it."""
+        alone, _ = await self._others_end(first_busy=False)
+        behind, site = await self._others_end(first_busy=True)
+
+        assert behind <= 1.5 * alone
+        assert behind < 6.0  # before x's backoff ended
+        assert 1 == max(site.most.values())  # still one target at a time
+
+    async def test_a_file_sorted_by_host_runs_its_concurrency(self, autojump_clock: object) -> None:
+        """40 targets sorted by host (ten each of four hosts), one at a time per host, at
+        concurrency 4: four at once (about 5 s), not one host after another (20 s)."""
+        site = Site(seconds=0.5)
+        rec = Recorder()
+        job = [Target(f"https://h{i // 10}.example.test/{i}") for i in range(40)]
+        async with polite_engine(
+            site, HostBudget(concurrency=1), rec, workers=4, max_workers=4, targets_per_job=40
+        ) as engine:
+            t0 = trio.current_time()
+            sub = await engine.submit(Caller("a"), "fleet", job, concurrency=4)
+            await rec.wait_terminal(1)
+            took = trio.current_time() - t0
+            snap = await engine.status(sub.id)
+        assert snap is not None
+        assert [TargetState.DONE] * 40 == [t.status for t in snap.targets]
+        assert took <= 10 * 0.5 * 1.1
+        assert 1 == max(site.most.values())
+        for host in range(4):  # each host still serves its targets in index order
+            order = site.order[f"h{host}.example.test"]
+            assert sorted(order, key=lambda u: int(u.rsplit("/", 1)[1])) == order
+
+    async def test_without_budgets_targets_start_in_index_order(
+        self, autojump_clock: object
+    ) -> None:
+        """With no host budget there is nothing to wait for: SPEC's order, target i+1 after i."""
+        rec = Recorder()
+        started: list[str] = []
+
+        async def recording(caller: Caller, target: Target) -> Result:
+            started.append(target.url)
+            return Result("ok")
+
+        job = [Target(f"https://h{i % 3}.example.test/{i}") for i in range(9)]
+        async with open_engine(
+            MemoryStore(), recording, Config(hooks=rec.hooks(), workers=2)
+        ) as engine:
+            await engine.submit(Caller("a"), "fleet", job)
+            await rec.wait_terminal(1)
+        assert [t.url for t in job] == started

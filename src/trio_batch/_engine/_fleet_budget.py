@@ -19,7 +19,7 @@ from .._budget import HostBudget, HostNews
 from .._model import Target
 from ..stores._protocol import Claim, FleetStore, HostReport, HostRules
 from ._gate import FleetGate
-from ._rotation import HostFunc
+from ._live import HostFunc
 
 
 @final

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import heapq
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import final
 
 from .._model import Caller, Result, Target
 from ..stores._protocol import Claim, Outcome, ResumedJob
+
+HostFunc = Callable[[Target], "str | None"]
+"""The scope of a target (the web fetcher's: host and port), or None for no budget."""
 
 FetchFunc = Callable[[Caller, Target], Awaitable[Result]]
 """The per-target work: given the job's caller and one target, return its ``Result``."""
@@ -52,24 +56,33 @@ class WaitingTarget:
 
 
 class LiveJob:
-    """What the engine knows of a live job: its targets, the next index, busy since when.
+    """What an engine knows of a live job it runs: the targets it may start, and their state.
 
-    A job runs up to ``concurrency`` targets at once (1: SPEC's serial order), started in index
-    order; a target that came back busy is started again before the next new one.
+    One shape for both sources of turns: a local engine holds every target of its jobs that is
+    not stored yet; an engine over a fleet holds the targets it claimed (``claims``). A target
+    is *pending* here until a worker starts it, *in flight* until its outcome is acknowledged
+    (a busy one waiting to be tried again counts as in flight), and then forgotten.
+
+    A job runs up to ``concurrency`` of its targets at once (1: SPEC's serial order). Its next
+    target is the first pending one whose host has room (``Rotation``): pending targets are
+    kept in one heap per scope, so the candidates of a turn are each scope's first target, in
+    index order, and a host that waits does not hold the job's other hosts back.
     """
 
     __slots__ = (
-        "again",
+        "_heaps",
+        "_pending",
+        "_scopes",
         "busy_since",
         "caller",
         "caller_class",
         "cancelled",
-        "claim",
+        "claims",
         "concurrency",
         "has_webhook",
         "id",
         "in_flight",
-        "next_idx",
+        "park",
         "queued",
         "queued_at",
         "started",
@@ -80,95 +93,162 @@ class LiveJob:
         self,
         job_id: str,
         caller: Caller,
-        targets: list[Target] | Mapping[int, Target],
         started: float,
         caller_class: str = "fleet",
+        concurrency: int = 1,
     ) -> None:
         self.id = job_id
         self.caller = caller
         self.caller_class = caller_class
-        self.targets = targets
-        self.next_idx = 0
         self.started = started
-        self.busy_since: float | None = None
+        self.concurrency = concurrency
+        self.targets: dict[int, Target] = {}
+        """The targets held here: pending, in flight, or busy and waiting to be tried again."""
+        self.claims: dict[int, Claim] = {}
+        """A fleet's claim of each target held (none on a local engine)."""
+        self.busy_since: dict[int, float] = {}
+        """When each target tried again first came back busy (Trio's clock)."""
         self.cancelled = False
         self.has_webhook = False  # its changes wake the webhook deliveries
-        self.claim: Claim | None = None  # a fleet's turn: the one target this engine runs
-        self.concurrency = 1
-        self.in_flight = 0  # its targets being fetched (or waiting out a busy answer)
-        self.queued = False  # in the rotation (ready or waiting for its host)
+        self.in_flight = 0  # its targets started and not yet acknowledged
+        self.queued = False  # in the rotation (ready or waiting for a host)
         self.queued_at = started  # when it last entered the rotation (Trio's clock)
-        self.again: list[int] = []  # busy targets to start again, before next_idx
+        self.park = 0  # the rotation's mark of its latest pass-over (stale marks are skipped)
+        self._scopes: dict[int, str | None] = {}
+        self._heaps: dict[str | None, list[int]] = {}
+        self._pending = 0
+
+    def add(self, idx: int, target: Target, scope: str | None = None) -> None:
+        """Hold target ``idx``, pending, under its host's ``scope`` (None: no budget)."""
+        self.targets[idx] = target
+        self._scopes[idx] = scope
+        self._push(idx)
+
+    def heads(self) -> list[tuple[int, str | None]]:
+        """The first pending target of each scope, in index order: a turn's candidates."""
+        return sorted((heap[0], scope) for scope, heap in self._heaps.items())
 
     @property
-    def upcoming(self) -> int:
-        """The index of the target the job's next turn starts."""
-        return self.again[0] if self.again else self.next_idx
+    def pending(self) -> int:
+        """Targets held here that no worker has started."""
+        return self._pending
 
-    def next_target(self) -> Target:
-        """The target the job's next turn starts."""
-        return self.targets[self.upcoming]
+    @property
+    def upcoming(self) -> int | None:
+        """The lowest pending index (what a status shows as the job's next target), or None."""
+        return min((heap[0] for heap in self._heaps.values()), default=None)
 
-    def take_index(self) -> int:
-        """Start the next target: its index (one more in flight)."""
+    def take(self, idx: int) -> None:
+        """Start pending target ``idx`` (the first of its scope): one more in flight."""
+        scope = self._scopes[idx]
+        heap = self._heaps[scope]
+        assert heap[0] == idx, "a turn starts the first pending target of its scope"
+        heapq.heappop(heap)
+        if not heap:
+            del self._heaps[scope]
+        self._pending -= 1
         self.in_flight += 1
-        if self.again:
-            return self.again.pop(0)
-        idx = self.next_idx
-        self.next_idx += 1
-        return idx
 
     def give_back(self, idx: int) -> None:
-        """Target ``idx`` came back busy and its wait is over: it starts again before any new
-        one (until now it counted as in flight)."""
+        """Target ``idx`` came back busy and its wait is over: pending again, before any later
+        target of its scope (until now it counted as in flight)."""
         self.in_flight -= 1
-        self.again.append(idx)
-        self.again.sort()
+        self._push(idx)
+
+    def drop(self, idx: int) -> None:
+        """Forget target ``idx``, in flight until now (stored, or its claim given back)."""
+        self.in_flight -= 1
+        self.targets.pop(idx, None)
+        self._scopes.pop(idx, None)
+        self.busy_since.pop(idx, None)
+        self.claims.pop(idx, None)
+
+    def drop_pending(self) -> list[int]:
+        """Forget every pending target; return their indices (a fleet gives their claims back)."""
+        gone = sorted(i for heap in self._heaps.values() for i in heap)
+        for idx in gone:
+            self.targets.pop(idx, None)
+            self._scopes.pop(idx, None)
+        self._heaps.clear()
+        self._pending = 0
+        return gone
 
     def wants_turn(self) -> bool:
         """Whether the job has a target to start and room to start it."""
-        has_next = bool(self.again) or self.next_idx < len(self.targets)
-        return has_next and self.in_flight < self.concurrency and not self.queued
+        return self._pending > 0 and self.in_flight < self.concurrency and not self.queued
 
-    @property
-    def token(self) -> str:
-        """The claim's token for ``Outcome.claim``: empty without a claim."""
-        return "" if self.claim is None else self.claim.token
+    def token(self, idx: int) -> str:
+        """The claim token of target ``idx`` for ``Outcome.claim``: empty without a claim."""
+        claim = self.claims.get(idx)
+        return "" if claim is None else claim.token
+
+    def _push(self, idx: int) -> None:
+        heapq.heappush(self._heaps.setdefault(self._scopes[idx], []), idx)
+        self._pending += 1
 
 
 # A fetched target waiting to be stored: job, index, outcome, the fetch's error, fetch seconds.
 Fetched = tuple[LiveJob, int, Outcome, "BaseException | None", float]
 
 
-def resumed_live_jobs(resumed: Sequence[ResumedJob], now: float, wall: float) -> list[LiveJob]:
+@final
+class LiveJobs:
+    """The live jobs an engine runs, by id, reporting their number to the ``depth`` hook."""
+
+    __slots__ = ("_depth", "_jobs")
+
+    def __init__(self, depth: Callable[[int], None]) -> None:
+        self._jobs: dict[str, LiveJob] = {}
+        self._depth = depth
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def get(self, job_id: str) -> LiveJob | None:
+        """The live job ``job_id`` if this engine runs it."""
+        return self._jobs.get(job_id)
+
+    def values(self) -> list[LiveJob]:
+        """The live jobs, in the order they came."""
+        return list(self._jobs.values())
+
+    def add(self, live: LiveJob) -> None:
+        """Run ``live`` here from now on."""
+        self._jobs[live.id] = live
+        self._depth(len(self._jobs))
+
+    def pop(self, job_id: str) -> LiveJob | None:
+        """Stop running ``job_id`` here; the job, or None if it was not run here."""
+        live = self._jobs.pop(job_id, None)
+        if live is not None:
+            self._depth(len(self._jobs))
+        return live
+
+    def clear(self) -> None:
+        """Forget every job (the engine closed)."""
+        self._jobs.clear()
+        self._depth(0)
+
+
+def resumed_live_jobs(
+    resumed: Sequence[ResumedJob], now: float, wall: float, scope: HostFunc | None
+) -> list[LiveJob]:
     """:class:`LiveJob` records for jobs taken over from an engine that is gone.
 
     ``now`` is Trio's clock and ``wall`` the wall clock: a job's seconds count from its
-    creation, as if it had never stopped.
+    creation, as if it had never stopped. Each holds its pending targets.
     """
     jobs = []
     for job in resumed:
         started = now - max(0.0, wall - job.created_at)
         caller = Caller(job.caller, job.workspace)
-        live = LiveJob(job.id, caller, list(job.targets), started, job.caller_class)
-        live.next_idx = job.next_idx
+        live = LiveJob(job.id, caller, started, job.caller_class, job.concurrency)
+        for idx in job.pending:
+            target = job.targets[idx]
+            live.add(idx, target, None if scope is None else scope(target))
         live.has_webhook = bool(job.webhook)
         jobs.append(live)
     return jobs
-
-
-def live_job_of(claim: Claim, now: float, wall: float) -> LiveJob:
-    """A :class:`LiveJob` for one claimed turn of a fleet: its one target, and its times.
-
-    ``now`` is Trio's clock and ``wall`` the wall clock: the job's seconds count from its
-    creation, and a busy target's from its first busy answer, wherever that was.
-    """
-    started = now - max(0.0, wall - claim.created_at)
-    caller = Caller(claim.caller, claim.workspace)
-    live = LiveJob(claim.job_id, caller, {claim.idx: claim.target}, started, claim.caller_class)
-    live.next_idx = claim.idx
-    live.has_webhook = claim.has_webhook
-    live.claim = claim
-    if claim.busy_since is not None:
-        live.busy_since = now - max(0.0, wall - claim.busy_since)
-    return live

@@ -1,13 +1,19 @@
-"""The engine's round robin of live jobs, with budgets per scope (``Rotation``).
+"""The engine's round robin of live jobs, with budgets per host (``Rotation``).
 
 Each time a job enters the rotation it takes the next turn number; a worker takes the job of
-lowest turn. With a :class:`~trio_batch.HostBudget`, the worker first asks the budget whether
-the job's next target may start: if its scope (its host) is at its budget, the job is *passed
-over*: parked under its scope with its turn number kept, while the worker takes the next job.
-When the scope frees a slot (a response came in) or its wait ends (spacing, backoff), its parked
-jobs come back with their old turns, ahead of every job that entered after them: a passed-over
-job keeps its place. So no worker waits on a busy host while other work is ready, and the host
-sees no more than its budget whatever the number of workers and callers.
+lowest turn. With a :class:`~trio_batch.HostBudget`, the worker then asks the budget, for each
+of the job's candidates in index order (the first pending target of each of its hosts), whether
+that target may start now: the first that may is the turn's target. If none may, the job is
+*passed over*: parked under each host it waits for, with its turn number kept, while the worker
+takes the next job. When one of those hosts frees a slot (a response came in) or its wait ends
+(spacing, backoff), the job comes back with its old turn, ahead of every job that entered after
+it: a passed-over job keeps its place. So no worker waits on a busy host while other work is
+ready, inside a job as across jobs, and a host sees no more than its budget whatever the number
+of workers and callers.
+
+Without a budget the rotation is a deque (arrival order is turn order) and a turn's target is
+the job's first pending one. With one it is a heap by turn: O(log n) a turn in the number of
+queued jobs, plus one budget check per host a job waits for.
 """
 
 from __future__ import annotations
@@ -22,64 +28,62 @@ from typing import NamedTuple, final
 import trio
 
 from .._budget import HostBudget, HostSlot, Waiting
-from .._model import Target
 from ._live import LiveJob
-
-HostFunc = Callable[[Target], "str | None"]
-"""The scope of a target (the web fetcher's: host and port), or None for no budget."""
 
 
 class Turn(NamedTuple):
-    """A job's turn, as a worker takes it: the slot its target holds, or why it is blocked.
+    """A job's turn, as a worker takes it: the target to start, its slot, or why it is blocked.
 
-    ``blocked`` is set when the target's scope stayed pushed back past the budget's
+    ``blocked`` is set when the target's host stayed pushed back past the budget's
     ``block_limit``, or when a busy target would wait for its host past ``retry_for``: the
     worker fails the target (with a hint) without fetching it.
     """
 
     live: LiveJob
+    idx: int
     slot: HostSlot | None
     blocked: Waiting | None = None
 
 
 @final
 class Rotation:
-    """Jobs in turn order; those whose host is at its budget wait aside, keeping their turn."""
+    """Jobs in turn order; those whose hosts are all at their budget wait aside, keeping their
+    turn."""
 
     def __init__(
         self,
         budget: HostBudget | None,
-        scope: HostFunc | None,
         dropped: Callable[[LiveJob], None],
         retry_for: float = math.inf,
         waited: Callable[[LiveJob, str, bool], None] = lambda live, reason, new: None,
     ) -> None:
-        self._budget = budget if scope is not None else None
-        self._dropped = dropped  # a cancelled job leaves the rotation: a fleet's claim goes back
+        self._budget = budget
+        self._dropped = dropped  # a cancelled job leaves the rotation: a fleet's claims go back
         self._retry_for = retry_for
         self._waited = waited  # each pass-over: the job, the reason, whether it is a new wait
-        self._scope = scope
         self._turns = itertools.count()
         self._ready: list[tuple[int, LiveJob]] = []  # a heap by turn
         self._fifo: deque[LiveJob] = deque()  # the same without a budget: arrival order
-        self._parked: dict[str, list[tuple[int, LiveJob]]] = {}
+        self._parked: dict[str, list[tuple[int, int, LiveJob]]] = {}  # scope -> (turn, mark, job)
+        self._parked_jobs = 0
         self._timers: list[tuple[float, str]] = []  # a heap: when each parked scope may start
         self._timers_changed = trio.Event()
         self._takers = trio.lowlevel.ParkingLot()
+        self._marks = itertools.count(1)
         self.waits: dict[str, Waiting] = {}
-        """Why each job waiting aside waits (job id -> :class:`Waiting`): for its status."""
+        """Why each job waiting aside waits (job id -> :class:`Waiting` of its first pending
+        target's host): for its status."""
         if self._budget is not None:
-            self._budget.add_listener(self._scope_freed)
+            self._budget.add_listener(self._unpark)
 
     @property
     def queued(self) -> int:
         """Jobs waiting for a worker, ready or passed over."""
-        parked = sum(len(jobs) for jobs in self._parked.values())
-        return len(self._fifo) + len(self._ready) + parked
+        return len(self._fifo) + len(self._ready) + self._parked_jobs
 
     @property
     def ready(self) -> int:
-        """Jobs ready for a worker (not waiting for their host)."""
+        """Jobs ready for a worker (not waiting for their hosts)."""
         return len(self._fifo) + len(self._ready)
 
     @property
@@ -94,7 +98,7 @@ class Rotation:
         self._push(next(self._turns), live)
 
     async def take(self) -> Turn:
-        """The ready job of lowest turn, its target's slot held; waits while there is none.
+        """The ready job of lowest turn with its target's slot held; waits while there is none.
 
         A job ready at once is returned without a trip through the scheduler (what the worker
         does next checkpoints): the rotation's cost per target stays a heap operation.
@@ -104,9 +108,9 @@ class Rotation:
                 while self._fifo:
                     live = self._fifo.popleft()
                     live.queued = False
-                    if not live.cancelled:
-                        return Turn(live, None)
-                    self._dropped(live)
+                    if not live.cancelled and live.pending:
+                        return Turn(live, live.heads()[0][0], None)
+                    self._drop(live)
             while self._ready:
                 turn, live = heapq.heappop(self._ready)
                 live.queued = False
@@ -129,45 +133,58 @@ class Rotation:
                 _, scope = heapq.heappop(self._timers)
                 self._unpark(scope)
 
-    def _try(self, turn: int, live: LiveJob) -> Turn | None:
-        """Take ``live``'s turn now, or park it under its busy scope and return None."""
+    def _drop(self, live: LiveJob) -> None:
+        self.waits.pop(live.id, None)
         if live.cancelled:
-            self.waits.pop(live.id, None)
             self._dropped(live)
+
+    def _try(self, turn: int, live: LiveJob) -> Turn | None:
+        """Take a turn of ``live`` now, or park it under its busy hosts and return None."""
+        if live.cancelled or not live.pending:
+            self._drop(live)
             return None
-        if self._budget is None or self._scope is None:
-            return Turn(live, None)
-        scope = self._scope(live.next_target())
-        if scope is None:
-            return Turn(live, None)
-        got = self._budget.try_start(scope)
-        if isinstance(got, HostSlot):
-            self.waits.pop(live.id, None)
-            return Turn(live, got)
-        if got.blocked or self._busy_too_long(live, got):
-            self.waits.pop(live.id, None)
-            return Turn(live, None, got)
-        before = self.waits.get(live.id)
-        self.waits[live.id] = got
-        self._waited(live, got.reason, before is None or before.reason != got.reason)
-        live.queued = True
-        parked = self._parked.setdefault(scope, [])
-        parked.append((turn, live))
-        if got.deadline is not None and len(parked) == 1:
-            heapq.heappush(self._timers, (got.deadline, scope))
-            self._timers_changed.set()
+        assert self._budget is not None
+        waits: list[tuple[str, Waiting]] = []
+        for idx, scope in live.heads():
+            if scope is None:
+                self.waits.pop(live.id, None)
+                return Turn(live, idx, None)
+            got = self._budget.try_start(scope)
+            if isinstance(got, HostSlot):
+                self.waits.pop(live.id, None)
+                return Turn(live, idx, got)
+            if got.blocked or self._busy_too_long(live, idx, got):
+                self.waits.pop(live.id, None)
+                return Turn(live, idx, None, got)
+            waits.append((scope, got))
+        self._park(turn, live, waits)
         return None
 
-    def _busy_too_long(self, live: LiveJob, waiting: Waiting) -> bool:
+    def _park(self, turn: int, live: LiveJob, waits: list[tuple[str, Waiting]]) -> None:
+        """Set ``live`` aside under each host it waits for; the first to free it brings it back."""
+        first = waits[0][1]
+        before = self.waits.get(live.id)
+        self.waits[live.id] = first
+        self._waited(live, first.reason, before is None or before.reason != first.reason)
+        live.queued = True
+        live.park = next(self._marks)
+        self._parked_jobs += 1
+        for scope, got in waits:
+            parked = self._parked.setdefault(scope, [])
+            parked.append((turn, live.park, live))
+            if got.deadline is not None and len(parked) == 1:
+                heapq.heappush(self._timers, (got.deadline, scope))
+                self._timers_changed.set()
+
+    def _busy_too_long(self, live: LiveJob, idx: int, waiting: Waiting) -> bool:
         """A busy target whose host's backoff ends only past ``retry_for``: it fails now.
 
-        Only a target tried again (first in ``again``) is busy; a new one waits its turn.
+        Only a target tried again is busy; a new one waits its turn.
         """
-        if not live.again or live.busy_since is None:
+        busy_since = live.busy_since.get(idx)
+        if busy_since is None or waiting.reason != "backoff" or waiting.deadline is None:
             return False
-        if waiting.reason != "backoff" or waiting.deadline is None:
-            return False
-        return waiting.deadline - live.busy_since > self._retry_for
+        return waiting.deadline - busy_since > self._retry_for
 
     def _push(self, turn: int, live: LiveJob) -> None:
         if self._budget is None:
@@ -177,9 +194,11 @@ class Rotation:
         if self._takers:
             self._takers.unpark()
 
-    def _scope_freed(self, scope: str) -> None:
-        self._unpark(scope)
-
     def _unpark(self, scope: str) -> None:
-        for turn, live in self._parked.pop(scope, []):
-            self._push(turn, live)
+        """``scope`` may start again: its parked jobs come back with their turns (a job parked
+        under several hosts comes back once, at the first of them)."""
+        for turn, mark, live in self._parked.pop(scope, []):
+            if live.park == mark:
+                live.park = 0
+                self._parked_jobs -= 1
+                self._push(turn, live)

@@ -75,6 +75,7 @@ class _JobRow:
     hook_attempts: int = 0
     hook_since: float = 0.0
     hook_next_at: float = 0.0
+    concurrency: int = 1  # targets that may be fetched at once, as admitted
 
     def view(self) -> Job:
         return Job(
@@ -187,6 +188,7 @@ class MemoryStore:
             retry_of=job.retry_of,
             webhook=job.webhook,
             hook_open=bool(job.webhook),
+            concurrency=job.concurrency,
         )
         if job.webhook:
             self._outbox.add(job.id)
@@ -212,10 +214,6 @@ class MemoryStore:
                 if target.status is TargetState.RUNNING:
                     target.status = TargetState.PENDING
             row.updated_at = now
-            next_idx = next(
-                (i for i, t in enumerate(row.targets) if t.status is TargetState.PENDING),
-                len(row.targets),
-            )
             resumed.append(
                 ResumedJob(
                     id=row.id,
@@ -223,9 +221,12 @@ class MemoryStore:
                     workspace=row.workspace,
                     caller_class=row.caller_class,
                     targets=[Target(t.url, t.options) for t in row.targets],
-                    next_idx=next_idx,
+                    pending=[
+                        i for i, t in enumerate(row.targets) if t.status is TargetState.PENDING
+                    ],
                     created_at=row.created_at,
                     webhook=row.webhook,
+                    concurrency=row.concurrency,
                 )
             )
         return resumed

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, final
+from typing import Protocol, TypeGuard, final
 
 from .._model import (
     Job,
@@ -46,6 +46,9 @@ class NewJob:
     """The job's ``Webhook`` as JSON (``Webhook.to_json``), or empty for none."""
     scopes: Sequence[str | None] = ()
     """Each target's scope (its host and port) for a fleet's budgets, or empty: no budget."""
+    concurrency: int = 1
+    """Targets of the job that may be fetched at once (``BatchEngine.submit``): kept with the
+    job, for a fleet's claims and for an engine that resumes it."""
 
 
 @final
@@ -53,8 +56,9 @@ class NewJob:
 class ResumedJob:
     """A live job taken over from an engine that is gone (``Store.resume``): what it needs to run.
 
-    ``targets`` are all of the job's targets; ``next_idx`` is the first one still pending (a
-    target that was running is pending again and is fetched again).
+    ``targets`` are all of the job's targets; ``pending`` the indices of those still to run,
+    in order (a target that was running is pending again and is fetched again; with
+    ``concurrency`` above 1 or host budgets, stored targets need not be a prefix).
     """
 
     id: str
@@ -62,10 +66,12 @@ class ResumedJob:
     workspace: str
     caller_class: str
     targets: Sequence[Target]
-    next_idx: int
+    pending: Sequence[int]
     created_at: float
     webhook: str = ""
     """The job's ``Webhook`` as JSON, or empty."""
+    concurrency: int = 1
+    """Targets of the job that may be fetched at once, as admitted."""
 
 
 @final
@@ -420,10 +426,12 @@ class WebhookOutbox(Protocol):
 @final
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A turn of the fleet's rotation, held by one instance until its outcome is stored.
+    """A target claimed from the fleet's rotation, held by one instance until its outcome is
+    stored (or the claim is given back, or expires).
 
-    From :meth:`FleetStore.claim_turns`: the job's next target, marked running, and what the
-    engine needs to run it without reading the job.
+    From :meth:`FleetStore.claim_turns`: one target of a job, marked running, and what the
+    engine needs to run it without reading the job. A job may hold up to its ``concurrency``
+    claims across the fleet at once.
     """
 
     job_id: str
@@ -438,9 +446,11 @@ class Claim:
     busy_since: float | None
     """Wall-clock time the target first came back busy, for ``Config.retry_for``; or None."""
     taken_over: bool
-    """The job's previous claim had expired: its target is fetched again (at least once)."""
+    """The target's previous claim had expired: it is fetched again (at least once)."""
     caller_class: str = "fleet"
     """The job's caller class (``fleet`` or ``restricted``), for the queue-wait metrics."""
+    concurrency: int = 1
+    """Targets of the job that may be claimed at once across the fleet, as admitted."""
     scope: str | None = None
     """The target's scope (its host and port), as the job was admitted; None: no budget."""
     scope_wait: float = 0.0
@@ -499,14 +509,15 @@ class FleetStore(Store, Protocol):
     async def claim_turns(
         self, n: int, now: float, rules: HostRules | None = None, *, spaced: int | None = None
     ) -> list[Claim]:
-        """Claim up to ``n`` turns: the live unclaimed jobs whose last turn is oldest.
+        """Claim up to ``n`` targets: the first of the live jobs whose last turn is oldest,
+        round by round across jobs, each job holding at most its ``concurrency`` claims.
 
-        Each claimed job's next target is marked running. With ``rules``, a job whose next
-        target's scope is at its budget fleet-wide is passed over, keeping its turn, and a
-        scope that spaces its starts is taken only among the first ``spaced`` turns (those for
-        workers idle now, so that it starts at once: the spacing holds between starts). Returns
-        fewer (or none) when fewer jobs are ready. Cancellation: if this raises
-        :class:`trio.Cancelled`, nothing was claimed.
+        Each claimed target is marked running. With ``rules``, a job's next target is its first
+        whose scope has room fleet-wide (a job whose targets' scopes are all at their budget is
+        passed over, keeping its turn), and a scope that spaces its starts is taken only among
+        the first ``spaced`` turns (those for workers idle now, so that it starts at once: the
+        spacing holds between starts). Returns fewer (or none) when fewer are ready.
+        Cancellation: if this raises :class:`trio.Cancelled`, nothing was claimed.
         """
         ...
 
@@ -531,11 +542,12 @@ class FleetStore(Store, Protocol):
         ...
 
     async def release_claim(self, claim: Claim, now: float, busy_since: float | None) -> None:
-        """Give the turn back: the target pending again, the job at the end of the rotation.
+        """Give the claim back: the target pending again, its job at the end of the rotation.
 
-        After a busy target's wait; ``busy_since`` (wall clock) is kept for the next claimer.
-        Does nothing if the claim is no longer the job's. Cancellation: if this raises
-        :class:`trio.Cancelled`, the claim is still held.
+        After a busy target's wait, or for a target a cancelled job will not start;
+        ``busy_since`` (wall clock) is kept for the next claimer. Does nothing if the claim is
+        no longer the target's. Cancellation: if this raises :class:`trio.Cancelled`, the
+        claim is still held.
         """
         ...
 
@@ -554,7 +566,7 @@ class FleetStore(Store, Protocol):
         ...
 
 
-def is_fleet(store: Store) -> bool:
+def is_fleet(store: Store) -> TypeGuard[FleetStore]:
     """Whether ``store`` runs its rotation for a fleet (:class:`FleetStore`)."""
     return bool(getattr(store, "fleet", False))
 

@@ -110,23 +110,23 @@ def stored_target(url: str, options: str) -> Target:
     return Target(url, _options_from_json(options))
 
 
-RESUME_JOB_COLUMNS = "id, caller, workspace, caller_class, created_at, webhook"
+RESUME_JOB_COLUMNS = "id, caller, workspace, caller_class, created_at, webhook, concurrency"
 """The job columns :func:`resumed_job` reads, in its order."""
 
 
 def resumed_job(row: Row, targets: Sequence[Row]) -> ResumedJob:
     """A :class:`ResumedJob` from :data:`RESUME_JOB_COLUMNS` and its ``url, options JSON,
     status`` target rows in input order (running ones already put back to pending)."""
-    next_idx = next((i for i, t in enumerate(targets) if t[2] == TargetState.PENDING), len(targets))
     return ResumedJob(
         id=str(row[0]),
         caller=str(row[1]),
         workspace=str(row[2]),
         caller_class=str(row[3]),
         targets=[Target(str(t[0]), _options_from_json(str(t[1]))) for t in targets],
-        next_idx=next_idx,
+        pending=[i for i, t in enumerate(targets) if t[2] == TargetState.PENDING],
         created_at=float(row[4]),
         webhook=str(row[5]),
+        concurrency=int(row[6]),
     )
 
 

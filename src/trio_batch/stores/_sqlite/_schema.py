@@ -13,7 +13,7 @@ import sqlite3
 
 from ..._errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The writer connection's own checkpoints (about 32 MiB of WAL): only if the checkpointer
 # thread (_checkpoint) falls far behind.
@@ -90,6 +90,8 @@ MIGRATIONS: list[str] = [
     ALTER TABLE targets ADD COLUMN started_at REAL;
     ALTER TABLE targets ADD COLUMN finished_at REAL
     """,
+    # A job's concurrency, kept so that a resumed job runs as it was admitted.
+    "ALTER TABLE jobs ADD COLUMN concurrency INTEGER NOT NULL DEFAULT 1",
 ]
 
 

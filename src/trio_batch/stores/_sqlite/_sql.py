@@ -54,8 +54,8 @@ def admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | 
         return refused
     conn.execute(
         "INSERT INTO jobs (id, caller, caller_class, key, status, targets_total, created_at, "
-        "updated_at, lease, workspace, retry_of, webhook, hook_open) "
-        "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+        "updated_at, lease, workspace, retry_of, webhook, hook_open, concurrency) "
+        "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             job.id,
             job.caller,
@@ -69,6 +69,7 @@ def admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | 
             job.retry_of,
             job.webhook,
             1 if job.webhook else 0,
+            job.concurrency,
         ),
     )
     conn.executemany(

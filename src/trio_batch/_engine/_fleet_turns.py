@@ -1,0 +1,248 @@
+"""The turns of an engine over a fleet store: claimed from the fleet's rotation (``FleetTurns``).
+
+On a fleet (several ``serve`` processes on one PostgreSQL) the round robin lives in the
+database: any instance's claimer takes the next turns of every live job, whoever admitted it,
+one *target* a claim, a job holding up to its ``concurrency`` claims across the fleet, each
+claim within its host's fleet-wide budget. What an instance claimed goes through its own
+:class:`~trio_batch._engine._rotation.Rotation` to its workers, so turns still reach them in
+order and its host budget still holds. Around that: the claimer (claiming for the idle workers
+and a few turns ahead, :class:`~trio_batch._engine._ahead.ClaimAhead`), a busy target's claim
+given back after its wait, a cancelled job's unstarted claims given back at once, the fleet's
+budgets (:class:`~trio_batch._engine._fleet_budget.FleetBudget`), and at close every claim
+given back. Live jobs belong to the fleet: nothing is failed or adopted here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import final
+
+import trio
+
+from .._budget import HostBudget
+from .._model import Caller, CallerClass, Target
+from .._util import backoff
+from ..stores._protocol import Claim, FleetStore, NewJob
+from ._fleet_budget import FleetBudget
+from ._live import HostFunc, LiveJob
+from ._local_turns import CLEANUP_SECONDS
+from ._rotation import Rotation, Turn
+from ._turns import EngineParts
+
+# A claimer claims again at least this often, in case a notification was lost.
+_FLEET_POLL = 1.0
+# Turns claimed by one statement at most.
+_MAX_CLAIMS = 64
+
+
+@final
+class FleetTurns:
+    """:class:`~trio_batch._engine._turns.Turns` claimed from a fleet store."""
+
+    def __init__(
+        self,
+        parts: EngineParts,
+        store: FleetStore,
+        budget: HostBudget | None,
+        scope: HostFunc | None,
+    ) -> None:
+        self._parts = parts
+        self._store = store
+        self._budget: FleetBudget | None = None  # the fleet's budgets, with a host budget
+        if budget is not None and scope is not None:
+            self._budget = FleetBudget(
+                store, budget, scope, lambda op, exc: parts.store_error(op, "", exc)
+            )
+        self.rotation = Rotation(
+            budget if scope is not None else None,
+            self._dropped,
+            parts.config.retry_for,
+            waited=parts.waited,
+        )
+        self._wants_work = trio.Event()  # set when a worker takes or waits for a turn
+        self._dry = False  # the last claim found fewer turns than it asked for
+        self._tasks: trio.Nursery | None = None
+        self.retrying = 0
+        """Targets whose claim is held through a busy answer's wait."""
+
+    def scopes(self, targets: Sequence[Target]) -> tuple[str | None, ...]:
+        """Each target's scope, stored with its job so that the claims keep its budget."""
+        return () if self._budget is None else self._budget.scopes(targets)
+
+    async def open(self) -> None:
+        """Nothing to do: live jobs belong to the fleet, and the claims run them."""
+        await trio.lowlevel.checkpoint()
+
+    async def admitted(
+        self,
+        job: NewJob,
+        caller: Caller,
+        caller_class: CallerClass,
+        *,
+        has_webhook: bool,
+        concurrency: int,
+        closing: bool,
+    ) -> None:
+        """The job is the fleet's now: any instance's claimer takes its turns. (Not a
+        checkpoint: the job is stored, and the submit must return its id.)"""
+
+    async def take(self) -> Turn:
+        """A claimed turn; the claimer tops the claimed turns up while a worker waits."""
+        self._wants_work.set()
+        return await self.rotation.take()
+
+    async def started(self, live: LiveJob, idx: int) -> bool:
+        """The claim marked the target running: True."""
+        await trio.lowlevel.checkpoint()
+        return True
+
+    async def busy(self, live: LiveJob, idx: int, wait: float) -> None:
+        """Hold the claim through the wait (renewed), then give it back: the target pending,
+        its job at the end of the fleet's rotation, its first busy time kept for
+        ``Config.retry_for``; with budgets the fleet's backoff holds it meanwhile, so the probe
+        after the backoff is one request fleet-wide."""
+        if (hook := self._parts.hooks.retry) is not None:
+            hook(wait)
+        assert self._tasks is not None
+        self._tasks.start_soon(self._give_back_after, live, idx, wait)
+
+    def emptied(self, live: LiveJob) -> bool:
+        """The job holds no claim here any more: it leaves this engine (False)."""
+        self._parts.live.pop(live.id)
+        return False
+
+    def work_ahead(self, caller: str | None, fetch_seconds: float) -> float | None:
+        """None: other instances' jobs are not known here."""
+        return None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The rotation's timers, the claimer and the fleet's budgets; started once the budget's
+        gate is in place, so no request the engine lets through goes around it."""
+        async with trio.open_nursery() as nursery:
+            self._tasks = nursery
+            nursery.start_soon(self.rotation.run_timers)
+            nursery.start_soon(self._claimer)
+            if self._budget is not None:
+                await nursery.start(self._budget.run)
+            task_status.started()
+
+    async def close(self) -> None:
+        """Give the fleet back the turns this engine holds; bounded and shielded.
+
+        Their targets go back to pending and the jobs keep their places: another instance
+        claims them at once (a rolling deploy costs no claim timeout).
+        """
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            try:
+                await self._store.release_claims(self._parts.wall())
+            except Exception as exc:
+                self._parts.store_error("release_claims", "", exc)
+        if held := len(self._parts.live):
+            self._parts.log.info("gave back the claims of %d jobs", held, extra={"jobs": held})
+
+    async def _claimer(self) -> None:
+        """Claim as many turns as workers wait for (and a few ahead); hand them over in order.
+
+        When the fleet has fewer turns ready than workers wait, it sleeps until the store
+        hears of a change (a notification) or for ``_FLEET_POLL`` at most. A store error is
+        logged and tried again after a backoff; the workers just wait meanwhile.
+        """
+        rules = None if self._budget is None else self._budget.rules
+        failures = 0
+        while True:
+            want = min(self._turns_wanted(), _MAX_CLAIMS)
+            if want <= 0:
+                await self._wants_work.wait()
+                self._wants_work = trio.Event()
+                continue
+            t0 = trio.current_time()
+            spaced = max(0, self.rotation.idle_workers - self.rotation.ready)
+            try:
+                claims = await self._store.claim_turns(
+                    want, self._parts.wall(), rules, spaced=spaced
+                )
+            except Exception as exc:
+                failures += 1
+                self._parts.store_error("claim_turns", "", exc)
+                await trio.sleep(backoff(failures, 0.1, 5.0, jitter=0.5))
+                continue
+            failures = 0
+            self._parts.pace.claimed(trio.current_time() - t0)
+            self._dry = len(claims) < want
+            self._hold(claims)
+            # With budgets a claim may stop short at a scope's last slot: the next one, which
+            # sees that scope full, passes over its jobs to the others.
+            if len(claims) < want and not (claims and rules is not None):
+                with trio.move_on_after(_FLEET_POLL):
+                    await self._store.wait_for_turns()
+
+    def _hold(self, claims: Sequence[Claim]) -> None:
+        """Take the claimed targets in: each under its job, the job in the rotation."""
+        now, wall = trio.current_time(), self._parts.wall()
+        for claim in claims:
+            live = self._parts.live.get(claim.job_id)
+            if live is None:
+                started = now - max(0.0, wall - claim.created_at)
+                caller = Caller(claim.caller, claim.workspace)
+                live = LiveJob(claim.job_id, caller, started, claim.caller_class, claim.concurrency)
+                live.has_webhook = claim.has_webhook
+                self._parts.live.add(live)
+            live.claims[claim.idx] = claim
+            live.add(claim.idx, claim.target, claim.scope if self._budget is not None else None)
+            if claim.busy_since is not None:
+                live.busy_since[claim.idx] = now - max(0.0, wall - claim.busy_since)
+            if self._budget is not None:
+                self._budget.hold(claim)
+            self._parts.requeue(live)
+        if claims and (hook := self._parts.hooks.claimed) is not None:
+            hook(len(claims), sum(c.taken_over for c in claims))
+
+    def _turns_wanted(self) -> int:
+        """Turns to claim now, for the idle workers and a few more (``ClaimAhead``).
+
+        A worker that ends its fetch takes a turn claimed while it fetched, so the claim's round
+        trip is not in every turn; the turns held ahead are the fleet's oldest, taken in order.
+        """
+        # A fleet with fewer ready turns than it can take claims none ahead: a turn held here
+        # behind a busy worker would wait while another instance's idle worker could run it.
+        ahead = 0 if self._dry else self._parts.pace.turns(self._parts.workers)
+        return self.rotation.idle_workers + ahead - self.rotation.ready
+
+    async def _give_back_after(self, live: LiveJob, idx: int, wait: float) -> None:
+        """After a busy target's wait, its claim goes back to the fleet."""
+        self.retrying += 1
+        try:
+            await trio.sleep(wait)
+        finally:
+            self.retrying -= 1
+        claim = live.claims[idx]
+        since = live.busy_since.get(idx)
+        busy_since = None if since is None else self._parts.wall() - (trio.current_time() - since)
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            try:
+                if self._budget is not None:  # the fleet learns of the backoff first
+                    await self._budget.send_reports()
+                await self._store.release_claim(claim, self._parts.wall(), busy_since)
+            except Exception as exc:  # the claim expires and another instance takes it
+                self._parts.store_error("release_claim", live.id, exc)
+        live.drop(idx)
+        if not live.targets:
+            self._parts.live.pop(live.id)
+
+    def _dropped(self, live: LiveJob) -> None:
+        """A cancelled job left the rotation: the claims it had not started go back at once."""
+        claims = [live.claims[idx] for idx in live.drop_pending() if idx in live.claims]
+        if claims and self._tasks is not None:
+            self._tasks.start_soon(self._give_back, live, claims)
+
+    async def _give_back(self, live: LiveJob, claims: list[Claim]) -> None:
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            for claim in claims:
+                try:
+                    await self._store.release_claim(claim, self._parts.wall(), None)
+                except Exception as exc:
+                    self._parts.store_error("release_claim", live.id, exc)
+        for claim in claims:
+            live.claims.pop(claim.idx, None)
+        if not live.targets and live.in_flight == 0:
+            self._parts.live.pop(live.id)
