@@ -111,7 +111,7 @@ class TestConcurrencyOnAFleet:
         for f in fetches:
             fetched.update(f.fetched)
         assert snap is not None
-        assert JobStatus.DONE == snap.job.status
+        assert JobStatus.DONE == snap.job.status, [(t.error, t.hint) for t in snap.targets]
         assert [t.url for t in targets("c", 12)] == [t.url for t in snap.targets]
         assert [TargetState.DONE] * 12 == [t.status for t in snap.targets]
         assert {1} == set(fetched.values())

@@ -63,8 +63,8 @@ def adopt(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[Resu
         return []
     ids = [str(r[0]) for r in jobs]
     conn.execute(
-        "UPDATE targets SET status = 'pending', started_at = NULL "
-        "WHERE job_id = ANY(%s) AND status = 'running'",
+        "UPDATE targets SET status = 'pending', started_at = NULL, claim = NULL, "
+        "claim_until = NULL WHERE job_id = ANY(%s) AND status = 'running'",
         (ids,),
     )
     targets: dict[str, list[Row]] = {job_id: [] for job_id in ids}
@@ -74,5 +74,5 @@ def adopt(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[Resu
         (ids,),
     ):
         targets[str(job_id)].append(row)
-    jobs.sort(key=lambda r: (float(r[4]), int(r[6])))
+    jobs.sort(key=lambda r: (float(r[4]), int(r[-1])))  # created_at, then seq
     return [resumed_job(r, targets[str(r[0])]) for r in jobs]

@@ -21,11 +21,12 @@ from psycopg.rows import TupleRow
 
 from ..._errors import StoreError
 from .._rules import LIVE_SQL
+from ._scopes import held, lock_key, room
 
 Conn = psycopg.Connection[TupleRow]
 Cursor = psycopg.Cursor[TupleRow]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
@@ -289,6 +290,220 @@ MIGRATIONS.append(
     + MIGRATIONS[7]
     .replace(_V2_PARAMS, _V2_PARAMS + " p_scopes text[],")
     .replace(_INSERT_TARGETS, _INSERT_SCOPED)
+)
+
+
+# Claims per target (issue 35): a claim is one target of a job, so a job runs up to its
+# ``concurrency`` targets at once across the fleet. The claim moves from the job's row to the
+# target's (token, deadline, and a busy target's first busy time); the job keeps its turn and its
+# concurrency, and counts its failed targets (targets_failed): two outcomes of one job may now be
+# stored at once by two instances, and the second, waiting on the job's row, reads the count the
+# first left, where a scan of the targets would read them as they were before the first (READ
+# COMMITTED). admit_job stores the concurrency. Claims no longer notify (an instance that claims
+# wakes nobody): the statements that free a claim do (turns_freed), and an admission does, through
+# the insert trigger. Claims held by the job rows of code before this one go back to pending: such
+# an instance is refused by this schema, and its outcomes are not stored.
+_V3_PARAMS = "p_scopes text[],"
+_V3_INSERT = "updated_at, lease, instance, workspace, retry_of, webhook, hook_open)"
+_V3_VALUES = "p_now, p_instance, p_workspace, p_retry_of, p_webhook, p_webhook <> '');"
+assert MIGRATIONS[10].count(_V3_PARAMS) == 1
+assert MIGRATIONS[10].count(_V3_INSERT) == 1
+assert MIGRATIONS[10].count(_V3_VALUES) == 1
+_ADMIT_JOB_V4 = (
+    MIGRATIONS[10][MIGRATIONS[10].index("CREATE OR REPLACE FUNCTION admit_job") :]
+    .replace("CREATE OR REPLACE FUNCTION", "CREATE FUNCTION")
+    .replace(_V3_PARAMS, _V3_PARAMS + " p_concurrency integer,")
+    .replace(_V3_INSERT, _V3_INSERT.replace("hook_open)", "hook_open, concurrency)"))
+    .replace(_V3_VALUES, _V3_VALUES.replace("'');", "'', p_concurrency);"))
+)
+# A target the claims may take: pending, or running under a claim that expired (its holder
+# died: the target is fetched again, stored once), or running under no claim at all (marked
+# by start_target, which no engine of a fleet calls: a process that is gone left it).
+CLAIMABLE = (
+    "(tg.status = 'pending' OR (tg.status = 'running' AND (tg.claim IS NULL "
+    "OR tg.claim_until < clock_timestamp())))"
+)
+# How many of a job's first claimable targets a claim looks through for one whose host has
+# room (a job's next target is its first such target among these).
+CLAIM_WINDOW = 256
+
+# The fleet's claims, one target a claim, in one call (migration 12), as three statements of
+# a function, each with a snapshot of its own (READ COMMITTED), so that what is counted is
+# counted after the locks that make the count exact:
+# 1. with budgets (p_scoped), the advisory locks of the scopes the first jobs' targets are on,
+#    in scope order (two claimers never both count a scope's last free slot, and never wait
+#    for each other in a circle), then each locked scope's room (``_scopes.room``);
+# 2. the live jobs of lowest turn with room under their concurrency and a target whose host
+#    has room, locked (FOR UPDATE SKIP LOCKED: other claimers pass over them);
+# 3. those jobs' first targets whose host has room (at most the job's free concurrency),
+#    taken round by round across jobs (every job's first, then every job's second...) in turn
+#    order, each scope taking only its room, a spaced scope only among the first p_spaced
+#    turns (those for idle workers, so its start is now and the spacing holds between
+#    starts); a scope blocked past block_limit is taken to fail its targets with a hint. The
+#    targets claimed are running under a token and a deadline, and each job takes a new turn.
+_CLAIM_TARGETS = f"""
+    CREATE FUNCTION claim_targets(
+        p_space integer, p_instance text, p_n integer, p_now double precision,
+        p_ttl double precision, p_scoped boolean, p_conc integer, p_interval double precision,
+        p_block_limit double precision, p_spaced integer
+    ) RETURNS TABLE (
+        job_id text, idx integer, token text, url text, options text, caller text,
+        workspace text, created_at double precision, has_webhook boolean,
+        busy_since double precision, taken_over boolean, caller_class text,
+        concurrency integer, scope text, scope_wait double precision,
+        scope_blocked_for double precision
+    ) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    #variable_conflict use_column
+    DECLARE
+        locked text[] := '{{}}';
+        one text;
+        r_scope text[] := '{{}}';
+        r_free bigint[] := '{{}}';
+        r_blocked boolean[] := '{{}}';
+        r_spacing double precision[] := '{{}}';
+        ok text[] := '{{}}';
+        chosen text[] := '{{}}';
+    BEGIN
+        IF p_scoped THEN
+            SELECT coalesce(array_agg(DISTINCT x.scope ORDER BY x.scope), '{{}}') INTO locked
+            FROM (
+                SELECT jb.id FROM jobs AS jb WHERE jb.status IN {LIVE_SQL}
+                ORDER BY jb.turn LIMIT p_n * 2
+            ) AS c CROSS JOIN LATERAL (
+                SELECT tg.scope FROM targets AS tg
+                WHERE tg.job_id = c.id AND {CLAIMABLE}
+                ORDER BY tg.idx LIMIT {CLAIM_WINDOW}
+            ) AS x
+            WHERE x.scope IS NOT NULL;
+            FOREACH one IN ARRAY locked LOOP
+                PERFORM pg_advisory_xact_lock({lock_key("p_space", "one")});
+            END LOOP;
+            WITH h AS (
+                SELECT x.scope, count(*) AS n FROM ({held("= ANY(locked)")}) AS x
+                GROUP BY x.scope
+            ), r AS (
+                SELECT l.scope, {room("coalesce(h.n, 0)", "p_conc", "p_interval", "p_block_limit")}
+                FROM unnest(locked) AS l (scope)
+                LEFT JOIN scopes AS s ON s.scope = l.scope LEFT JOIN h ON h.scope = l.scope
+            )
+            SELECT coalesce(array_agg(r.scope), '{{}}'), coalesce(array_agg(r.free), '{{}}'),
+                coalesce(array_agg(r.blocked), '{{}}'), coalesce(array_agg(r.spacing), '{{}}'),
+                coalesce(array_agg(r.scope) FILTER (WHERE r.free > 0 OR r.blocked), '{{}}')
+            INTO r_scope, r_free, r_blocked, r_spacing, ok
+            FROM r;
+        END IF;
+        SELECT coalesce(array_agg(q.id), '{{}}') INTO chosen FROM (
+            SELECT jb.id FROM jobs AS jb
+            WHERE jb.status IN {LIVE_SQL} AND EXISTS (
+                SELECT 1 FROM targets AS tg WHERE tg.job_id = jb.id AND {CLAIMABLE}
+                    AND (NOT p_scoped OR tg.scope IS NULL OR tg.scope = ANY(ok))
+            ) AND jb.concurrency > (
+                SELECT count(*) FROM targets AS tc WHERE tc.job_id = jb.id
+                    AND tc.claim IS NOT NULL AND tc.claim_until >= clock_timestamp()
+            )
+            ORDER BY jb.turn
+            LIMIT p_n
+            FOR UPDATE OF jb SKIP LOCKED
+        ) AS q;
+        RETURN QUERY
+        WITH r AS (
+            SELECT * FROM unnest(r_scope, r_free, r_blocked, r_spacing)
+                AS r (scope, free, blocked, spacing)
+        ), c AS (
+            SELECT jb.id, jb.turn, jb.concurrency - (
+                SELECT count(*) FROM targets AS tc WHERE tc.job_id = jb.id
+                    AND tc.claim IS NOT NULL AND tc.claim_until >= clock_timestamp()
+            ) AS want
+            FROM jobs AS jb WHERE jb.id = ANY(chosen) AND jb.status IN {LIVE_SQL}
+        ), x AS (
+            SELECT c.id, c.turn, t.idx AS i, t.scope AS sc, t.taken_over, t.busy_since AS busy,
+                row_number() OVER (PARTITION BY c.id ORDER BY t.idx) AS k, c.want
+            FROM c CROSS JOIN LATERAL (
+                SELECT tg.idx, CASE WHEN p_scoped THEN tg.scope END AS scope,
+                    tg.claim IS NOT NULL AS taken_over, tg.busy_since
+                FROM targets AS tg
+                WHERE tg.job_id = c.id AND {CLAIMABLE}
+                    AND (NOT p_scoped OR tg.scope IS NULL OR tg.scope = ANY(ok))
+                ORDER BY tg.idx LIMIT p_n
+            ) AS t
+        ), y AS (
+            SELECT x.*, row_number() OVER (PARTITION BY x.sc ORDER BY x.k, x.turn) AS sk,
+                row_number() OVER (ORDER BY x.k, x.turn) AS rk
+            FROM x WHERE x.k <= x.want
+        ), pick AS (
+            SELECT y.* FROM y LEFT JOIN r ON r.scope = y.sc
+            WHERE y.sc IS NULL OR r.blocked
+                OR (y.sk <= r.free AND (r.spacing = 0 OR y.rk <= p_spaced))
+            ORDER BY y.k, y.turn
+            LIMIT p_n
+        ), paced AS (
+            INSERT INTO scopes AS s (scope, next_start)
+            SELECT DISTINCT ON (r.scope) r.scope,
+                clock_timestamp() + r.spacing * interval '1 second'
+            FROM pick JOIN r ON r.scope = pick.sc WHERE r.spacing > 0 AND NOT r.blocked
+            ORDER BY r.scope
+            ON CONFLICT ON CONSTRAINT scopes_pkey DO UPDATE SET
+                next_start = excluded.next_start, touched_at = clock_timestamp()
+        ), tk AS (
+            UPDATE targets AS tg SET status = 'running', started_at = p_now,
+                claim = md5(p_instance || tg.job_id || tg.idx::text
+                    || clock_timestamp()::text || random()::text),
+                claim_until = clock_timestamp() + p_ttl * interval '1 second'
+            FROM pick WHERE tg.job_id = pick.id AND tg.idx = pick.i AND {CLAIMABLE}
+            RETURNING tg.job_id AS j, tg.idx AS i, tg.claim AS tok, tg.url AS u,
+                tg.options AS o, pick.taken_over AS over, pick.busy AS busy, pick.sc AS sc,
+                pick.k AS k, pick.turn AS turn
+        ), nt AS (
+            SELECT q.j, nextval('turns') AS turn FROM (
+                SELECT tk.j, max(tk.k) AS k, min(tk.turn) AS turn FROM tk GROUP BY tk.j
+                ORDER BY 2, 3
+            ) AS q
+        ), jj AS (
+            UPDATE jobs AS jb SET status = 'running', updated_at = p_now, turn = nt.turn
+            FROM nt WHERE jb.id = nt.j
+            RETURNING jb.id, jb.caller AS cl, jb.workspace AS ws, jb.created_at AS at,
+                jb.webhook <> '' AS hook, jb.caller_class AS cc, jb.concurrency AS conc
+        )
+        SELECT tk.j, tk.i, tk.tok, tk.u, tk.o, jj.cl, jj.ws, jj.at, jj.hook, tk.busy, tk.over,
+            jj.cc, jj.conc, tk.sc,
+            CASE WHEN s.blocked_until > clock_timestamp()
+                THEN extract(epoch FROM s.blocked_until - clock_timestamp())::float8 END,
+            extract(epoch FROM clock_timestamp() - s.blocked_since)::float8
+        FROM tk JOIN jj ON jj.id = tk.j LEFT JOIN scopes AS s ON s.scope = tk.sc
+        ORDER BY tk.k, tk.turn;
+    END
+    $$
+    """
+
+
+MIGRATIONS.append(
+    f"""
+    ALTER TABLE jobs ADD COLUMN concurrency integer NOT NULL DEFAULT 1;
+    ALTER TABLE jobs ADD COLUMN targets_failed integer NOT NULL DEFAULT 0;
+    UPDATE jobs SET targets_failed = (
+        SELECT count(*) FROM targets WHERE targets.job_id = jobs.id AND targets.status = 'failed'
+    ) WHERE status IN {LIVE_SQL};
+    ALTER TABLE targets ADD COLUMN claim text;
+    ALTER TABLE targets ADD COLUMN claim_until timestamptz;
+    ALTER TABLE targets ADD COLUMN busy_since double precision;
+    UPDATE targets SET status = 'pending' FROM jobs
+        WHERE targets.job_id = jobs.id AND jobs.claim IS NOT NULL
+            AND targets.status = 'running';
+    UPDATE jobs SET claim = NULL, claim_until = NULL WHERE claim IS NOT NULL;
+    DROP INDEX jobs_claims;
+    CREATE INDEX targets_claimable ON targets (job_id, idx)
+        WHERE status IN ('pending', 'running');
+    CREATE INDEX targets_claimed ON targets (job_id) WHERE claim IS NOT NULL;
+    DROP TRIGGER jobs_turns_updated ON jobs;
+    CREATE FUNCTION turns_freed() RETURNS void LANGUAGE sql AS $$
+        SELECT pg_notify('tbt_' || md5(current_schema()), '')
+    $$;
+    DROP FUNCTION admit_job(integer, text, text, text, text, double precision,
+        double precision, text, text[], text[], bigint, bigint, bigint, text, text, text,
+        text[]);
+    {_ADMIT_JOB_V4};
+    {_CLAIM_TARGETS}
+    """
 )
 
 

@@ -60,7 +60,7 @@ ADMIT = Statement(
     "SELECT reused, caller_live, total_live, admitted FROM admit_job("
     "%s, %s, %s, %s, %s, %s, %s, %s, ARRAY(SELECT json_array_elements_text(%s::json)), "
     "ARRAY(SELECT json_array_elements_text(%s::json)), %s, %s, %s, %s, %s, %s, "
-    "ARRAY(SELECT json_array_elements_text(%s::json)))",
+    "ARRAY(SELECT json_array_elements_text(%s::json)), %s)",
 )
 
 START = Statement(
@@ -111,17 +111,19 @@ RELEASE = Statement(
     """,
 )
 
-# A group of outcomes in one statement (the engine's write path), over one bound array: store
-# each target not stored yet, count them per job, end the jobs whose last target this is
-# (terminal_status() in SQL) and add the bytes to this instance's counter shard. One row per
-# item stored: its ordinal (from 1), job, the terminal status it gave its job (or NULL) and
-# the stored result bytes of every instance after the statement; a row of ordinal 0 with
-# those bytes when nothing was stored; a row of ordinal -1 for each job that was not live.
+# A group of outcomes in one statement (the engine's write path), over one bound array: store each
+# target not stored yet, count them per job, end the jobs whose last target this is
+# (terminal_status() in SQL, from the counts on the job's locked row) and add the bytes to this
+# instance's counter shard. One row per item stored: its ordinal (from 1), job, the terminal status
+# it gave its job (or NULL) and the stored result bytes of every instance after the statement; a row
+# of ordinal 0 with those bytes when nothing was stored; a row of ordinal -1 for each job that was
+# not live.
 #
-# ``claim`` (a fleet's turn, stores/_postgres/_claims): an item with a claim is stored only
-# while that claim is still its job's, and storing it gives the job back to the rotation
-# (claim cleared, next_idx moved on, a new turn). A replay finds the claim already cleared by
-# its first run and reports what is stored, as below.
+# ``claim`` (a fleet's claim of the target, stores/_postgres/_claims): an item with a claim is
+# stored only while that claim is still its target's, and storing it frees the claim and gives
+# the job a new turn at the end of the rotation; the statement then notifies the fleet once
+# (turns_freed). A replay finds the claim already cleared by its first run and reports what is
+# stored, as below.
 #
 # ``started`` marks items whose running mark the writer dropped (same batch): the statement
 # does the mark's part (a queued job becomes running; a mark re-opens a stored target, as
@@ -143,48 +145,43 @@ FINISH_MANY = Statement(
         ) AS v
         ORDER BY job_id, idx, ord
     ), o AS (
-        SELECT id, status, targets_done, targets_total, claim AS held FROM jobs
+        SELECT id, status, targets_done, targets_failed, targets_total FROM jobs
         WHERE id IN (SELECT job_id FROM v) FOR UPDATE
     ), t AS (
         UPDATE targets AS tg SET status = v.state, result = v.result, error = v.error,
-            hint = v.hint, started_at = coalesce(v.start, tg.started_at), finished_at = %(now)s
-        FROM v
+            hint = v.hint, started_at = coalesce(v.start, tg.started_at), finished_at = %(now)s,
+            claim = NULL, claim_until = NULL, busy_since = NULL
+        FROM v JOIN targets AS prev ON prev.job_id = v.job_id AND prev.idx = v.idx
         WHERE tg.job_id = v.job_id AND tg.idx = v.idx AND (
             tg.status NOT IN ('done', 'failed') OR (v.started AND NOT %(replay)s
                 AND v.job_id IN (SELECT id FROM o WHERE status IN {LIVE_SQL}))
-        ) AND (v.claim = '' OR EXISTS (SELECT 1 FROM o WHERE o.id = v.job_id AND o.held = v.claim))
-        RETURNING v.ord, v.job_id, v.idx, v.state, v.size, v.claim <> '' AS claimed
+        ) AND (v.claim = '' OR tg.claim = v.claim)
+        RETURNING v.ord, v.job_id, v.idx, v.state, v.size, v.claim <> '' AS claimed,
+            (v.state = 'failed')::int - (prev.status = 'failed')::int AS failed
     ), r AS (
         SELECT t.*, row_number() OVER (PARTITION BY t.job_id ORDER BY t.ord) AS rank FROM t
     ), a AS (
         SELECT job_id, count(*) AS n, sum(size) AS bytes, bool_or(claimed) AS claimed,
-            max(idx) AS top
+            sum(failed) AS failed
         FROM t GROUP BY job_id
     ), nt AS (
         SELECT q.job_id, nextval('turns') AS turn FROM (
             SELECT job_id, min(ord) AS first FROM t WHERE claimed GROUP BY job_id ORDER BY 2
         ) AS q
     ), fin AS (
-        SELECT o.id, o.status, o.targets_done, o.targets_total, a.n, a.bytes, a.claimed, a.top,
+        SELECT o.id, o.status, o.targets_done, o.targets_total, a.n, a.bytes, a.claimed, a.failed,
             CASE WHEN o.status IN {LIVE_SQL} AND o.targets_done < o.targets_total
-                AND o.targets_done + a.n >= o.targets_total THEN (
-                SELECT CASE
-                    WHEN bool_and(x.s = 'done') THEN 'done'
-                    WHEN bool_and(x.s = 'failed') THEN 'failed'
+                AND o.targets_done + a.n >= o.targets_total THEN (CASE
+                    WHEN o.targets_failed + a.failed <= 0 THEN 'done'
+                    WHEN o.targets_failed + a.failed >= o.targets_total THEN 'failed'
                     ELSE 'partial' END
-                FROM (
-                    SELECT tg.status AS s FROM targets AS tg WHERE tg.job_id = o.id
-                        AND NOT EXISTS (
-                            SELECT 1 FROM t WHERE t.job_id = tg.job_id AND t.idx = tg.idx
-                        )
-                    UNION ALL SELECT t.state FROM t WHERE t.job_id = o.id
-                ) AS x
             ) END AS terminal,
             o.id IN (SELECT job_id FROM v WHERE started) AS started, nt.turn
         FROM o LEFT JOIN a ON a.job_id = o.id LEFT JOIN nt ON nt.job_id = o.id
     ), j AS (
         UPDATE jobs AS jb SET
             targets_done = jb.targets_done + coalesce(fin.n, 0),
+            targets_failed = jb.targets_failed + coalesce(fin.failed, 0),
             bytes = jb.bytes + coalesce(fin.bytes, 0),
             updated_at = %(now)s,
             status = CASE
@@ -192,11 +189,6 @@ FINISH_MANY = Statement(
                 WHEN fin.started AND jb.status = 'queued' THEN 'running'
                 ELSE jb.status END,
             lease = CASE WHEN fin.terminal IS NOT NULL THEN %(now)s ELSE jb.lease END,
-            claim = CASE WHEN fin.claimed THEN NULL ELSE jb.claim END,
-            claim_until = CASE WHEN fin.claimed THEN NULL ELSE jb.claim_until END,
-            busy_since = CASE WHEN fin.claimed THEN NULL ELSE jb.busy_since END,
-            next_idx = CASE WHEN fin.claimed THEN greatest(jb.next_idx, fin.top + 1)
-                ELSE jb.next_idx END,
             turn = coalesce(fin.turn, jb.turn)
         FROM fin
         WHERE jb.id = fin.id AND (fin.n IS NOT NULL OR (fin.started AND fin.status IN {LIVE_SQL}))
@@ -216,7 +208,10 @@ FINISH_MANY = Statement(
         ORDER BY v.job_id, v.ord DESC
     ), total AS (
         SELECT (SELECT coalesce(sum(bytes), 0) FROM counters WHERE kind = 'results')
-            + (SELECT coalesce(sum(size), 0) FROM t) AS b
+            + (SELECT coalesce(sum(size), 0) FROM t) AS b,
+            (SELECT count(*) FROM (
+                SELECT turns_freed() FROM (SELECT 1 FROM t WHERE claimed LIMIT 1) AS one
+            ) AS n) AS freed
     )
     SELECT r.ord, r.job_id, CASE WHEN fin.targets_done + r.rank = fin.targets_total
         THEN fin.terminal END, total.b
@@ -249,7 +244,7 @@ INTERRUPT = Statement(
             AND status = 'failed' AND error = 'interrupted' AND lease = %(now)s))
         RETURNING id
     ), t AS (
-        UPDATE targets SET status = 'pending'
+        UPDATE targets SET status = 'pending', claim = NULL, claim_until = NULL
         WHERE job_id IN (SELECT id FROM j) AND status = 'running'
     )
     SELECT id FROM j
@@ -397,7 +392,7 @@ def reap(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[str]:
                 AND (instance = %(own)s OR instance NOT IN (SELECT id FROM alive))
             RETURNING id
         ), t AS (
-            UPDATE targets SET status = 'pending'
+            UPDATE targets SET status = 'pending', claim = NULL, claim_until = NULL
             WHERE job_id IN (SELECT id FROM j) AND status = 'running'
         )
         SELECT id FROM j

@@ -43,9 +43,9 @@ from .._protocol import (
 )
 from .._rules import check_caps, job_from_row, options_json
 from .._sql_shared import PostgresCommon
-from . import _adopt, _claims, _sql
+from . import _adopt, _claims, _scopes, _sql
 from ._batch import AdmissionsFirst, WriteQueue
-from ._schema import LOCK_CLAIM, SCHEMA_NAME, Conn, Cursor, lock_space, migrate
+from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
 from ._threads import TimedOut, connections, open_pool, run_with_connection, sleep_real
 from ._wakeups import TurnWakeups
@@ -394,7 +394,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             if self._leases:
                 with contextlib.suppress(Exception):  # they expire; the next renewal may pass
                     await self._run(
-                        lambda conn: _claims.renew_leases(conn, self._instance, self._claim_timeout)
+                        lambda conn: _scopes.renew_leases(conn, self._instance, self._claim_timeout)
                     )
             if not tokens:
                 continue
@@ -454,6 +454,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             job.retry_of,
             job.webhook,
             json.dumps(list(job.scopes)),
+            job.concurrency,
         )
         submitted = await self._admit_alone(params, handle)
         if not submitted.reused:
@@ -665,14 +666,15 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def claim_turns(
         self, n: int, now: float, rules: HostRules | None = None, *, spaced: int | None = None
     ) -> list[Claim]:
-        """Claim up to ``n`` turns of the fleet's round robin (``FleetStore.claim_turns``).
+        """Claim up to ``n`` targets of the fleet's round robin (``FleetStore.claim_turns``).
 
-        One statement on a pooled connection, not through the writer: a claim does not wait
-        behind the outcomes queued there. The claims are renewed until their outcomes are
-        stored or they are released. With ``rules`` (the fleet's budgets per scope), claims
-        run one at a time across the fleet, so two never both take a scope's last slot; the
-        next :meth:`wait_for_turns` also ends when the first scope held back by its clock
-        may start again.
+        One call on a pooled connection, not through the writer: a claim does not wait behind
+        the outcomes queued there. The claims are renewed until their outcomes are stored or
+        they are released. With ``rules`` (the fleet's budgets per scope), a claim takes the
+        locks of the scopes it may need, in scope order, so two claimers never both take a
+        scope's last slot and claims on other scopes run at once; the next
+        :meth:`wait_for_turns` also ends when the first scope held back by its clock may start
+        again.
 
         Cancellation: if this raises :class:`trio.Cancelled`, the query was stopped on the
         server and nothing was claimed (if the claim had committed before the cancel reached
@@ -681,10 +683,9 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._check_open()
         await self._admissions.wait()
         self._wakeups.claiming()
-        lock = (self._locks, LOCK_CLAIM)
         claimed, free_in = await self._run(
             lambda conn: _claims.claim(
-                conn, self._instance, n, now, self._claim_timeout, rules, lock, spaced
+                conn, self._instance, n, now, self._claim_timeout, self._locks, rules, spaced
             )
         )
         self._wakeups.claimed(free_in)
@@ -701,10 +702,9 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         expires after ``claim_timeout`` (and goes back at once when the engine closes).
         """
         self._check_open()
-        lock = (self._locks, LOCK_CLAIM)
         got = await self._run(
-            lambda conn: _claims.lease(
-                conn, self._instance, scope, rules, self._claim_timeout, lock
+            lambda conn: _scopes.lease(
+                conn, self._instance, scope, rules, self._claim_timeout, self._locks
             )
         )
         if got[0] is not None:
@@ -715,7 +715,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         """Give back leases of :meth:`lease_scope` (``FleetStore.release_leases``)."""
         self._check_open()
         if tokens:
-            await self._run(lambda conn: _claims.release_leases(conn, tokens))
+            await self._run(lambda conn: _scopes.release_leases(conn, tokens))
         else:
             await trio.lowlevel.checkpoint()
         self._leases.difference_update(tokens)
@@ -726,7 +726,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         """
         self._check_open()
         if reports:
-            await self._run(lambda conn: _claims.report(conn, reports))
+            await self._run(lambda conn: _scopes.report(conn, reports))
         else:
             await trio.lowlevel.checkpoint()
 
@@ -736,9 +736,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         Cancellation: if this raises :class:`trio.Cancelled`, the claim is still held.
         """
         self._check_open()
-        await self._run(
-            lambda conn: _claims.release_one(conn, claim.job_id, claim.token, now, busy_since)
-        )
+        await self._run(lambda conn: _claims.release_one(conn, claim, now, busy_since))
         self._claims.discard(claim.token)
 
     async def release_claims(self, now: float) -> None:
@@ -760,7 +758,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             await trio.lowlevel.checkpoint()
         self._claims.difference_update(tokens)
         if self._leases:
-            await self._run(lambda conn: _claims.release_instance_leases(conn, self._instance))
+            await self._run(lambda conn: _scopes.release_instance_leases(conn, self._instance))
             self._leases.clear()
 
     async def wait_for_turns(self) -> None:
