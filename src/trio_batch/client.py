@@ -24,7 +24,8 @@ answer's ``Retry-After``; anything else raises :class:`ClientError` with the sta
 answer's ``code``, ``error`` and ``hint``. A server that cannot be reached is a
 :class:`ClientError` with status 0. A client used after its ``async with`` block has ended
 raises :class:`trio.ClosedResourceError` (whatever the loop: it is only an exception class).
-Needs httpx (the ``web`` extra has it); ``import trio_batch`` does not load this module.
+Needs ``httpx`` (``pip install 'trio-batch[web]'`` has it); ``import trio_batch`` does not
+load this module.
 """
 
 from __future__ import annotations
@@ -128,8 +129,13 @@ class TargetEvent(TypedDict):
 
 
 class WaitingEvent(TypedDict):
-    """A ``waiting`` event's data: target ``idx`` waits for its host (``reason`` ``host_busy``,
-    ``backoff`` or ``crawl_delay``; ``until`` Unix seconds or None). Its ``target`` follows."""
+    """The data of a ``waiting`` event: the job's next target waits for its host's budget.
+
+    ``idx`` is the target's index; ``reason`` is ``"host_busy"``, ``"backoff"`` or
+    ``"crawl_delay"``; ``until`` the Unix time the wait ends, or None when it ends with another
+    request to the host (docs/politeness.md). Waiting is not failing: the target's own
+    ``target`` event follows when it ends.
+    """
 
     idx: int
     reason: str
@@ -137,18 +143,23 @@ class WaitingEvent(TypedDict):
 
 
 class SiteMap(TypedDict):
-    """``POST /v1/map``'s answer; ``complete`` is False when a bound cut it (``notes``: why)."""
+    """A site's URLs, as ``POST /v1/map`` answers them (see :meth:`BatchClient.map`)."""
 
     urls: list[str]
     complete: bool
+    """False when a bound ended the map early or a source could not be read."""
     notes: list[str]
+    """What was cut or skipped, in words."""
 
 
 @final
 @dataclass(frozen=True, slots=True)
 class BatchEvent:
-    """One event of ``GET /v1/batch/{id}/events``: ``target`` (``data`` a :class:`TargetEvent`,
-    never the content), ``waiting`` (a :class:`WaitingEvent`, ``id`` ""), ``end`` (the summary).
+    """One event of ``GET /v1/batch/{id}/events``.
+
+    ``target``: ``data`` is a :class:`TargetEvent` (``{"idx", "url", "status", "error",
+    "hint"}``, never the content); ``waiting``: ``data`` is a :class:`WaitingEvent` and ``id``
+    is ``""`` (the stream gives it none); ``end``: ``data`` is the job's summary.
     """
 
     id: str
@@ -523,21 +534,32 @@ class BatchClient(metaclass=NoPublicConstructor):
         return ResultStream(self, job_id, chosen, follow, after)
 
     def events(self, job_id: str, *, waiting: bool = True) -> EventStream:
-        """The job's events (``target``, ``waiting`` unless ``waiting=False``, then ``end``),
-        resumed with Last-Event-ID if cut."""
+        """The job's events, resumed with Last-Event-ID if cut: ``target`` as each target
+        ends, ``waiting`` when the next target begins to wait for its host (``waiting=False``
+        leaves those out), then ``end``."""
         self._check_open()
         return EventStream(self, job_id, waiting=waiting)
 
     async def target(self, job_id: str, idx: int) -> dict[str, object]:
-        """``GET /v1/batch/{id}/{idx}``: a waiting target carries ``waiting`` (reason, until)."""
+        """One target with its options, times and result (``GET /v1/batch/{id}/{idx}``).
+
+        A pending target that waits for its host's budget carries ``waiting``, a
+        :class:`WaitingEvent` without ``idx`` (``{"reason", "until"}``). An unknown job or
+        index is a :class:`ClientError` with status 404.
+        """
         data: dict[str, object] = (await self._call("GET", f"/v1/batch/{job_id}/{idx}")).json()
         return data
 
     async def map(self, url: str, *, limit: int = 1000, same_host: bool = True) -> SiteMap:
-        """``POST /v1/map``: at most ``limit`` (1 to 10,000) URLs of the site (sitemaps, links).
+        """A site's URLs from its sitemaps and its start page's links (``POST /v1/map``).
+
+        At most ``limit`` (1 to 10,000) URLs, the start page first; ``same_host=False`` keeps
+        every host. Feed them to :meth:`submit` (in batches the server allows).
 
         Raises:
-            ClientError: a bad input (400 naming it), a refused address (403), a busy site (503).
+            ClientError: a bad ``url`` or ``limit`` (400 naming it), a refused address (403),
+                the start page's failure when no URL was found, a busy site or pool (503 with
+                ``retry_after``), or a server without a map (404).
         """
         body = {"url": url, "limit": limit, "same_host": same_host}
         return cast("SiteMap", (await self._call("POST", "/v1/map", json_body=body)).json())
