@@ -66,7 +66,17 @@ class _Resuming(AsyncIterator[T]):
         self._client._check_open()
         params, headers = self._request()
         http = self._client._http
-        request = http.build_request("GET", self._path, params=params, headers=headers)
+        # A follower may wait long for the next line: its reads are never bounded.
+        bounds = http.timeout
+        request = http.build_request(
+            "GET",
+            self._path,
+            params=params,
+            headers={**self._client._headers, **headers},
+            timeout=httpx.Timeout(
+                connect=bounds.connect, read=None, write=bounds.write, pool=bounds.pool
+            ),
+        )
         response = await http.send(request, stream=True)
         if response.status_code != 200:
             await response.aread()
@@ -231,8 +241,10 @@ class BatchClient(metaclass=NoPublicConstructor):
 
     _factory = "trio_batch.client.open_client()"
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
+    def __init__(self, http: httpx.AsyncClient, headers: Mapping[str, str] | None = None) -> None:
         self._http = http
+        self._headers = dict(headers or {})
+        """Sent on each request, beside ``http``'s own (a key, when ``http`` serves several)."""
         self._closed = False
 
     def _check_open(self) -> None:
@@ -249,7 +261,7 @@ class BatchClient(metaclass=NoPublicConstructor):
         self._check_open()
         try:
             response = await self._http.request(
-                method, path, json=json_body, params=dict(params) or None
+                method, path, json=json_body, params=dict(params) or None, headers=self._headers
             )
         except httpx.TransportError as exc:
             raise unreachable(exc) from exc
@@ -258,19 +270,31 @@ class BatchClient(metaclass=NoPublicConstructor):
         return response
 
     async def submit(
-        self, targets: Sequence[Target | str], *, webhook: Mapping[str, object] | None = None
+        self,
+        targets: Sequence[Target | str],
+        *,
+        webhook: Mapping[str, object] | None = None,
+        concurrency: int | None = None,
     ) -> Submitted:
         """Submit a batch: ``Target`` objects or plain URLs. A repeat returns the same job.
+
+        ``concurrency`` is how many of the job's targets may be fetched at once, still started
+        in order and each within its host's budget: from 1 to the server's ``max_concurrency``
+        (8 by default). None sends none, and the server's default applies. A repeat that asks
+        for another concurrency is a new job.
 
         Raises:
             NoTargets, TooManyTargets, CallerBusy, Busy: refused (``retry_after`` set for the
                 last two).
-            ClientError: any other error answer (a URL failing the pre-check: 400 naming it).
+            ClientError: any other error answer (a URL failing the pre-check, or a
+                ``concurrency`` the server does not allow: 400 naming it).
         """
         items = [t.to_json() if isinstance(t, Target) else {"url": t} for t in targets]
         body: dict[str, object] = {"targets": items}
         if webhook is not None:
             body["webhook"] = dict(webhook)
+        if concurrency is not None:
+            body["concurrency"] = concurrency
         data = (await self._call("POST", "/v1/batch", json_body=body)).json()
         return Submitted(str(data["id"]), bool(data["reused"]))
 
@@ -428,3 +452,13 @@ async def open_client(
             yield client
         finally:
             client._closed = True
+
+
+def client_on(http: httpx.AsyncClient, key: str) -> BatchClient:
+    """A :class:`BatchClient` on ``http``, which its owner keeps open, sending ``key`` as the
+    Bearer on each request.
+
+    For trio-batch's MCP tools, whose endpoint keeps one connection pool for its lifetime and
+    calls the API with each request's own key: the client costs no connection of its own.
+    """
+    return BatchClient._create(http, {"Authorization": f"Bearer {key}"})

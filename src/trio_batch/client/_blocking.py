@@ -135,10 +135,14 @@ class BlockingClient:
         return self._portal, self._client
 
     def submit(
-        self, targets: Sequence[Target | str], *, webhook: Mapping[str, object] | None = None
+        self,
+        targets: Sequence[Target | str],
+        *,
+        webhook: Mapping[str, object] | None = None,
+        concurrency: int | None = None,
     ) -> Submitted:
         """:meth:`BatchClient.submit`, blocking."""
-        return self._call(lambda c: c.submit(targets, webhook=webhook))
+        return self._call(lambda c: c.submit(targets, webhook=webhook, concurrency=concurrency))
 
     def status(self, job_id: str) -> BatchSummary:
         """:meth:`BatchClient.status`, blocking."""
