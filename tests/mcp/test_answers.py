@@ -92,6 +92,16 @@ async def test_a_job_id_a_cursor_and_a_wait_are_checked_with_hints() -> None:
     assert all(a["hint"] for _, a in answers)
 
 
+async def test_the_instructions_name_every_tool() -> None:
+    """What a model reads first about the server names each of its tools."""
+    from trio_batch._mcp import TOOLS
+
+    async with in_process(ScriptedFetch(), cap=CAP) as client:
+        instructions = client.instructions or ""
+
+    assert [] == [tool.name for tool in TOOLS if tool.name not in instructions]
+
+
 def test_the_target_schemas_are_the_openapi_documents() -> None:
     """A target, its options and a webhook are the OpenAPI components, word for word."""
     from trio_batch._mcp import TOOLS

@@ -49,10 +49,11 @@ _log = logging.getLogger("trio_batch.mcp")
 INSTRUCTIONS: Final = (
     "trio-batch fetches web pages for you, politely: fetch answers one page now; batch_submit "
     "queues many pages as a job that runs fairly beside other callers' jobs and keeps the "
-    "results. Then batch_status (wait for the end, with progress) and batch_results (a page "
-    "of targets at a time, with a cursor). batch_cancel stops a job; batch_retry runs its "
-    "failed targets again. Options narrow a page: grep, question, pages, jq. Every error "
-    "carries a hint saying what to do."
+    "results (concurrency fetches several at once, each site still at its polite pace). Then "
+    "batch_status (wait for the end, with progress) and batch_results (a page of targets at a "
+    "time, with a cursor). batch_cancel stops a job; batch_retry runs its failed targets "
+    "again; map lists a site's URLs to submit. Options narrow a page: grep, question, pages, "
+    "jq. Every error carries a hint saying what to do."
 )
 
 ApiFor = Callable[
