@@ -346,7 +346,8 @@ class TestErrorBody:
                 await client.status("j")
 
         assert (502, "", "") == (info.value.status, info.value.code, info.value.hint)
-        assert "the server answered 502 Bad Gateway" == info.value.error
+        assert "Bad Gateway" == info.value.error
+        assert "502 Bad Gateway" == str(info.value)
 
     @pytest.mark.parametrize(
         ("header", "expected"),

@@ -63,7 +63,7 @@ class ErrorBody:
 
     status: int
     error: str
-    """What went wrong; for an answer without one, the status in words."""
+    """What went wrong; for an answer without one, its status in words (``Bad Gateway``)."""
     hint: str
     """What to do about it; "" when the answer gave none."""
     code: str
@@ -92,7 +92,7 @@ class ErrorBody:
         status = response.status_code
         return cls(
             status=status,
-            error=text("error") or f"the server answered {status} {response.reason_phrase}".strip(),
+            error=text("error") or response.reason_phrase or f"HTTP {status}",
             hint=text("hint") or "",
             code=text("code") or "",
             field=text("field"),
