@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -174,6 +175,32 @@ class TestClient:
         assert 409 == live.value.status and "running" in live.value.error
         assert live.value.hint
 
+    async def test_submit_asks_for_concurrency(self) -> None:
+        """submit(concurrency=4) fetches four targets of the job at once, each its own host."""
+        urls = [f"https://h{i}.example.test/" for i in range(4)]
+        async with client_of(Config(workers=4, max_workers=4)) as (client, server):
+            gates = [server.fetch.hold(url) for url in urls]
+            sub = await client.submit(urls, concurrency=4)
+            await trio.testing.wait_all_tasks_blocked()
+            running = server.fetch.running
+            for gate in gates:
+                gate.set()
+            end = await client.wait(sub.id)
+            other = await client.submit(urls, concurrency=2)
+
+        assert 4 == running
+        assert "done" == end["status"]
+        assert (False, True) == (other.reused, other.id != sub.id)
+
+    async def test_a_concurrency_the_server_refuses_is_a_client_error_naming_it(self) -> None:
+        """A concurrency over the server's max_concurrency is a 400 naming the field."""
+        async with client_of(Config(max_concurrency=2)) as (client, _):
+            with pytest.raises(ClientError) as refused:
+                await client.submit([A], concurrency=3)
+
+        assert (400, "concurrency") == (refused.value.status, refused.value.field)
+        assert refused.value.hint
+
     async def test_cancel(self) -> None:
         """cancel() is True for a live job, False once it is finished or for an unknown id."""
         async with client_of() as (client, server):
@@ -288,6 +315,59 @@ class TestCodes:
             not_retryable.value.code,
             bad_key.value.code,
         ]
+
+
+class TestBody:
+    async def test_submit_sends_concurrency_only_when_asked(self) -> None:
+        """Without concurrency the body has none (the server's default applies); with it, it."""
+        sent: list[dict[str, object]] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            sent.append(json.loads(request.content))
+            return httpx.Response(201, json={"id": "j", "reused": False})
+
+        transport = httpx.MockTransport(handler)
+        async with open_client("http://x", ALICE, transport=transport) as client:
+            await client.submit([A])
+            await client.submit([A], concurrency=3)
+
+        assert [None, 3] == [body.get("concurrency") for body in sent]
+        assert ["concurrency" in body for body in sent] == [False, True]
+
+
+class TestErrorBody:
+    async def test_an_answer_without_a_json_body_is_read_as_its_status(self) -> None:
+        """A proxy's HTML 502 is a ClientError saying the status in words, with no code."""
+        transport = httpx.MockTransport(
+            lambda request: httpx.Response(502, text="<html>Bad Gateway</html>")
+        )
+        async with open_client("http://x", ALICE, transport=transport) as client:
+            with pytest.raises(ClientError) as info:
+                await client.status("j")
+
+        assert (502, "", "") == (info.value.status, info.value.code, info.value.hint)
+        assert "Bad Gateway" == info.value.error
+        assert "502 Bad Gateway" == str(info.value)
+
+    @pytest.mark.parametrize(
+        ("header", "expected"),
+        [("7", 7.0), (" 12 ", 12.0), ("1.5", None), ("\u00b2", None), ("Wed, 21 Oct 2015", None)],
+    )
+    async def test_retry_after_is_whole_seconds_or_nothing(
+        self, header: str, expected: float | None
+    ) -> None:
+        """Retry-After in whole seconds is kept; anything else (a date, a fraction) is none."""
+        body = {"error": "busy", "hint": "later", "code": "busy"}
+        transport = httpx.MockTransport(
+            lambda request: httpx.Response(
+                503, json=body, headers=[(b"Retry-After", header.encode("utf-8"))]
+            )
+        )
+        async with open_client("http://x", ALICE, transport=transport) as client:
+            with pytest.raises(Busy) as busy:
+                await client.submit([A])
+
+        assert expected == busy.value.retry_after
 
 
 class TestClosed:

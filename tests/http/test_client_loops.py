@@ -108,7 +108,7 @@ class TestLoops:
         assert EXPECTED == seen
 
     def test_blocking(self, server: str) -> None:
-        """BlockingClient: the same methods, blocking, with the same answers."""
+        """BlockingClient: the same methods and answers, blocking; submit takes concurrency too."""
         with BlockingClient(server, ALICE) as client:
             sub = client.submit([A, B])
             end = client.wait(sub.id)
@@ -127,9 +127,12 @@ class TestLoops:
                 "cancel": client.cancel(sub.id),
             }
             again = client.submit([A, B])
+            wider = client.submit([A, B], concurrency=2)  # another concurrency: another job
+            client.wait(wider.id)
 
         assert EXPECTED == seen
         assert Submitted(sub.id, True) == again
+        assert (False, True) == (wider.reused, wider.id != sub.id)
 
     def test_blocking_errors_and_closed(self, server: str) -> None:
         """An error answer is the same ClientError; outside its block the client refuses."""

@@ -43,12 +43,14 @@ class TestWaiting:
         ] == got
 
     async def test_waiting_false_leaves_them_out(self) -> None:
+        """events(waiting=False) yields the targets and the end, no waiting event."""
         async with open_client("http://x", ALICE, transport=events_server([])) as client:
             got = [e.event async for e in client.events("j", waiting=False)]
 
         assert ["target", "end"] == got
 
     async def test_wait_reads_past_waiting_events(self) -> None:
+        """wait() reads past waiting events to the end, and answers its summary."""
         async with open_client("http://x", ALICE, transport=events_server([])) as client:
             summary = await client.wait("j")
 
@@ -77,6 +79,7 @@ async def fake_map(caller: Caller, url: str, limit: int, same_host: bool) -> dic
 
 class TestMap:
     async def test_map_through_the_api(self) -> None:
+        """map() answers POST /v1/map's URLs, completeness and notes, as the caller asked."""
         async with (
             open_api(site_map=fake_map) as api,
             open_client(
@@ -92,6 +95,7 @@ class TestMap:
         } == found
 
     async def test_a_bad_limit_is_a_client_error_naming_it(self) -> None:
+        """A limit the API refuses is a 400 ClientError naming the field, with a hint."""
         async with (
             open_api(site_map=fake_map) as api,
             open_client(
@@ -106,6 +110,7 @@ class TestMap:
         assert refused.value.hint
 
     async def test_the_body_sent(self) -> None:
+        """map() sends the URL with the default limit (1,000) and same_host (true)."""
         sent: list[object] = []
 
         def handler(request: httpx.Request) -> httpx.Response:

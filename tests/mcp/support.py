@@ -6,6 +6,9 @@ the walk through the tools that both transports must pass.
   time and there after (a failed target that a retry fetches), and one of 200 KB.
 - :func:`open_served`: ``serve`` (``run_service``) in this process on a free port, with two
   callers; :func:`mcp_client`: the official client on its ``/mcp``.
+- :func:`in_process`: the tools over an app of ``create_app`` on a scripted fetch function,
+  called by the SDK's in-process client (no network), every request of the API recorded;
+  :func:`open_endpoint`: the same app with ``/mcp`` mounted, served on a free port.
 - :func:`call`: one tool call with the official client, its JSON answer and whether it is a
   tool error.
 - :func:`walk_the_tools`: lists the tools (their schemas checked), fetches a page, submits a
@@ -33,19 +36,17 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from trio_batch import Config, open_engine
+from trio_batch._cli._mcp import TOOL_NAMES as CLI_TOOL_NAMES
 from trio_batch._cli._settings import Settings
-from trio_batch.http import add_key, serve
+from trio_batch.http import KeyRecord, KeyRing, add_key, create_app, hash_key, serve
+from trio_batch.stores import MemoryStore
+from trio_batch.testing import ScriptedFetch
 
-TOOL_NAMES = [
-    "fetch",
-    "batch_submit",
-    "batch_status",
-    "batch_results",
-    "batch_cancel",
-    "batch_retry",
-    "map",
-]
+TOOL_NAMES = list(CLI_TOOL_NAMES)
+"""The tools, as ``trio-batch mcp --help`` names them: ``tools/list`` must list these, in order."""
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
 """This environment without the ``TRIO_BATCH_*`` variables a command would read."""
@@ -102,21 +103,30 @@ class Site:
 
 
 @contextlib.asynccontextmanager
+async def served_at(app: ASGIApp) -> AsyncIterator[int]:
+    """``app`` served on 127.0.0.1 by the same server as the API, for the block: its port."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        port: int = await nursery.start(
+            lambda task_status: serve(
+                app, port=0, shutdown_trigger=stop.wait, task_status=task_status
+            )
+        )
+        try:
+            yield port
+        finally:
+            stop.set()
+
+
+@contextlib.asynccontextmanager
 async def open_site() -> AsyncIterator[Site]:
     """The pages of a :class:`Site`, served on 127.0.0.1 by the same server as the API."""
     site = Site()
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        site.port = await nursery.start(
-            lambda task_status: serve(
-                site.app(), port=0, shutdown_trigger=stop.wait, task_status=task_status
-            )
-        )
+    async with served_at(site.app()) as site.port:
         try:
             yield site
         finally:
             site.release.set()
-            stop.set()
 
 
 @dataclasses.dataclass
@@ -297,3 +307,71 @@ async def check_tool_errors(client: Client, site: Site, *, answer_bytes: int) ->
     cut = json.loads(text.text)["content_cut"]
     assert cut["shown_bytes"] < cut["total_bytes"]
     assert "grep" in cut["hint"]
+
+
+KEY = "tb_local-test-key"
+"""The key of the one caller, ``local``, of :func:`in_process` and :func:`open_endpoint`."""
+
+
+def _keys() -> KeyRing:
+    return KeyRing([KeyRecord("local", "", "fleet", hash_key(KEY))])
+
+
+def recording(app: ASGIApp, requests: list[str]) -> ASGIApp:
+    """``app``, appending ``"METHOD /path"`` to ``requests`` for each HTTP request it gets."""
+
+    async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            requests.append(f"{scope['method']} {scope['path']}")
+        await app(scope, receive, send)
+
+    return recorded
+
+
+@contextlib.asynccontextmanager
+async def in_process(
+    fetch: ScriptedFetch,
+    *,
+    cap: int,
+    config: Config | None = None,
+    requests: list[str] | None = None,
+    hints: dict[str, str] | None = None,
+) -> AsyncIterator[Client]:
+    """The tools over an engine on ``fetch``, every answer at most ``cap`` bytes.
+
+    The API's requests are appended to ``requests``; ``hints`` replace the tools' own.
+    """
+    from trio_batch._mcp import SERVER_HINTS, Tools, build_server, open_api
+
+    async with open_engine(MemoryStore(), fetch, config or Config(targets_per_job=50)) as engine:
+        app = create_app(engine, _keys(), fetch=fetch, precheck=lambda url: None)
+        async with open_api(
+            key=KEY, app=recording(app, [] if requests is None else requests)
+        ) as api:
+
+            @contextlib.asynccontextmanager
+            async def same(ctx: object) -> AsyncIterator[object]:
+                yield api
+
+            tools = Tools(answer_bytes=cap, hints=SERVER_HINTS if hints is None else hints)
+            server = build_server(tools, same)  # type: ignore[arg-type]
+            async with Client(server) as client:
+                yield client
+
+
+@contextlib.asynccontextmanager
+async def open_endpoint(fetch: ScriptedFetch, config: Config | None = None) -> AsyncIterator[str]:
+    """An app of ``create_app`` on ``fetch`` with ``/mcp`` mounted, on a free port: its URL."""
+    from trio_batch._mcp import McpEndpoint
+
+    async with open_engine(MemoryStore(), fetch, config or Config()) as engine:
+        app = create_app(
+            engine,
+            _keys(),
+            fetch=fetch,
+            precheck=lambda url: None,
+            access_log_enabled=False,
+            mounts={"/mcp": McpEndpoint()},
+        )
+        async with served_at(app) as port:
+            yield f"http://127.0.0.1:{port}/mcp"

@@ -7,43 +7,17 @@ The tools run in-process here (the SDK's own in-process client on the server), o
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator
 
 import jsonschema
 import pytest
-import trio
-from mcp import Client
 
-from tests.mcp.support import call
-from trio_batch import Config, Result, open_engine
-from trio_batch.http import MAX_BODY, KeyRecord, KeyRing, create_app, hash_key, openapi_document
-from trio_batch.stores import MemoryStore
+from tests.mcp.support import call, in_process
+from trio_batch import Result
+from trio_batch.http import MAX_BODY, openapi_document
 from trio_batch.testing import ScriptedFetch
 
-KEY = "tb_local-test-key"
 CAP = 4096
-
-
-@contextlib.asynccontextmanager
-async def in_process(fetch: ScriptedFetch, *, cap: int = CAP) -> AsyncIterator[Client]:
-    """The tools over an engine on ``fetch``, every answer at most ``cap`` bytes."""
-    from trio_batch._mcp import Tools, build_server, open_api
-
-    keys = KeyRing([KeyRecord("local", "", "fleet", hash_key(KEY))])
-    config = Config(targets_per_job=50)
-    async with open_engine(MemoryStore(), fetch, config) as engine:
-        app = create_app(engine, keys, fetch=fetch, precheck=lambda url: None)
-        async with open_api(key=KEY, app=app) as api:
-
-            @contextlib.asynccontextmanager
-            async def same(ctx: object) -> AsyncIterator[object]:
-                yield api
-
-            server = build_server(Tools(answer_bytes=cap), same)  # type: ignore[arg-type]
-            async with Client(server) as client:
-                yield client
 
 
 def url(i: int) -> str:
@@ -55,7 +29,7 @@ async def test_a_long_page_is_cut_to_the_cap_and_says_so() -> None:
     fetch = ScriptedFetch()
     content = 'é"\n\\ ' * 10_000
     fetch.script(url(0), Result(content, {"status": 200}))
-    async with in_process(fetch) as client:
+    async with in_process(fetch, cap=CAP) as client:
         result = await client.call_tool("fetch", {"url": url(0)})
 
     text = result.content[0]
@@ -75,7 +49,7 @@ async def test_pages_of_results_fit_the_cap_and_skip_no_target() -> None:
     sizes = [100, 1500, 1500, 9000, 50, 50, 3000, 10]
     for i, n in enumerate(sizes):
         fetch.script(url(i), Result("x" * n))
-    async with in_process(fetch) as client:
+    async with in_process(fetch, cap=CAP) as client:
         failed, job = await call(
             client, "batch_submit", {"targets": [url(i) for i in range(len(sizes))], "wait": 60}
         )
@@ -104,7 +78,7 @@ async def test_pages_of_results_fit_the_cap_and_skip_no_target() -> None:
 
 async def test_a_job_id_a_cursor_and_a_wait_are_checked_with_hints() -> None:
     """The MCP server's own arguments are refused before any request, each with a hint."""
-    async with in_process(ScriptedFetch()) as client:
+    async with in_process(ScriptedFetch(), cap=CAP) as client:
         answers = [
             await call(client, "batch_status", {"id": "a/b"}),
             await call(client, "batch_results", {"id": "abc", "cursor": "-1"}),
@@ -118,28 +92,14 @@ async def test_a_job_id_a_cursor_and_a_wait_are_checked_with_hints() -> None:
     assert all(a["hint"] for _, a in answers)
 
 
-async def test_waiting_reports_progress_as_targets_end() -> None:
-    """batch_status with wait reports each count of ended targets, the last one the total."""
-    fetch = ScriptedFetch()
-    gates = [fetch.hold(url(i)) for i in range(3)]
-    seen: list[tuple[float, float | None]] = []
+async def test_the_instructions_name_every_tool() -> None:
+    """What a model reads first about the server names each of its tools."""
+    from trio_batch._mcp import TOOLS
 
-    async def progress(done: float, total: float | None, message: str | None) -> None:
-        seen.append((done, total))
-        if int(done) < len(gates):
-            gates[int(done)].set()  # let the next target end once this count was reported
+    async with in_process(ScriptedFetch(), cap=CAP) as client:
+        instructions = client.instructions or ""
 
-    async with in_process(fetch) as client:
-        failed, job = await call(client, "batch_submit", {"targets": [url(i) for i in range(3)]})
-        assert not failed
-        with trio.fail_after(60):
-            failed, status = await call(
-                client, "batch_status", {"id": job["id"], "wait": 120}, progress_callback=progress
-            )
-
-    assert not failed
-    assert "done" == status["status"]
-    assert [(0.0, 3.0), (1.0, 3.0), (2.0, 3.0), (3.0, 3.0)] == seen
+    assert [] == [tool.name for tool in TOOLS if tool.name not in instructions]
 
 
 def test_the_target_schemas_are_the_openapi_documents() -> None:

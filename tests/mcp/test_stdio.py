@@ -69,6 +69,24 @@ async def test_refusals_and_the_cap_over_stdio(tmp_path: Path, site: Site) -> No
         await check_tool_errors(client, site, answer_bytes=ANSWER_BYTES)
 
 
+async def test_one_user_has_four_live_jobs_and_a_hint_for_more(tmp_path: Path, site: Site) -> None:
+    """Four jobs run at once for the local user; a fifth is told trio-batch mcp's own flag."""
+    async with stdio_client(command(tmp_path)) as client:
+        accepted = [
+            await call(client, "batch_submit", {"targets": [site.url(f"/hold/{n}")]})
+            for n in range(4)
+        ]
+        refused, busy = await call(client, "batch_submit", {"targets": [site.url("/page/1")]})
+        site.release.set()
+
+    assert [False] * 4 == [failed for failed, _ in accepted]
+    assert refused
+    assert "caller_busy" == busy["code"]
+    assert "4 live batches" in str(busy["error"])
+    assert "trio-batch mcp's arguments" in str(busy["hint"])
+    assert "serve" not in str(busy["hint"])
+
+
 async def test_the_default_store_is_in_the_users_data_directory(tmp_path: Path) -> None:
     """Without --db the store is $XDG_DATA_HOME/trio-batch/mcp.sqlite, not the working folder."""
     env = {**ENV, "XDG_DATA_HOME": str(tmp_path / "data")}

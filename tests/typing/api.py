@@ -123,7 +123,14 @@ async def follow(engine: BatchEngine, job_id: str) -> None:
 
 async def client_use() -> None:
     """The HTTP client, typed."""
-    from trio_batch.client import BatchEvent, BatchSummary, ClientError, TargetLine, open_client
+    from trio_batch.client import (
+        BatchEvent,
+        BatchSummary,
+        ClientError,
+        SiteMap,
+        TargetLine,
+        open_client,
+    )
 
     async with open_client("http://127.0.0.1:8080", "tb_key", request_timeout=10) as client:
         try:
@@ -151,3 +158,6 @@ async def client_use() -> None:
         print(retried.id)
         final: BatchSummary = await client.wait(sub.id)
         print(cancelled, final["status"])
+        wider: Submitted = await client.submit(["https://example.org/"], concurrency=4)
+        site: SiteMap = await client.map("https://example.org/", limit=10)
+        print(wider.reused, site["urls"], site["complete"])

@@ -6,7 +6,9 @@ under the user's data directory (not the working folder, which an agent's client
 Support/...`` on macOS, ``%LOCALAPPDATA%\\...`` on Windows). The settings are ``serve``'s: a
 ``--config`` TOML file, ``TRIO_BATCH_*`` variables, and the flags below. The caller is the local
 user, one fixed name (``local``) of class ``fleet``, so a later process on the same store sees
-the same jobs.
+the same jobs; that one user may have :data:`LOCAL_JOBS_PER_CALLER` live jobs unless a setting
+says otherwise (``serve``'s default of one is for a server shared by many callers), and the
+tools' hints name this command's flags, not ``serve``'s (:data:`LOCAL_HINTS`).
 
 A second ``trio-batch mcp`` on the same store is refused with a message (SQLite has one writer);
 for several agents at once, run one ``trio-batch serve`` and give each ``--server URL``: the
@@ -25,7 +27,8 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+import tomllib
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -39,8 +42,39 @@ from ._settings import CONFIG_ENV, ENV_PREFIX, Settings, SettingsError, load_set
 from ._signals import watch_signals
 from ._store_messages import store_open_message
 
+TOOL_NAMES = (
+    "fetch",
+    "batch_submit",
+    "batch_status",
+    "batch_results",
+    "batch_cancel",
+    "batch_retry",
+    "map",
+)
+"""The tools, as ``--help`` names them (without importing the SDK, which may be missing)."""
+
 LOCAL_CALLER = "local"
 """The caller of ``trio-batch mcp`` without ``--server``: the user of this machine."""
+
+LOCAL_JOBS_PER_CALLER = 4
+"""Live jobs the local user may have when no setting says (``serve``'s default is 1).
+
+One user on their own machine, through an agent that often submits a job, then another while
+the first runs (a retry beside a new batch, say): refusing the second one (``caller_busy``)
+helps nobody here, while the host budgets keep each site polite however many jobs run."""
+
+_JOBS_VARIABLE = f"{ENV_PREFIX}JOBS_PER_CALLER"
+_TOTAL_VARIABLE = f"{ENV_PREFIX}JOBS_TOTAL"
+
+LOCAL_HINTS = {
+    "caller_busy": "wait for one of your jobs to end (batch_status with wait) or cancel one "
+    "(batch_cancel), then submit again; to allow more at once, add --jobs-per-caller N to "
+    "trio-batch mcp's arguments in your MCP client's configuration",
+    "busy": "wait for a job to end (batch_status with wait), then submit again; to allow more "
+    f"at once, set {_TOTAL_VARIABLE}=N in trio-batch mcp's environment in your MCP client's "
+    "configuration",
+}
+"""The tools' hints that name what ``trio-batch mcp`` offers, where the API's name ``serve``."""
 
 _log = logging.getLogger("trio_batch.mcp")
 
@@ -56,9 +90,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "mcp",
         help="the MCP tools on stdio, for a local agent (needs trio-batch[mcp])",
-        description="Serve the MCP tools fetch, batch_submit, batch_status, batch_results, "
-        "batch_cancel and batch_retry on stdin/stdout, over an engine in this process (or "
-        "a running server with --server).",
+        description=f"Serve the {len(TOOL_NAMES)} MCP tools on stdin/stdout, over an engine "
+        "in this process\n(or a running server with --server):\n" + ", ".join(TOOL_NAMES) + ".",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -78,6 +111,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--config", metavar="FILE", default=None, help="a TOML file of serve's settings"
+    )
+    parser.add_argument(
+        "--jobs-per-caller",
+        dest="jobs_per_caller",
+        type=int,
+        default=None,
+        metavar="N",
+        help="live (queued or running) jobs the agent may have at once; more is refused with "
+        f"a hint (default {LOCAL_JOBS_PER_CALLER} here; also {_JOBS_VARIABLE}; with --server, "
+        "the server's own setting holds)",
     )
     parser.add_argument(
         "--server",
@@ -128,11 +171,28 @@ def _settings(args: argparse.Namespace) -> Settings:
         "db": args.db,
         "allow_net": args.allow_net,
         "log_level": args.log_level,
+        "jobs_per_caller": args.jobs_per_caller,
     }
     settings = load_settings(flags)
     if args.db is None and settings.db == Settings().db:
         settings = dataclasses.replace(settings, db=default_db())
+    if not _jobs_per_caller_given(args, os.environ):
+        settings = dataclasses.replace(settings, jobs_per_caller=LOCAL_JOBS_PER_CALLER)
     return settings
+
+
+def _jobs_per_caller_given(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
+    """Whether a flag, a variable or the config file sets ``jobs_per_caller`` (which then holds).
+
+    The file was read and checked by :func:`load_settings` already.
+    """
+    if args.jobs_per_caller is not None or _JOBS_VARIABLE in environ:
+        return True
+    path = args.config or environ.get(CONFIG_ENV)
+    if not path:
+        return False
+    with open(path, "rb") as f:
+        return "jobs_per_caller" in tomllib.load(f)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -293,6 +353,7 @@ async def _serve_embedded(settings: Settings, answer_bytes: int) -> None:
             store_timeout=settings.store_timeout,
         )
         _log.info("MCP on stdio; the store: %s", store_description(settings))
+        tools = Tools(answer_bytes=answer_bytes, hints=LOCAL_HINTS)
         with serving:
             async with open_api(key=key, app=app) as api:
-                await serve_stdio(Tools(answer_bytes=answer_bytes), api)
+                await serve_stdio(tools, api)

@@ -10,20 +10,30 @@ API runs decides the transport, never the tools:
 - ``serve``'s ``/mcp``: the app that took the MCP request, in-process, with the bearer key the
   MCP request carried (the caller is the key's, on every request).
 
+Each door opens one ``httpx.AsyncClient`` for its whole lifetime (:func:`open_http`) and an
+:class:`Api` is that pool and one caller's key, sent on each request: a tool call costs no
+client and no connection of its own. A job is waited for by following its events
+(``GET /v1/batch/{id}/events``) with :mod:`trio_batch.client`'s resuming stream.
+
 An error answer becomes :class:`ApiFailure`, carrying the answer's ``error``, ``hint``,
-``code`` and ``field`` word for word, which the tools hand back as a tool error.
+``code`` and ``field`` word for word (read by :class:`trio_batch.client`'s one reader of an
+error answer), which the tools hand back as a tool error.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from typing import final
+from typing import Self, final
 
 import httpx
 from starlette.types import ASGIApp
 
 from .._model import JSONValue
+from ..client._async import client_on
+from ..client._errors import ClientError, ErrorBody
+from ..client._types import BatchEvent
+from ._inprocess import open_in_process
 
 _INTERNAL_BASE = "http://trio-batch.internal"
 """The base URL of in-process calls: never resolved, only the path reaches the app."""
@@ -53,6 +63,19 @@ class ApiFailure(Exception):
         self.retry_after = retry_after
         self.job_status = job_status
 
+    @classmethod
+    def of(cls, answer: ErrorBody) -> Self:
+        """The failure of an error answer, its words kept as the API wrote them."""
+        return cls(
+            answer.status,
+            answer.error,
+            answer.hint,
+            code=answer.code,
+            field=answer.field,
+            retry_after=answer.retry_after,
+            job_status=answer.job_status,
+        )
+
     def body(self) -> dict[str, JSONValue]:
         """The tool error's JSON: ``error``, ``hint``, ``code``, and what else the answer said."""
         body: dict[str, JSONValue] = {"error": self.error, "hint": self.hint, "code": self.code}
@@ -69,34 +92,39 @@ class ApiFailure(Exception):
 
 def failure_from(response: httpx.Response) -> ApiFailure:
     """The :class:`ApiFailure` of an error answer, its words kept as the API wrote them."""
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    body = data if isinstance(data, dict) else {}
-    retry_after = response.headers.get("retry-after", "").strip()
+    return ApiFailure.of(ErrorBody.of(response))
 
-    def text(name: str) -> str | None:
-        value = body.get(name)
-        return value if isinstance(value, str) else None
 
+def _unreachable(kind: str) -> ApiFailure:
     return ApiFailure(
-        response.status_code,
-        text("error") or f"the API answered {response.status_code}",
-        text("hint") or "",
-        code=text("code") or "",
-        field=text("field"),
-        retry_after=int(retry_after) if retry_after.isdigit() else None,
-        job_status=text("status"),
+        0,
+        f"could not reach the trio-batch server ({kind})",
+        "check that the server runs and that --server names it; then call the tool again",
+        code="unreachable",
+    )
+
+
+def _stream_failure(exc: ClientError) -> ApiFailure:
+    """An events stream's :class:`ClientError` as the tools' failure (status 0: unreachable)."""
+    if exc.status == 0:
+        return _unreachable(type(exc.__cause__).__name__)
+    wait = None if exc.retry_after is None else int(exc.retry_after)
+    return ApiFailure.of(
+        ErrorBody(exc.status, exc.error, exc.hint, exc.code, exc.field, None, wait)
     )
 
 
 @final
 class Api:
-    """Requests of the HTTP API as one caller; each answer's JSON, or :class:`ApiFailure`."""
+    """Requests of the HTTP API as one caller; each answer's JSON, or :class:`ApiFailure`.
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
+    ``http`` is the door's pool, open for the door's lifetime; ``key`` goes on each request.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, key: str) -> None:
         self._http = http
+        self._headers = {"Authorization": f"Bearer {key}"}
+        self._client = client_on(http, key)
 
     async def call(
         self,
@@ -118,14 +146,10 @@ class Api:
                 path,
                 json=body,
                 params=dict(params) if params else None,
+                headers=self._headers,
             )
         except httpx.TransportError as exc:
-            raise ApiFailure(
-                0,
-                f"could not reach the trio-batch server ({type(exc).__name__})",
-                "check that the server runs and that --server names it; then call the tool again",
-                code="unreachable",
-            ) from None
+            raise _unreachable(type(exc).__name__) from None
         if response.status_code >= 400:
             raise failure_from(response)
         data = response.json()
@@ -133,28 +157,58 @@ class Api:
             raise ApiFailure(502, "the API answered something that is not a JSON object")
         return data
 
+    @contextlib.asynccontextmanager
+    async def events(self, job_id: str) -> AsyncIterator[AsyncIterator[BatchEvent]]:
+        """The job's ``target`` events as its targets end, then its ``end`` (its summary).
+
+        :mod:`trio_batch.client`'s stream: a connection that breaks is resumed after the last
+        event read. Leaving the block closes it.
+
+        Raises:
+            ApiFailure: the API refused the stream (an unknown job: ``not_found``), or could
+                not be reached.
+        """
+        try:
+            async with self._client.events(job_id, waiting=False) as stream:
+                yield stream
+        except ClientError as exc:
+            raise _stream_failure(exc) from None
+
+
+@contextlib.asynccontextmanager
+async def open_http(
+    *, app: ASGIApp | None = None, base_url: str | None = None, seconds: float = 60.0
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The pool a door's :class:`Api` objects share: in-process on ``app``, or remote.
+
+    Give exactly one of ``app`` (an app of ``create_app``, called in-process, its answers
+    streamed: ``_inprocess``) and ``base_url`` (a running ``serve``). ``seconds`` bounds each
+    request: the API's own calls answer within its ``store_timeout``, and a single fetch within
+    the fetcher's deadline (an events stream's reads are not bounded: the API sends a comment
+    at least every 15 s).
+    """
+    if (app is None) == (base_url is None):
+        raise TypeError("open_http needs exactly one of app= and base_url=")
+    async with contextlib.AsyncExitStack() as stack:
+        transport = None if app is None else await stack.enter_async_context(open_in_process(app))
+        http = httpx.AsyncClient(
+            base_url=base_url if base_url is not None else _INTERNAL_BASE,
+            transport=transport,
+            timeout=seconds,
+            # In-process calls must not pick up a proxy from the environment (nor pay for one).
+            trust_env=app is None,
+        )
+        async with http:
+            yield http
+
 
 @contextlib.asynccontextmanager
 async def open_api(
     *, key: str, app: ASGIApp | None = None, base_url: str | None = None, seconds: float = 60.0
 ) -> AsyncIterator[Api]:
-    """An :class:`Api` of the caller whose key is ``key``: in-process on ``app``, or remote.
+    """An :class:`Api` of the caller whose key is ``key``, on a pool of its own (:func:`open_http`).
 
-    Give exactly one of ``app`` (an app of ``create_app``, called in-process) and ``base_url``
-    (a running ``serve``). ``seconds`` bounds each request: the API's own calls answer within
-    its ``store_timeout``, and a single fetch within the fetcher's deadline.
+    For a door with one caller for its lifetime (``trio-batch mcp``).
     """
-    if (app is None) == (base_url is None):
-        raise TypeError("open_api needs exactly one of app= and base_url=")
-    transport = (
-        httpx.ASGITransport(app=app, raise_app_exceptions=False) if app is not None else None
-    )
-    async with httpx.AsyncClient(
-        base_url=base_url if base_url is not None else _INTERNAL_BASE,
-        transport=transport,
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=seconds,
-        # In-process calls must not pick up a proxy from the environment (nor pay for one).
-        trust_env=app is None,
-    ) as http:
-        yield Api(http)
+    async with open_http(app=app, base_url=base_url, seconds=seconds) as http:
+        yield Api(http, key)

@@ -88,12 +88,17 @@ def tool_schema(properties: Mapping[str, JSONValue], required: list[str]) -> dic
     return result
 
 
-def _url_schema() -> JSONValue:
-    target = _COMPONENTS["TargetIn"]
-    assert isinstance(target, Mapping)
-    properties = target["properties"]
+def _property(component: str, name: str) -> JSONValue:
+    """The schema of property ``name`` of the OpenAPI component ``component``."""
+    schema = _COMPONENTS[component]
+    assert isinstance(schema, Mapping)
+    properties = schema["properties"]
     assert isinstance(properties, Mapping)
-    return copy.deepcopy(properties["url"])
+    return copy.deepcopy(properties[name])
+
+
+def _url_schema() -> JSONValue:
+    return _property("TargetIn", "url")
 
 
 JOB_ID: dict[str, JSONValue] = {
@@ -136,6 +141,7 @@ SUBMIT = tool_schema(
             "items": {"anyOf": [_url_schema(), ref("TargetIn")]},
         },
         "webhook": ref("WebhookIn"),
+        "concurrency": _property("BatchIn", "concurrency"),
         "wait": WAIT,
     },
     ["targets"],

@@ -40,7 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._model import JSONValue
 from ..http import MAX_BODY
-from ._api import Api, ApiFailure, open_api
+from ._api import Api, ApiFailure, open_http
 from ._cap import encode
 from ._tools import TOOLS, Tools
 
@@ -49,10 +49,11 @@ _log = logging.getLogger("trio_batch.mcp")
 INSTRUCTIONS: Final = (
     "trio-batch fetches web pages for you, politely: fetch answers one page now; batch_submit "
     "queues many pages as a job that runs fairly beside other callers' jobs and keeps the "
-    "results. Then batch_status (wait for the end, with progress) and batch_results (a page "
-    "of targets at a time, with a cursor). batch_cancel stops a job; batch_retry runs its "
-    "failed targets again. Options narrow a page: grep, question, pages, jq. Every error "
-    "carries a hint saying what to do."
+    "results (concurrency fetches several at once, each site still at its polite pace). Then "
+    "batch_status (wait for the end, with progress) and batch_results (a page of targets at a "
+    "time, with a cursor). batch_cancel stops a job; batch_retry runs its failed targets "
+    "again; map lists a site's URLs to submit. Options narrow a page: grep, question, pages, "
+    "jq. Every error carries a hint saying what to do."
 )
 
 ApiFor = Callable[
@@ -204,7 +205,9 @@ class McpEndpoint:
     (progress notifications ride the response of the request that asked for them).
 
     :meth:`running` must be open while requests are served (``create_app`` enters it for the
-    app's lifespan): the SDK runs each request's server task in its task group.
+    app's lifespan): the SDK runs each request's server task in its task group, and the key
+    checks and the tools' calls of the API share one ``httpx`` pool that lives as long, the key
+    sent on each request.
     """
 
     def __init__(self, tools: Tools | None = None) -> None:
@@ -212,19 +215,45 @@ class McpEndpoint:
         self._manager = StreamableHTTPSessionManager(
             app=self._server, stateless=True, max_request_body_size=_MCP_BODY
         )
+        self._app: ASGIApp | None = None
+        """The app this endpoint is mounted on, from the requests' scope (Starlette puts itself
+        there): where the calls of the API go, in-process."""
+        self._http: httpx.AsyncClient | None = None
 
-    def running(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """The block in which the endpoint serves (the SDK's session manager runs)."""
-        return self._manager.run()
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The block in which the endpoint serves: the SDK's session manager and the pool."""
+        async with open_http(app=self._mounted_on) as http, self._manager.run():
+            self._http = http
+            try:
+                yield
+            finally:
+                self._http = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # pragma: no cover - mounted as an HTTP route only
             return
-        refused = await _check_key(scope)
+        if self._app is None:
+            self._app = scope["app"]
+        refused = await self._check_key(scope)
         if refused is not None:
             await refused(scope, receive, send)
             return
         await self._manager.handle_request(scope, receive, send)
+
+    async def _mounted_on(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app this endpoint is mounted on (every call of the pool goes there)."""
+        if self._app is None:  # pragma: no cover - a call follows a request, which set it
+            raise RuntimeError("McpEndpoint has not served a request yet")
+        await self._app(scope, receive, send)
+
+    def _pool(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise RuntimeError(
+                "McpEndpoint.running() is not open: create_app(mounts=...) enters it for the "
+                "app's lifespan"
+            )
+        return self._http
 
     @contextlib.asynccontextmanager
     async def _request_api(
@@ -233,36 +262,27 @@ class McpEndpoint:
         request = ctx.request
         if request is None:  # pragma: no cover - the HTTP transport always attaches it
             raise ApiFailure(401, "the request carries no API key", "send a bearer key")
-        async with open_api(
-            key=_bearer(request.headers.get("authorization", "")), app=request.scope["app"]
-        ) as api:
-            yield api
+        yield Api(self._pool(), _bearer(request.headers.get("authorization", "")))
+
+    async def _check_key(self, scope: Scope) -> ASGIApp | None:
+        """None when the request's bearer key is one the API knows; else the API's own answer."""
+        headers = {
+            k.decode("latin-1"): v.decode("latin-1")
+            for k, v in scope.get("headers", [])
+            if k.lower() == b"authorization"
+        }
+        response = await self._pool().get("/v1/me", headers=headers)
+        if response.status_code == 200:
+            return None
+        kept = {
+            k: v
+            for k, v in response.headers.items()
+            if k.lower() in ("www-authenticate", "retry-after", "content-type")
+        }
+        return Response(response.content, status_code=response.status_code, headers=kept)
 
 
 def _bearer(authorization: str) -> str:
     """The key of an ``Authorization: Bearer KEY`` header ("" for any other header)."""
     scheme, _, key = authorization.partition(" ")
     return key.strip() if scheme.lower() == "bearer" else ""
-
-
-async def _check_key(scope: Scope) -> ASGIApp | None:
-    """None when the request's bearer key is one the API knows; else the API's own answer."""
-    headers = {
-        k.decode("latin-1"): v.decode("latin-1")
-        for k, v in scope.get("headers", [])
-        if k.lower() == b"authorization"
-    }
-    app: ASGIApp = scope["app"]
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://trio-batch.internal", trust_env=False
-    ) as http:
-        response = await http.get("/v1/me", headers=headers)
-    if response.status_code == 200:
-        return None
-    kept = {
-        k: v
-        for k, v in response.headers.items()
-        if k.lower() in ("www-authenticate", "retry-after", "content-type")
-    }
-    return Response(response.content, status_code=response.status_code, headers=kept)

@@ -5,15 +5,16 @@ the guard, the caps, the keys and each caller's isolation are the API's, and so 
 an error answer comes back as a tool error with the API's ``error``, ``hint`` and ``code``
 (:class:`~._api.ApiFailure`). What is the MCP server's own: arguments checked before a
 request is made (a job id, a cursor, a page size, a wait), the byte cap on every answer
-(``_cap``), waiting for a job with progress notifications, and a ``next`` line in each job
-answer saying which tool to call next.
+(``_cap``), waiting for a job with progress notifications (by following its events, never by
+polling), a ``next`` line in each job answer saying which tool to call next, and hints that
+name what the door the agent came through offers (:data:`SERVER_HINTS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Final, cast, final
 
 import trio
 
@@ -24,9 +25,6 @@ from ._cap import ANSWER_BYTES, MIN_ANSWER_BYTES, encode, fit_page, fit_result
 
 Progress = Callable[[float, float, str], Awaitable[None]]
 """Reports progress of the tool call: (targets ended, targets in all, a line for people)."""
-
-POLL_SECONDS: Final = 0.5
-"""How often a waiting tool reads the job's summary (one cheap read, no targets)."""
 
 _TERMINAL = frozenset({"done", "partial", "failed", "cancelled"})
 _DROPPED = ("links",)
@@ -59,6 +57,18 @@ _ERRORS_HELP = (
     "code; follow the hint."
 )
 
+_WAIT_FOR_ONE = (
+    "wait for one of your jobs to end (batch_status with wait) or cancel one (batch_cancel), "
+    "then submit again"
+)
+SERVER_HINTS: Final = {
+    "caller_busy": f"{_WAIT_FOR_ONE}; the server's operator can raise the limit with "
+    "trio-batch serve --jobs-per-caller N",
+}
+"""The hints of the tools on a server (``/mcp``, ``trio-batch mcp --server``) that say more than
+the API's for an error ``code``: the tool to call rather than the request to make. Another door
+gives its own (``trio-batch mcp``'s name its own flags)."""
+
 TOOLS: Final = (
     Tool(
         "fetch",
@@ -78,7 +88,9 @@ TOOLS: Final = (
         "jobs take turns. Answers the job id at once (wait = seconds to wait for the end, "
         "with progress notifications). Then call batch_status to see how far it is and "
         "batch_results to read the pages. The same targets submitted again answer the same "
-        f"job (reused = true). Each target is a URL or {{url, options}}. {_OPTIONS_HELP} "
+        "job (reused = true). Each target is a URL or {url, options}. concurrency = how many "
+        "of its pages are fetched at once (each site still gets only its polite share): raise "
+        f"it for pages spread over several sites. {_OPTIONS_HELP} "
         f"{_ERRORS_HELP} Too many targets: split them; you or the server have as many live "
         "jobs as allowed (caller_busy, busy): wait for one to end (batch_status with wait) "
         "or cancel one, then submit again; a refused URL names its index, like targets[2].url.",
@@ -253,12 +265,16 @@ def _ended(job: Mapping[str, JSONValue]) -> tuple[int, int]:
 class Tools:
     """The tools' handlers over an :class:`Api`, each answer at most ``answer_bytes``."""
 
-    def __init__(self, *, answer_bytes: int = ANSWER_BYTES) -> None:
+    def __init__(
+        self, *, answer_bytes: int = ANSWER_BYTES, hints: Mapping[str, str] = SERVER_HINTS
+    ) -> None:
         if answer_bytes < MIN_ANSWER_BYTES:
             raise ValueError(
                 f"answer_bytes must be at least {MIN_ANSWER_BYTES} (got {answer_bytes})"
             )
         self.answer_bytes = answer_bytes
+        self.hints = dict(hints)
+        """The hint of a tool error by its ``code``, where the door says better than the API."""
 
     async def call(
         self, name: str, args: Mapping[str, JSONValue], api: Api, progress: Progress
@@ -285,7 +301,11 @@ class Tools:
                 f"call one of {', '.join(t.name for t in TOOLS)}",
             )
         _check_names(BY_NAME[name], args)
-        answer = await handler(args, api, progress)
+        try:
+            answer = await handler(args, api, progress)
+        except ApiFailure as exc:
+            exc.hint = self.hints.get(exc.code, exc.hint)
+            raise
         text = encode(answer)
         if len(text.encode("utf-8")) > self.answer_bytes:  # pragma: no cover - fit_* keep it
             raise ApiFailure(
@@ -312,8 +332,9 @@ class Tools:
         if isinstance(targets, list):
             targets = [{"url": t} if isinstance(t, str) else t for t in targets]
         body: dict[str, JSONValue] = {"targets": targets}
-        if args.get("webhook") is not None:
-            body["webhook"] = args["webhook"]
+        for name in ("webhook", "concurrency"):
+            if args.get(name) is not None:
+                body[name] = args[name]
         wait = _wait(args)
         submitted = await api.call("POST", "/v1/batch", body=body)
         if not wait:
@@ -332,23 +353,33 @@ class Tools:
     ) -> dict[str, JSONValue]:
         """The job's summary once it has ended, or after ``seconds``; progress meanwhile.
 
-        Reads the summary every :data:`POLL_SECONDS` (the same read for an in-process engine
-        and a remote server) and reports progress each time the count of ended targets moves,
-        and once more at the end, so a client that asked sees the last count too.
+        Reads the summary, then follows the job's events (``GET /v1/batch/{id}/events``, the
+        same for an in-process engine and a remote server): each ``target`` event is one more
+        target ended, reported as progress, and the ``end`` event carries the final summary,
+        answered as the job ends. When ``seconds`` pass first, the summary is read again. The
+        count reported never goes back, and the last one reported is the answer's.
         """
         deadline = trio.current_time() + seconds
-        reported: tuple[int, int] | None = None
-        while True:
-            job = await api.call("GET", f"/v1/batch/{job_id}")
-            ended = _ended(job)
-            finished = job.get("status") in _TERMINAL
-            if seconds and (ended != reported or finished):
-                await progress(ended[0], ended[1], f"{ended[0]} of {ended[1]} targets ended")
-                reported = ended
-            now = trio.current_time()
-            if finished or now >= deadline:
-                return job
-            await trio.sleep(min(POLL_SECONDS, deadline - now))
+        job = await api.call("GET", f"/v1/batch/{job_id}")
+        if not seconds:
+            return job
+        report = _Reporter(progress)
+        await report(_ended(job))
+        if job.get("status") in _TERMINAL:
+            return job
+        with trio.move_on_after(deadline - trio.current_time()):
+            async with api.events(job_id) as events:
+                ended = 0  # the events start at the first target: each one ended
+                async for event in events:
+                    if event.event == "end":
+                        job = cast("dict[str, JSONValue]", event.data)
+                        await report(_ended(job))
+                        return job
+                    ended += 1
+                    await report((ended, _ended(job)[1]))
+        job = await api.call("GET", f"/v1/batch/{job_id}")
+        await report(_ended(job))
+        return job
 
     async def _results(
         self, args: Mapping[str, JSONValue], api: Api, progress: Progress
@@ -405,6 +436,27 @@ class Tools:
         webhook = args.get("webhook")
         body: JSONValue = None if webhook is None else {"webhook": webhook}
         return _job_answer(await api.call("POST", f"/v1/batch/{job_id}/retry", body=body))
+
+
+@final
+class _Reporter:
+    """Progress of a wait: (targets ended, targets in all), reported when it moves forward.
+
+    The events count the targets in input order, so with a job that runs several at once they
+    may count fewer than the summary did: the count reported only ever grows.
+    """
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._reported: tuple[int, int] | None = None
+
+    async def __call__(self, ended: tuple[int, int]) -> None:
+        done, total = ended
+        if self._reported is not None:
+            done = max(done, self._reported[0])
+        if (done, total) != self._reported:
+            self._reported = (done, total)
+            await self._progress(done, total, f"{done} of {total} targets ended")
 
 
 def _fit_map(answer: dict[str, JSONValue], most: int) -> dict[str, JSONValue]:

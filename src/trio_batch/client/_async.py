@@ -1,240 +1,28 @@
-"""A client for the trio-batch HTTP API (SPEC §7), on httpx: Trio, asyncio, or blocking.
+"""The async client: :class:`BatchClient` over one httpx connection pool, and its streams.
 
-::
-
-    from trio_batch.client import open_client
-
-    async with open_client("http://127.0.0.1:8080", key) as client:
-        sub = await client.submit(["https://example.org/"])
-        async for line in client.results(sub.id, follow=True):
-            print(line["idx"], line["status"])
-
-The same code runs under ``trio.run`` and ``asyncio.run``: it waits and shields through AnyIO
-(which httpx itself runs on), never through one loop's own calls. For a script without an event
-loop, :class:`BlockingClient` has the same methods, blocking::
-
-    with BlockingClient("http://127.0.0.1:8080", key) as client:
-        sub = client.submit(["https://example.org/"])
-        print(client.wait(sub.id)["status"])
-
-HTTP error answers become exceptions, chosen by the answer's ``code`` (never by its words): a
-refused submit raises the engine's own :class:`~trio_batch.SubmitError` subclasses
-(``CallerBusy``, ``Busy``, ``TooManyTargets``, ``NoTargets``) with ``retry_after`` set from the
-answer's ``Retry-After``; anything else raises :class:`ClientError` with the status, the
-answer's ``code``, ``error`` and ``hint``. A server that cannot be reached is a
-:class:`ClientError` with status 0. A client used after its ``async with`` block has ended
-raises :class:`trio.ClosedResourceError` (whatever the loop: it is only an exception class).
-Needs httpx (the ``web`` extra has it); ``import trio_batch`` does not load this module.
+A stream (:class:`ResultStream`, :class:`EventStream`) is an answer read line by line that
+resumes where it broke off: the results after the last line read, the events with
+``Last-Event-ID``. Waits and shields go through AnyIO, never one loop's own calls, so all of it
+runs under Trio and asyncio alike (the blocking twin runs it on asyncio, in a thread).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal, Self, TypedDict, TypeVar, cast, final
+from typing import Literal, Self, TypeVar, cast, final
 
 import anyio
-import anyio.from_thread
 import httpx
 import trio
 
-from ._errors import Busy, CallerBusy, Error, NoTargets, SubmitError, TooManyTargets
-from ._model import Submitted, Target
-from ._util import NoPublicConstructor, backoff, fixup_module_metadata as _fixup_module_metadata
-
-__all__ = [
-    "BatchClient",
-    "BatchEvent",
-    "BatchSummary",
-    "BlockingClient",
-    "BlockingStream",
-    "ClientError",
-    "Counts",
-    "EventStream",
-    "ResultBody",
-    "ResultStream",
-    "TargetEvent",
-    "TargetLine",
-    "open_client",
-]
-
-
-class Counts(TypedDict):
-    """A job's targets by state; they sum to ``targets_total``."""
-
-    pending: int
-    running: int
-    done: int
-    failed: int
-
-
-class Links(TypedDict):
-    """Where to read a job: summary, results (JSON), results (NDJSON stream), events."""
-
-    self: str
-    results: str
-    stream: str
-    events: str
-
-
-class BatchSummary(TypedDict):
-    """A job's summary, as ``GET /v1/batch/{id}`` answers it (times are unix seconds)."""
-
-    id: str
-    status: str
-    error: str
-    targets_total: int
-    counts: Counts
-    created_at: float
-    updated_at: float
-    expires_at: float
-    links: Links
-
-
-class ResultBody(TypedDict):
-    """A finished target's result: its content, and the rest of the fetcher's envelope."""
-
-    content: str
-    meta: dict[str, object]
-
-
-class TargetLine(TypedDict):
-    """One target, as a line of ``GET /v1/batch/{id}/results``."""
-
-    idx: int
-    url: str
-    status: str
-    error: str
-    hint: str
-    result: ResultBody | None
-
-
-class TargetEvent(TypedDict):
-    """The data of a ``target`` event (and of a ``batch.target`` webhook): a target ended.
-
-    Enough to act on a failure without another request; the content is in the results.
-    """
-
-    idx: int
-    url: str
-    status: str
-    error: str
-    hint: str
-
-
-class WaitingEvent(TypedDict):
-    """A ``waiting`` event's data: target ``idx`` waits for its host (``reason`` ``host_busy``,
-    ``backoff`` or ``crawl_delay``; ``until`` Unix seconds or None). Its ``target`` follows."""
-
-    idx: int
-    reason: str
-    until: float | None
-
-
-class SiteMap(TypedDict):
-    """``POST /v1/map``'s answer; ``complete`` is False when a bound cut it (``notes``: why)."""
-
-    urls: list[str]
-    complete: bool
-    notes: list[str]
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class BatchEvent:
-    """One event of ``GET /v1/batch/{id}/events``: ``target`` (``data`` a :class:`TargetEvent`,
-    never the content), ``waiting`` (a :class:`WaitingEvent`, ``id`` ""), ``end`` (the summary).
-    """
-
-    id: str
-    event: Literal["target", "waiting", "end"]
-    data: dict[str, object]
-
-
-@final
-class ClientError(Error):
-    """An error answer of the API (or no answer: ``status`` 0), with what to do about it.
-
-    ``code`` is the answer's machine-readable reason (``"not_found"``, ``"not_retryable"``,
-    ``"store_unavailable"``, ...; ``docs/http.md`` lists them), or ``""`` when there was no
-    answer or it carried none. Decide on ``code``; ``error`` and ``hint`` are for people.
-    """
-
-    def __init__(
-        self,
-        status: int,
-        error: str,
-        hint: str = "",
-        *,
-        code: str = "",
-        field: str | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(f"{status} {error}" if status else error)
-        self.status = status
-        self.code = code
-        self.error = error
-        self.hint = hint
-        self.field = field
-        self.retry_after = retry_after
-
-
-_SUBMIT_ERRORS: dict[str, type[SubmitError]] = {
-    "caller_busy": CallerBusy,
-    "busy": Busy,
-    "too_many_targets": TooManyTargets,
-    "no_targets": NoTargets,
-}
-"""The refusals that are the engine's own exceptions, by the answer's ``code``."""
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    raw = response.headers.get("retry-after", "")
-    return float(raw) if raw.strip().isdigit() else None
-
-
-def error_from(response: httpx.Response) -> Error:
-    """The exception for an error answer (see the module docstring)."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        body = {}
-    error = str(body.get("error") or response.reason_phrase or "error")
-    hint = str(body.get("hint") or "")
-    code = body.get("code")
-    field = body.get("field")
-    retry_after = _retry_after(response)
-
-    kind = _SUBMIT_ERRORS.get(code) if isinstance(code, str) else None
-    if kind is not None:
-        exc = kind(f"{error}: {hint}" if hint else error)
-        exc.retry_after = retry_after
-        return exc
-
-    return ClientError(
-        response.status_code,
-        error,
-        hint,
-        code=code if isinstance(code, str) else "",
-        field=field if isinstance(field, str) else None,
-        retry_after=retry_after,
-    )
-
-
-def _unreachable(exc: httpx.TransportError) -> ClientError:
-    return ClientError(
-        0,
-        f"could not talk to the server ({type(exc).__name__})",
-        "check the base URL and that the server runs; streams resume by themselves",
-    )
-
+from .._model import Submitted, Target
+from .._util import NoPublicConstructor, backoff
+from ._errors import ClientError, error_from, unreachable
+from ._types import BatchEvent, BatchSummary, SiteMap, TargetLine
 
 T = TypeVar("T")
 
@@ -278,7 +66,17 @@ class _Resuming(AsyncIterator[T]):
         self._client._check_open()
         params, headers = self._request()
         http = self._client._http
-        request = http.build_request("GET", self._path, params=params, headers=headers)
+        # A follower may wait long for the next line: its reads are never bounded.
+        bounds = http.timeout
+        request = http.build_request(
+            "GET",
+            self._path,
+            params=params,
+            headers={**self._client._headers, **headers},
+            timeout=httpx.Timeout(
+                connect=bounds.connect, read=None, write=bounds.write, pool=bounds.pool
+            ),
+        )
         response = await http.send(request, stream=True)
         if response.status_code != 200:
             await response.aread()
@@ -328,7 +126,7 @@ class _Resuming(AsyncIterator[T]):
         if not self._begun or self._failures > self._RETRIES:
             await self.aclose()
             if isinstance(exc, httpx.TransportError):
-                raise _unreachable(exc) from exc
+                raise unreachable(exc) from exc
             raise ClientError(
                 503,
                 "the stream kept breaking off before its end",
@@ -443,8 +241,10 @@ class BatchClient(metaclass=NoPublicConstructor):
 
     _factory = "trio_batch.client.open_client()"
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
+    def __init__(self, http: httpx.AsyncClient, headers: Mapping[str, str] | None = None) -> None:
         self._http = http
+        self._headers = dict(headers or {})
+        """Sent on each request, beside ``http``'s own (a key, when ``http`` serves several)."""
         self._closed = False
 
     def _check_open(self) -> None:
@@ -461,28 +261,40 @@ class BatchClient(metaclass=NoPublicConstructor):
         self._check_open()
         try:
             response = await self._http.request(
-                method, path, json=json_body, params=dict(params) or None
+                method, path, json=json_body, params=dict(params) or None, headers=self._headers
             )
         except httpx.TransportError as exc:
-            raise _unreachable(exc) from exc
+            raise unreachable(exc) from exc
         if response.status_code >= 400:
             raise error_from(response)
         return response
 
     async def submit(
-        self, targets: Sequence[Target | str], *, webhook: Mapping[str, object] | None = None
+        self,
+        targets: Sequence[Target | str],
+        *,
+        webhook: Mapping[str, object] | None = None,
+        concurrency: int | None = None,
     ) -> Submitted:
         """Submit a batch: ``Target`` objects or plain URLs. A repeat returns the same job.
+
+        ``concurrency`` is how many of the job's targets may be fetched at once, still started
+        in order and each within its host's budget: from 1 to the server's ``max_concurrency``
+        (8 by default). None sends none, and the server's default applies. A repeat that asks
+        for another concurrency is a new job.
 
         Raises:
             NoTargets, TooManyTargets, CallerBusy, Busy: refused (``retry_after`` set for the
                 last two).
-            ClientError: any other error answer (a URL failing the pre-check: 400 naming it).
+            ClientError: any other error answer (a URL failing the pre-check, or a
+                ``concurrency`` the server does not allow: 400 naming it).
         """
         items = [t.to_json() if isinstance(t, Target) else {"url": t} for t in targets]
         body: dict[str, object] = {"targets": items}
         if webhook is not None:
             body["webhook"] = dict(webhook)
+        if concurrency is not None:
+            body["concurrency"] = concurrency
         data = (await self._call("POST", "/v1/batch", json_body=body)).json()
         return Submitted(str(data["id"]), bool(data["reused"]))
 
@@ -523,21 +335,32 @@ class BatchClient(metaclass=NoPublicConstructor):
         return ResultStream(self, job_id, chosen, follow, after)
 
     def events(self, job_id: str, *, waiting: bool = True) -> EventStream:
-        """The job's events (``target``, ``waiting`` unless ``waiting=False``, then ``end``),
-        resumed with Last-Event-ID if cut."""
+        """The job's events, resumed with Last-Event-ID if cut: ``target`` as each target
+        ends, ``waiting`` when the next target begins to wait for its host (``waiting=False``
+        leaves those out), then ``end``."""
         self._check_open()
         return EventStream(self, job_id, waiting=waiting)
 
     async def target(self, job_id: str, idx: int) -> dict[str, object]:
-        """``GET /v1/batch/{id}/{idx}``: a waiting target carries ``waiting`` (reason, until)."""
+        """One target with its options, times and result (``GET /v1/batch/{id}/{idx}``).
+
+        A pending target that waits for its host's budget carries ``waiting``, a
+        :class:`WaitingEvent` without ``idx`` (``{"reason", "until"}``). An unknown job or
+        index is a :class:`ClientError` with status 404.
+        """
         data: dict[str, object] = (await self._call("GET", f"/v1/batch/{job_id}/{idx}")).json()
         return data
 
     async def map(self, url: str, *, limit: int = 1000, same_host: bool = True) -> SiteMap:
-        """``POST /v1/map``: at most ``limit`` (1 to 10,000) URLs of the site (sitemaps, links).
+        """A site's URLs from its sitemaps and its start page's links (``POST /v1/map``).
+
+        At most ``limit`` (1 to 10,000) URLs, the start page first; ``same_host=False`` keeps
+        every host. Feed them to :meth:`submit` (in batches the server allows).
 
         Raises:
-            ClientError: a bad input (400 naming it), a refused address (403), a busy site (503).
+            ClientError: a bad ``url`` or ``limit`` (400 naming it), a refused address (403),
+                the start page's failure when no URL was found, a busy site or pool (503 with
+                ``retry_after``), or a server without a map (404).
         """
         body = {"url": url, "limit": limit, "same_host": same_host}
         return cast("SiteMap", (await self._call("POST", "/v1/map", json_body=body)).json())
@@ -631,170 +454,11 @@ async def open_client(
             client._closed = True
 
 
-_U = TypeVar("_U")
+def client_on(http: httpx.AsyncClient, key: str) -> BatchClient:
+    """A :class:`BatchClient` on ``http``, which its owner keeps open, sending ``key`` as the
+    Bearer on each request.
 
-
-@final
-class BlockingStream(Iterator[T]):
-    """A stream of :class:`BlockingClient` (``results``, ``events``, ``jobs``), read blocking.
-
-    Each ``next`` runs one step of the async stream in the client's event loop thread. Leave it
-    early with ``with`` (or :meth:`close`): that closes the connection at once.
+    For trio-batch's MCP tools, whose endpoint keeps one connection pool for its lifetime and
+    calls the API with each request's own key: the client costs no connection of its own.
     """
-
-    def __init__(self, portal: anyio.from_thread.BlockingPortal, stream: AsyncIterator[T]) -> None:
-        self._portal = portal
-        self._stream = stream
-
-    def __iter__(self) -> BlockingStream[T]:
-        return self
-
-    def __next__(self) -> T:
-        try:
-            return self._portal.call(self._stream.__anext__)
-        except StopAsyncIteration:
-            raise StopIteration from None
-
-    def close(self) -> None:
-        """Close the connection; the iterator then ends. Closing twice is harmless."""
-        aclose = getattr(self._stream, "aclose", None)
-        if aclose is not None:
-            self._portal.call(aclose)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-@final
-class BlockingClient:
-    """The blocking twin of :func:`open_client`, for scripts without an event loop.
-
-    ``with BlockingClient(server, key) as client:`` gives the methods of :class:`BatchClient`,
-    each blocking until its answer: ``submit``, ``status``, ``jobs``, ``results``, ``events``,
-    ``target``, ``cancel``, ``retry``, ``wait``, ``map``. Each stream is a
-    :class:`BlockingStream`. The block runs one event loop in a thread of its own (AnyIO's
-    blocking portal, on asyncio) with one
-    :class:`BatchClient` in it, so the answers, errors and resuming are exactly the async
-    client's. Outside the block every call raises :class:`trio.ClosedResourceError`. Do not
-    use it from inside a running event loop: there, use :func:`open_client`.
-    """
-
-    def __init__(
-        self,
-        server: str,
-        key: str,
-        *,
-        request_timeout: float = 30.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._open = functools.partial(
-            open_client, server, key, request_timeout=request_timeout, transport=transport
-        )
-        self._stack: contextlib.ExitStack | None = None
-        self._portal: anyio.from_thread.BlockingPortal | None = None
-        self._client: BatchClient | None = None
-
-    def __enter__(self) -> Self:
-        if self._stack is not None:
-            raise RuntimeError("this BlockingClient is already open; use one `with` at a time")
-        with contextlib.ExitStack() as stack:
-            portal = stack.enter_context(anyio.from_thread.start_blocking_portal("asyncio"))
-            client = stack.enter_context(portal.wrap_async_context_manager(self._open()))
-            self._stack = stack.pop_all()
-        self._portal, self._client = portal, client
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        stack, self._stack = self._stack, None
-        self._portal = self._client = None
-        if stack is not None:
-            stack.close()
-
-    def _call(self, fn: Callable[[BatchClient], Awaitable[_U]]) -> _U:
-        """Run ``fn(client)`` in the loop's thread and wait for it."""
-        portal, client = self._open_parts()
-
-        async def step() -> _U:
-            return await fn(client)
-
-        return portal.call(step)
-
-    def _stream(self, make: Callable[[BatchClient], AsyncIterator[_U]]) -> BlockingStream[_U]:
-        portal, client = self._open_parts()
-        return BlockingStream(portal, make(client))
-
-    def _open_parts(self) -> tuple[anyio.from_thread.BlockingPortal, BatchClient]:
-        if self._portal is None or self._client is None:
-            raise trio.ClosedResourceError(
-                "this BlockingClient is not open; use it inside "
-                "`with BlockingClient(server, key) as client:`"
-            )
-        return self._portal, self._client
-
-    def submit(
-        self, targets: Sequence[Target | str], *, webhook: Mapping[str, object] | None = None
-    ) -> Submitted:
-        """:meth:`BatchClient.submit`, blocking."""
-        return self._call(lambda c: c.submit(targets, webhook=webhook))
-
-    def status(self, job_id: str) -> BatchSummary:
-        """:meth:`BatchClient.status`, blocking."""
-        return self._call(lambda c: c.status(job_id))
-
-    def jobs(
-        self, *, status: str | Sequence[str] | None = None, page_size: int = 100
-    ) -> BlockingStream[BatchSummary]:
-        """:meth:`BatchClient.jobs`, as a blocking iterator (pages fetched as it is read)."""
-        return self._stream(lambda c: c.jobs(status=status, page_size=page_size))
-
-    def results(
-        self,
-        job_id: str,
-        *,
-        state: str | Sequence[str] | None = None,
-        follow: bool = False,
-        after: int | None = None,
-    ) -> BlockingStream[TargetLine]:
-        """:meth:`BatchClient.results`, as a blocking iterator; use it in ``with``."""
-        return self._stream(lambda c: c.results(job_id, state=state, follow=follow, after=after))
-
-    def events(self, job_id: str, *, waiting: bool = True) -> BlockingStream[BatchEvent]:
-        """:meth:`BatchClient.events`, as a blocking iterator; use it in ``with``."""
-        return self._stream(lambda c: c.events(job_id, waiting=waiting))
-
-    def target(self, job_id: str, idx: int) -> dict[str, object]:
-        """:meth:`BatchClient.target`, blocking."""
-        return self._call(lambda c: c.target(job_id, idx))
-
-    def map(self, url: str, *, limit: int = 1000, same_host: bool = True) -> SiteMap:
-        """:meth:`BatchClient.map`, blocking."""
-        return self._call(lambda c: c.map(url, limit=limit, same_host=same_host))
-
-    def cancel(self, job_id: str) -> bool:
-        """:meth:`BatchClient.cancel`, blocking."""
-        return self._call(lambda c: c.cancel(job_id))
-
-    def retry(self, job_id: str, *, webhook: Mapping[str, object] | None = None) -> Submitted:
-        """:meth:`BatchClient.retry`, blocking."""
-        return self._call(lambda c: c.retry(job_id, webhook=webhook))
-
-    def wait(self, job_id: str) -> BatchSummary:
-        """:meth:`BatchClient.wait`, blocking until the job is terminal."""
-        return self._call(lambda c: c.wait(job_id))
-
-
-_fixup_module_metadata(__name__, globals())
-del _fixup_module_metadata
+    return BatchClient._create(http, {"Authorization": f"Bearer {key}"})
