@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,9 @@ import pytest
 from trio_batch._cli import main
 from trio_batch._cli._settings import load_settings
 from trio_batch._sealing import SecretsKeyFileError, read_key_file
+from trio_batch.http import add_key as add_api_key
 
-from .support import add_key, serve_until_it_stops
+from .support import ENV, add_key, cli_without, serve_until_it_stops
 
 pytest.importorskip("cryptography")
 
@@ -93,7 +95,6 @@ class TestServeRefusesABadFile:
         """A malformed key file stops the service before it opens the store: the error
         names the file and the line, never a key."""
         from trio_batch._cli._service import run_service
-        from trio_batch.http import add_key as add_api_key
 
         add_api_key(tmp_path / "keys.toml", "alice")
         good = "q" * 43 + "="
@@ -132,4 +133,31 @@ class TestServeRefusesABadFile:
             "trio-batch serve: secrets key file secrets.key, line 3: not a key (a key is 32 "
             "random bytes in URL-safe base64, 44 characters on a line of its own); make one "
             "with `trio-batch keys secrets-key FILE`"
+        )
+
+
+class TestWithoutCryptography:
+    def test_keys_are_written_and_serve_says_what_to_install(self, tmp_path: Path) -> None:
+        """Without the cryptography package a key file is still written (random bytes need no
+        extra), and serve with it exits 2 naming the package and the extra to install."""
+        cli = cli_without("cryptography")
+        wrote = subprocess.run(
+            [*cli, "keys", "secrets-key", "secrets.key"], cwd=tmp_path, env=ENV, check=False
+        )
+        add_api_key(tmp_path / "keys.toml", "alice")
+        args = ["--keys", "keys.toml", "--db", "db.sqlite", "--secrets-key-file", "secrets.key"]
+        served = subprocess.run(
+            [*cli, "serve", "--port", "0", *args],
+            cwd=tmp_path,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+        assert 0 == wrote.returncode
+        assert 2 == served.returncode
+        assert served.stderr.endswith(
+            "trio-batch serve: --secrets-key-file needs the cryptography package: "
+            "pip install 'trio-batch[server]'\n"
         )
