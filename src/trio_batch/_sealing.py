@@ -165,7 +165,7 @@ def _text(data: bytes) -> str:
 
 
 def _associated(caller: str, url: str, name: str) -> list[bytes]:
-    """AES-SIV's associated data: separate strings, so no two triples ever run together."""
+    """AES-SIV's associated data, each string a vector of its own: none runs into the next."""
     return [_AD_LABEL, caller.encode(), name.lower().encode(), url.encode()]
 
 

@@ -222,10 +222,10 @@ def _sealing_keys(settings: Settings) -> SealingKeys | None:
         return None
     keys = read_key_file(settings.secrets_key_file)
     _log.info(
-        "credentials are stored sealed (AES-SIV) with the first of the %d key%s of %s",
+        "credentials are stored sealed (AES-SIV): %s holds %d key%s, the first seals",
+        settings.secrets_key_file,
         len(keys),
         plural(len(keys)),
-        settings.secrets_key_file,
     )
     return keys
 
