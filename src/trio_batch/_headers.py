@@ -6,21 +6,29 @@ A target's ``Options.headers`` may hold ``Accept``, ``Accept-Language``, ``Autho
 header, never quote its value.
 
 ``Cookie`` and ``Authorization`` are credentials. The HTTP API never lets their values reach
-the store: :meth:`HeaderSecrets.seal` swaps each for a *reference* (``<secret 32 hex>``, an
-HMAC of the caller, the name and the value under a key that lives in this process only) and
-keeps the value in this process's memory, where :meth:`HeaderSecrets.unseal` finds it at fetch
-time. Answers show :data:`SECRET_MARK` in its place. A reference no longer held (the process
-restarted and resumed the job, another instance of a fleet claimed it, or it was not used for
-``keep`` seconds) fails its target with a hint to submit again: never a fetch without it.
+the store as they are: :meth:`HeaderSecrets.seal` swaps each for one of two things, and
+:meth:`HeaderSecrets.unseal` swaps it back at fetch time. Answers show :data:`SECRET_MARK`.
 
-The same value of the same caller gives the same reference in one process, so a repeated
-submit reuses its job (SPEC §3.1); another value, or another process, gives another one, so two
-different credentials never share a job.
+- **With keys** (``serve --secrets-key-file``, :meth:`HeaderSecrets.keyed`): the value sealed
+  with AES-SIV under the fleet's key (``trio_batch._sealing``), bound to the caller, the header
+  and the target's URL. Any process with the key opens it: another instance of a fleet, or this
+  one after a restart. A value sealed with a key this process lacks, or altered, fails its
+  target 410 with a hint naming the fix; never a fetch without it.
+- **Without keys**: a *reference* (``<secret 32 hex>``, an HMAC of the caller, the name and the
+  value under a key that lives in this process only), the value kept in this process's memory.
+  A reference no longer held (the process restarted and resumed the job, another instance of a
+  fleet claimed it, or it was not used for ``keep`` seconds) fails its target 410 with a hint to
+  submit again, and to give every instance of a fleet the same key file.
+
+Either way the same value of the same caller (and URL) gives the same stored text, so a
+repeated submit reuses its job (SPEC §3.1); another value gives another one, so two different
+credentials never share a job.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import hmac
 import json
@@ -33,6 +41,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from ._errors import TargetError
+from ._sealing import MAKE_KEY, SealingKeys, SealRefused, is_sealed
 
 logger = logging.getLogger("trio_batch.headers")
 
@@ -192,13 +201,15 @@ class _Held:
 
 @final
 class HeaderSecrets:
-    """Credentials of submitted targets, held in this process's memory until their fetch.
+    """Credentials of submitted targets: sealed with keys, or held in this process's memory.
 
     Args:
-        most: credentials held at once; past it the least recently used goes (its target then
-            fails with a hint to submit again).
-        keep: seconds a credential is held after it was last sealed or fetched with.
+        most: credentials held at once without keys; past it the least recently used goes
+            (its target then fails with a hint to submit again).
+        keep: seconds a credential is held, without keys, after it was last sealed or fetched
+            with.
         clock: seconds, for ``keep`` (:func:`time.monotonic`).
+        keys: seal into the store with these (``trio_batch._sealing``); None holds in memory.
     """
 
     def __init__(
@@ -207,24 +218,43 @@ class HeaderSecrets:
         most: int = 10_000,
         keep: float = 6 * 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        keys: SealingKeys | None = None,
     ) -> None:
         self._key = secrets.token_bytes(32)
         self._most = most
         self._keep = keep
         self._clock = clock
+        self._keys = keys
         self._held: collections.OrderedDict[str, _Held] = collections.OrderedDict()
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def seal(self, caller: str, headers: Mapping[str, str]) -> HeaderMap:
-        """``headers`` with canonical names and each credential's value swapped for its
-        reference, the value held for ``caller`` (what the HTTP API stores at submit)."""
+    @contextlib.contextmanager
+    def keyed(self, keys: SealingKeys | None) -> Iterator[None]:
+        """Seal with ``keys`` (and open with them) during the block, as before it after.
+
+        ``trio-batch serve --secrets-key-file`` runs in one; values sealed in it open later
+        in any process with the same keys.
+        """
+        before, self._keys = self._keys, keys
+        try:
+            yield
+        finally:
+            self._keys = before
+
+    def seal(self, caller: str, headers: Mapping[str, str], *, url: str) -> HeaderMap:
+        """``headers`` with canonical names and each credential's value sealed for ``caller``'s
+        target at ``url`` (what the HTTP API stores at submit): encrypted with the keys, or
+        swapped for a reference to this process's memory without them."""
         self._expire()
+        keys = self._keys
         sealed: dict[str, str] = {}
         for name, value in headers.items():
             canonical = canonical_name(name) or name
-            if is_secret(canonical):
+            if is_secret(canonical) and keys is not None:
+                value = keys.seal(caller, url, canonical, value)
+            elif is_secret(canonical):
                 digest = hmac.new(
                     self._key, f"{caller}\x00{canonical}\x00{value}".encode(), hashlib.sha256
                 ).hexdigest()[:32]
@@ -232,30 +262,67 @@ class HeaderSecrets:
             sealed[canonical] = value
         return HeaderMap(sealed)
 
-    def unseal(self, caller: str, headers: Mapping[str, str]) -> HeaderMap:
-        """``headers`` with each credential's reference swapped back for its value (a value
-        that is no reference, from a library caller, is sent as it is).
+    def unseal(self, caller: str, headers: Mapping[str, str], *, url: str) -> HeaderMap:
+        """``headers`` with each credential's sealed value or reference swapped back for the
+        value (a value that is neither, from a library caller, is sent as it is).
 
         Raises:
-            TargetError: a reference this process does not hold for ``caller`` (status 410).
+            TargetError: status 410 with a hint naming the fix: a reference this process does
+                not hold for ``caller``, or a sealed value that does not open here (no keys,
+                not its key, or altered or moved to another caller, header or URL).
         """
         self._expire()
         out: dict[str, str] = {}
         for name, value in headers.items():
             if is_secret(name) and _REFERENCE.fullmatch(value):
-                held = self._held.get(value)
-                if held is None or held.caller != caller:
-                    raise TargetError(
-                        f"the {name} header of this target is no longer held by this server",
-                        hint="the credentials of this target were held by the instance that "
-                        "admitted it (it restarted, or another instance took the job, or the "
-                        "job waited too long); submit the job again",
-                        status=410,
-                    )
-                self._hold(value, held)
-                value = held.value
+                value = self._held_value(caller, name, value)
+            elif is_secret(name) and is_sealed(value):
+                value = self._opened(caller, url, name, value)
             out[name] = value
         return HeaderMap(out)
+
+    def _held_value(self, caller: str, name: str, ref: str) -> str:
+        held = self._held.get(ref)
+        if held is None or held.caller != caller:
+            raise TargetError(
+                f"the {name} header of this target is no longer held by this server",
+                hint="the credentials of this target were held in the memory of the instance "
+                "that admitted it (it restarted, or another instance took the job, or the job "
+                "waited too long); submit the job again. A fleet sends them from any instance "
+                "when every instance is started with the same --secrets-key-file "
+                f"(`{MAKE_KEY}` writes one)",
+                status=410,
+            )
+        self._hold(ref, held)
+        return held.value
+
+    def _opened(self, caller: str, url: str, name: str, sealed: str) -> str:
+        keys = self._keys
+        if keys is None:
+            raise TargetError(
+                f"the {name} header of this target was sealed with a secrets key, and this "
+                "server has none",
+                hint="start every instance with the same --secrets-key-file as the instance "
+                "that admitted the job, or submit the job again",
+                status=410,
+            )
+        try:
+            return keys.open(caller, url, name, sealed)
+        except SealRefused as refused:
+            if refused.why == "unknown key":
+                raise TargetError(
+                    f"the {name} header of this target was sealed with a key that this "
+                    "server's --secrets-key-file does not hold",
+                    hint="give every instance the same key file, and keep a replaced key on a "
+                    "later line until the jobs it sealed are gone; or submit the job again",
+                    status=410,
+                ) from None
+            raise TargetError(
+                f"the sealed {name} header of this target does not open: it was changed in "
+                "the store, or sealed for another caller or URL",
+                hint="submit the job again",
+                status=410,
+            ) from None
 
     def _hold(self, ref: str, held: _Held) -> str:
         held.until = self._clock() + self._keep

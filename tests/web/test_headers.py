@@ -16,11 +16,13 @@ from tests.support import RecordingSite as Site, serve_recording_site
 from tests.web.support import CALLER, LOOPBACK
 from trio_batch import Options, Target, TargetError
 from trio_batch._headers import SECRET_MARK, SECRETS, HeaderSecrets
+from trio_batch._sealing import SealingKeys
 from trio_batch.stores import MemoryStore
 from trio_batch.web import DEFAULT_USER_AGENT, WebFetcher, validate_options
 
 COOKIE = "session=cookie-value-7f3a9"
 BEARER = "Bearer token-value-5c1e2"
+URL = "https://a.test/"
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ async def other(nursery: trio.Nursery) -> Site:
 def sealed(url: str, **headers: str) -> Target:
     """A target as the HTTP API stores it: credentials sealed, names canonical."""
     raw = {name.replace("_", "-"): value for name, value in headers.items()}
-    return Target(url, Options(headers=SECRETS.seal(CALLER.name, raw)))
+    return Target(url, Options(headers=SECRETS.seal(CALLER.name, raw, url=url)))
 
 
 class TestAllowedHeaders:
@@ -87,7 +89,7 @@ class TestAllowedHeaders:
         a hint to submit again, and the site is never asked without it."""
         site.route("/page")
         elsewhere = HeaderSecrets()  # another process's memory
-        headers = elsewhere.seal(CALLER.name, {"Cookie": COOKIE})
+        headers = elsewhere.seal(CALLER.name, {"Cookie": COOKIE}, url=site.url("/page"))
         async with WebFetcher(allow=LOOPBACK) as fetch:
             with pytest.raises(TargetError) as info:
                 await fetch(CALLER, Target(site.url("/page"), Options(headers=headers)))
@@ -104,6 +106,41 @@ class TestAllowedHeaders:
             with pytest.raises(TargetError):
                 await fetch(CALLER.__class__("mallory"), target)
 
+        assert [] == site.requests
+
+
+class TestSealedWithKeys:
+    """With a fleet's secrets key (``serve --secrets-key-file``) the store holds the value
+    encrypted, and any process with the key opens it at fetch time."""
+
+    async def test_the_longest_credential_reaches_the_site(self, site: Site) -> None:
+        """A 4,096-character value, stored sealed (longer than 4,096), is sent whole."""
+        pytest.importorskip("cryptography")
+        site.route("/page")
+        longest = "Bearer " + "t" * (4096 - len("Bearer "))
+        with SECRETS.keyed(SealingKeys([b"k" * 32])):
+            target = sealed(site.url("/page"), Authorization=longest)
+            async with WebFetcher(allow=LOOPBACK) as fetch:
+                await fetch(CALLER, target)
+        [got] = site.headers_of("/page")
+
+        assert 4096 < len(target.options.headers["Authorization"])
+        assert longest == got["authorization"]
+
+    async def test_a_key_this_process_lacks_fails_without_a_request(self, site: Site) -> None:
+        """Sealed with a key this process does not have: 410 naming the key file, and the
+        site is never asked without it."""
+        pytest.importorskip("cryptography")
+        site.route("/page")
+        with SECRETS.keyed(SealingKeys([b"a" * 32])):
+            target = sealed(site.url("/page"), Cookie=COOKIE)
+        with SECRETS.keyed(SealingKeys([b"b" * 32])):
+            async with WebFetcher(allow=LOOPBACK) as fetch:
+                with pytest.raises(TargetError) as info:
+                    await fetch(CALLER, target)
+
+        assert 410 == info.value.status
+        assert "--secrets-key-file" in info.value.msg
         assert [] == site.requests
 
 
@@ -247,7 +284,7 @@ class TestRefused:
         """accept-language and COOKIE are the allowed headers, stored in canonical case."""
         options = Options(headers={"accept-language": "fr", "COOKIE": COOKIE})
         validate_options(options)
-        stored = SECRETS.seal("agent", options.headers)
+        stored = SECRETS.seal("agent", options.headers, url=URL)
 
         assert ["Accept-Language", "Cookie"] == list(stored)
 
@@ -264,39 +301,39 @@ class TestHeld:
         """Held ``keep`` seconds after its last use; past that, its target fails (410)."""
         now = [0.0]
         held = HeaderSecrets(keep=60.0, clock=lambda: now[0])
-        sealed_headers = held.seal("agent", {"Cookie": COOKIE})
+        sealed_headers = held.seal("agent", {"Cookie": COOKIE}, url=URL)
         now[0] = 59.0
-        used = held.unseal("agent", sealed_headers)  # a use holds it 60 s more
+        used = held.unseal("agent", sealed_headers, url=URL)  # a use holds it 60 s more
         now[0] = 118.0
-        again = held.unseal("agent", sealed_headers)
+        again = held.unseal("agent", sealed_headers, url=URL)
         now[0] = 179.0
 
         assert COOKIE == used["Cookie"] == again["Cookie"]
         with pytest.raises(TargetError) as info:
-            held.unseal("agent", sealed_headers)
+            held.unseal("agent", sealed_headers, url=URL)
         assert 410 == info.value.status
         assert 0 == len(held)
 
     def test_at_most_most_are_held(self) -> None:
         """Past ``most``, the least recently used credential goes first."""
         held = HeaderSecrets(most=2)
-        first = held.seal("agent", {"Cookie": "a=1"})
-        second = held.seal("agent", {"Cookie": "a=2"})
-        held.unseal("agent", first)
-        held.seal("agent", {"Cookie": "a=3"})
+        first = held.seal("agent", {"Cookie": "a=1"}, url=URL)
+        second = held.seal("agent", {"Cookie": "a=2"}, url=URL)
+        held.unseal("agent", first, url=URL)
+        held.seal("agent", {"Cookie": "a=3"}, url=URL)
 
         assert 2 == len(held)
-        assert "a=1" == held.unseal("agent", first)["Cookie"]
+        assert "a=1" == held.unseal("agent", first, url=URL)["Cookie"]
         with pytest.raises(TargetError):
-            held.unseal("agent", second)
+            held.unseal("agent", second, url=URL)
 
     def test_one_reference_per_caller_and_value(self) -> None:
         """The same value of the same caller seals alike (a repeat reuses its job); another
         value or another caller does not."""
         held = HeaderSecrets()
-        one = held.seal("agent", {"Cookie": COOKIE})
+        one = held.seal("agent", {"Cookie": COOKIE}, url=URL)
 
-        assert one == held.seal("agent", {"cookie": COOKIE})
-        assert one != held.seal("agent", {"Cookie": COOKIE + "x"})
-        assert one != held.seal("other", {"Cookie": COOKIE})
-        assert one != HeaderSecrets().seal("agent", {"Cookie": COOKIE})
+        assert one == held.seal("agent", {"cookie": COOKIE}, url=URL)
+        assert one != held.seal("agent", {"Cookie": COOKIE + "x"}, url=URL)
+        assert one != held.seal("other", {"Cookie": COOKIE}, url=URL)
+        assert one != HeaderSecrets().seal("agent", {"Cookie": COOKIE}, url=URL)

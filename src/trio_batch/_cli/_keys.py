@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from .._model import CALLER_CLASSES
+from .._util import plural
 from ._output import missing_extra
 
 DEFAULT_KEYS = "./trio-batch-keys.toml"
@@ -65,6 +66,38 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     secret.add_argument("name", help="the caller, as `keys add` named it")
     _keys_flag(secret)
     secret.set_defaults(func=main, action=_secret)
+    _register_secrets_key(sub)
+
+
+def _register_secrets_key(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    sealing = sub.add_parser(
+        "secrets-key",
+        help="write a new key to the secrets key file of `serve --secrets-key-file` (never "
+        "printed)",
+        description="Write a new random key into FILE, made with mode 600 if missing. "
+        "`serve --secrets-key-file FILE` stores a target's Cookie and Authorization "
+        "encrypted with the file's first key and opens them with any of its keys, so every "
+        "instance of a fleet must have the same file. Without a flag the new key goes first: "
+        "it seals from each instance's next start, and the older keys still open what they "
+        "sealed. For a rolling restart, add it with --standby, restart every instance, then "
+        "--promote it and restart them again. The key is never printed.",
+    )
+    sealing.add_argument("file", metavar="FILE", help="the secrets key file")
+    where = sealing.add_mutually_exclusive_group()
+    where.add_argument(
+        "--standby",
+        action="store_true",
+        help="add the new key last: instances open with it after their restart, none seals "
+        "with it yet",
+    )
+    where.add_argument(
+        "--promote",
+        action="store_true",
+        help="add no key: move the last key first, so that it seals from the next start",
+    )
+    sealing.set_defaults(func=_secrets_key)
 
 
 def _keys_flag(parser: argparse.ArgumentParser) -> None:
@@ -149,3 +182,49 @@ def _secret(args: argparse.Namespace) -> int:
     print("it is shown once; give it to the caller's webhook receiver to check signatures")
     print(secret)
     return 0
+
+
+def _secrets_key(args: argparse.Namespace) -> int:
+    """``keys secrets-key``: needs no extra (writing a key is base64 of random bytes)."""
+    from .._sealing import SecretsKeyFileError, add_key, promote_key
+
+    path: str = args.file
+    try:
+        count = promote_key(path) if args.promote else add_key(path, standby=args.standby)
+    except SecretsKeyFileError as exc:
+        print(f"trio-batch keys secrets-key: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(
+            f"trio-batch keys secrets-key: cannot write {path}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 2
+    print(_secrets_key_said(path, count, args.standby, args.promote))
+    return 0
+
+
+def _secrets_key_said(path: str, count: int, standby: bool, promote: bool) -> str:
+    """What ``keys secrets-key`` did to ``path`` (now of ``count`` keys), and what next."""
+    keys = f"{count} key{plural(count)}"
+    if promote:
+        return (
+            f"moved the last key of {path} first ({keys}): it seals from each instance's next\n"
+            "start. Copy the file to every instance, then restart them."
+        )
+    if count == 1:
+        return (
+            f"wrote a new secrets key to {path}. Start every instance of the fleet with\n"
+            f"--secrets-key-file {path} (the same file on each; keep it private)."
+        )
+    if standby:
+        return (
+            f"added a new key as the last line of {path} ({keys}): instances open with it\n"
+            "after their restart. Once every instance has restarted with this file, run\n"
+            f"`trio-batch keys secrets-key {path} --promote`."
+        )
+    return (
+        f"added a new key as the first line of {path} ({keys}): it seals from each\n"
+        "instance's next start; the older keys still open what they sealed. Copy the file\n"
+        "to every instance, then restart them (for a rolling restart: --standby first)."
+    )

@@ -212,7 +212,7 @@ def _sealed(caller: Caller, targets: list[Target]) -> list[Target]:
         dataclasses.replace(
             t,
             options=dataclasses.replace(
-                t.options, headers=SECRETS.seal(caller.name, t.options.headers)
+                t.options, headers=SECRETS.seal(caller.name, t.options.headers, url=t.url)
             ),
         )
         if t.options.headers

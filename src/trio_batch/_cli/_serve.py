@@ -57,6 +57,7 @@ def main(args: argparse.Namespace) -> int:
         import trio
 
         from .._errors import StoreError
+        from .._sealing import SecretsKeyFileError
         from ..http import KeysFileError
         from ._service import run_service
     except ModuleNotFoundError as exc:
@@ -67,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
         trio.run(run_service, settings)
     except BaseException as exc:
         # Start-up failures come out of nurseries wrapped in exception groups.
-        cause = _start_up_error(exc, (KeysFileError, StoreError, OSError))
+        cause = _start_up_error(exc, (KeysFileError, SecretsKeyFileError, StoreError, OSError))
         if cause is None:
             raise
         print(f"trio-batch serve: {_start_up_message(settings, cause)}", file=sys.stderr)

@@ -19,7 +19,9 @@ import trio
 
 from .._engine import BatchEngine, FetchFunc, open_engine
 from .._errors import StoreError, TargetError, classify_failure
+from .._headers import SECRETS
 from .._model import Caller, Result, Target
+from .._sealing import MAKE_KEY, SealingKeys, read_key_file
 from .._util import plural
 from ..http import KeyRing, PrecheckFunc, create_app, load_keys, open_deliveries, serve
 from ..metrics import PrometheusMetrics
@@ -44,7 +46,7 @@ async def open_store(settings: Settings) -> AsyncIterator[ServiceStore]:
         StoreError: the store cannot be opened (the message says why).
     """
     db = settings.db
-    if db.startswith(("postgresql://", "postgres://")):
+    if _is_postgres(settings):
         try:
             from ..stores import PostgresStore
         except ImportError as exc:
@@ -169,6 +171,7 @@ async def run_service(
 
     Raises:
         KeysFileError: the keys file is missing or malformed.
+        SecretsKeyFileError: the secrets key file is missing, malformed or writable by others.
     """
     keys = load_keys(settings.keys)
     if not len(keys):
@@ -178,7 +181,10 @@ async def run_service(
     _log.info("the store: %s", store_description(settings))
     metrics = PrometheusMetrics()
     config = settings.engine_config(hooks=metrics.hooks())
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with (
+        SECRETS.keyed(_sealing_keys(settings)),
+        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+    ):
         async with open_store(settings) as store, contextlib.AsyncExitStack() as stack:
             politeness: dict[str, Any] = {}
             if fetch is None:
@@ -199,13 +205,42 @@ async def run_service(
     _log.info("stopped")
 
 
+def _sealing_keys(settings: Settings) -> SealingKeys | None:
+    """The keys of ``--secrets-key-file``, said in the log; None (said too, for a fleet).
+
+    Raises:
+        SecretsKeyFileError: the file cannot be used (the message names it, and the line).
+    """
+    if not settings.secrets_key_file:
+        if _is_postgres(settings):
+            _log.info(
+                "no --secrets-key-file: a target's Cookie and Authorization wait in the memory "
+                "of the instance that admitted it, and fail (410) on any other; give every "
+                "instance the same file (`%s`) to send them from any",
+                MAKE_KEY,
+            )
+        return None
+    keys = read_key_file(settings.secrets_key_file)
+    _log.info(
+        "credentials are stored sealed (AES-SIV): %s holds %d key%s, the first seals",
+        settings.secrets_key_file,
+        len(keys),
+        plural(len(keys)),
+    )
+    return keys
+
+
+def _is_postgres(settings: Settings) -> bool:
+    return settings.db.startswith(("postgresql://", "postgres://"))
+
+
 def store_description(settings: Settings) -> str:
     """Which store ``serve`` uses, for its start-up log: never a DSN's host, user or password.
 
     A SQLite store is its absolute path (``run`` beside a server must not write the same file:
     the line says which one it is); a PostgreSQL store is only its schema.
     """
-    if settings.db.startswith(("postgresql://", "postgres://")):
+    if _is_postgres(settings):
         return f"PostgreSQL, schema {settings.pg_schema}"
     return f"SQLite {os.path.abspath(settings.db)}"
 

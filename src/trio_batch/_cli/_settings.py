@@ -22,11 +22,12 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import final
+from typing import Any, final
 
 from .._budget import HostBudget
 from .._config import Config, Hooks
 from .._errors import Error
+from .._sealing import MAKE_KEY
 
 ENV_PREFIX = "TRIO_BATCH_"
 _ENGINE = Config()
@@ -205,6 +206,18 @@ class Settings:
             _str,
             "the keys file of callers allowed in; add keys with `trio-batch keys add` "
             "(default {default})",
+            "FILE",
+        ),
+    )
+    secrets_key_file: str = field(
+        default="",
+        metadata=_about(
+            _str,
+            "a file of secret keys, the same file on every instance of a fleet (one key a "
+            "line: the first seals, every one opens); with it a target's Cookie and "
+            "Authorization are stored encrypted (AES-SIV), so any instance can send them, "
+            f"also after a restart; `{MAKE_KEY}` writes one (default: none, they wait in "
+            "the memory of the instance that admitted the job)",
             "FILE",
         ),
     )
@@ -595,32 +608,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"also ${CONFIG_ENV}",
     )
     for spec in SPECS:
-        env = ENV_PREFIX + spec.name.upper()
+        how: dict[str, Any] = {"metavar": spec.metavar}  # a value after the flag
         if spec.name == "allow_net":
-            parser.add_argument(
-                flag(spec.name),
-                dest=spec.name,
-                action="append",
-                metavar=spec.metavar,
-                default=None,
-                help=f"{spec.help}; env {env}",
-            )
+            how["action"] = "append"
         elif spec.parse is _bool:
-            parser.add_argument(
-                flag(spec.name),
-                dest=spec.name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=f"{spec.help}; env {env}",
-            )
-        else:
-            parser.add_argument(
-                flag(spec.name),
-                dest=spec.name,
-                metavar=spec.metavar,
-                default=None,
-                help=f"{spec.help}; env {env}",
-            )
+            how = {"action": argparse.BooleanOptionalAction}  # --flag and --no-flag
+        env = ENV_PREFIX + spec.name.upper()
+        parser.add_argument(
+            flag(spec.name), dest=spec.name, default=None, help=f"{spec.help}; env {env}", **how
+        )
 
 
 def load_settings(

@@ -235,11 +235,12 @@ def _check_headers(headers: dict[str, object], where: str) -> None:
 
 def sealed(caller: str, target: Target) -> Target:
     """``target`` as the store may hold it: its credentials (``Cookie``, ``Authorization``)
-    swapped for references to this process's memory (``trio_batch._headers``), where the web
-    fetcher finds them; header names in their canonical case."""
+    sealed (``trio_batch._headers``: encrypted under the server's secrets key, or a reference
+    to this process's memory), where the web fetcher opens them; header names in their
+    canonical case."""
     if not target.options.headers:
         return target
-    headers = SECRETS.seal(caller, target.options.headers)
+    headers = SECRETS.seal(caller, target.options.headers, url=target.url)
     return Target(target.url, dataclasses.replace(target.options, headers=headers))
 
 

@@ -11,11 +11,12 @@ processes it runs in, in ``_isolate``; rendered pages (``render``) in ``_rendere
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
@@ -103,11 +104,13 @@ class _Sent:
     """A target's own request headers: all of them for its exact origin (scheme, host and
     port), and without its credentials for every hop from the first one to another origin."""
 
+    given: Mapping[str, str]
+    """The target's headers as the caller gave them (credentials opened), for the checks."""
     origin: dict[str, str]
     elsewhere: dict[str, str]
 
 
-_NONE_SENT: Final = _Sent({}, {})
+_NONE_SENT: Final = _Sent({}, {}, {})
 
 
 @final
@@ -444,9 +447,11 @@ class WebFetcher:
         await trio.lowlevel.checkpoint()
         start = trio.current_time()
         options = target.options
-        validate_options(options)
+        sent = self._sent(caller, target)  # a credential that does not open: 410, no request
+        validate_options(
+            dataclasses.replace(options, headers=sent.given) if sent.given else options
+        )
         checked = check_url(target.url, self._allow)
-        sent = self._sent(caller, target)
         if options.render:  # never cached: its page's Cache-Control is not known (docs/web.md)
             return await self._rendered(caller, target, checked, sent, start)
         # A target with credentials neither reads nor writes the shared cache.
@@ -495,18 +500,20 @@ class WebFetcher:
         return Result(content, meta)
 
     def _sent(self, caller: Caller, target: Target) -> _Sent:
-        """The target's request headers, its credentials taken back from where the HTTP API
-        put them (``trio_batch._headers.SECRETS``); a ``User-Agent`` comes after ours.
+        """The target's request headers, its credentials opened from what the HTTP API stored
+        (``trio_batch._headers.SECRETS``: sealed with the secrets key, or held in this
+        process's memory); a ``User-Agent`` comes after ours.
 
         Raises:
-            TargetError: a credential this process no longer holds (410, with a hint).
+            TargetError: a credential that does not open here (410, with a hint).
         """
         if not target.options.headers:
             return _NONE_SENT
-        headers = dict(SECRETS.unseal(caller.name, target.options.headers))
+        given = SECRETS.unseal(caller.name, target.options.headers, url=target.url)
+        headers = dict(given)
         if "User-Agent" in headers:
             headers["User-Agent"] = f"{self._user_agent} {headers['User-Agent']}"
-        return _Sent(headers, {k: v for k, v in headers.items() if not is_secret(k)})
+        return _Sent(given, headers, {k: v for k, v in headers.items() if not is_secret(k)})
 
     # -- network ----------------------------------------------------------------------------------
 
