@@ -295,14 +295,14 @@ MIGRATIONS.append(
 
 # Claims per target (issue 35): a claim is one target of a job, so a job runs up to its
 # ``concurrency`` targets at once across the fleet. The claim moves from the job's row to the
-# target's (token, deadline, and a busy target's first busy time); the job keeps its turn and its
-# concurrency, and counts its failed targets (targets_failed): two outcomes of one job may now be
-# stored at once by two instances, and the second, waiting on the job's row, reads the count the
-# first left, where a scan of the targets would read them as they were before the first (READ
-# COMMITTED). admit_job stores the concurrency. Claims no longer notify (an instance that claims
-# wakes nobody): the statements that free a claim do (turns_freed), and an admission does, through
-# the insert trigger. Claims held by the job rows of code before this one go back to pending: such
-# an instance is refused by this schema, and its outcomes are not stored.
+# target's (token, the instance holding it, deadline, and a busy target's first busy time); the job
+# keeps its turn and its concurrency, and counts its failed targets (targets_failed): two outcomes
+# of one job may now be stored at once by two instances, and the second, waiting on the job's row,
+# reads the count the first left, where a scan of the targets would read them as they were before
+# the first (READ COMMITTED). admit_job stores the concurrency. Claims no longer notify (an instance
+# that claims wakes nobody): the statements that free a claim do (turns_freed), and an admission
+# does, through the insert trigger. Claims held by the job rows of code before this one go back to
+# pending: such an instance is refused by this schema, and its outcomes are not stored.
 _V3_PARAMS = "p_scopes text[],"
 _V3_INSERT = "updated_at, lease, instance, workspace, retry_of, webhook, hook_open)"
 _V3_VALUES = "p_now, p_instance, p_workspace, p_retry_of, p_webhook, p_webhook <> '');"
@@ -320,12 +320,13 @@ _ADMIT_JOB_V4 = (
 # died: the target is fetched again, stored once), or running under no claim at all (marked
 # by start_target, which no engine of a fleet calls: a process that is gone left it).
 CLAIMABLE = (
-    "(tg.status = 'pending' OR (tg.status = 'running' AND (tg.claim IS NULL "
-    "OR tg.claim_until < clock_timestamp())))"
+    "tg.status IN ('pending', 'running') AND (tg.status = 'pending' OR tg.claim IS NULL "
+    "OR tg.claim_until < clock_timestamp())"
 )
 # How many of a job's first claimable targets a claim looks through for one whose host has
-# room (a job's next target is its first such target among these).
-CLAIM_WINDOW = 256
+# room (a job's next target is its first such target among these). The status test comes
+# first in CLAIMABLE so that the planner proves the partial index targets_claimable usable.
+CLAIM_WINDOW = 64
 
 # The fleet's claims, one target a claim, in one call (migration 12), as three statements of
 # a function, each with a snapshot of its own (READ COMMITTED), so that what is counted is
@@ -368,7 +369,7 @@ _CLAIM_TARGETS = f"""
             SELECT coalesce(array_agg(DISTINCT x.scope ORDER BY x.scope), '{{}}') INTO locked
             FROM (
                 SELECT jb.id FROM jobs AS jb WHERE jb.status IN {LIVE_SQL}
-                ORDER BY jb.turn LIMIT p_n * 2
+                ORDER BY jb.turn LIMIT p_n
             ) AS c CROSS JOIN LATERAL (
                 SELECT tg.scope FROM targets AS tg
                 WHERE tg.job_id = c.id AND {CLAIMABLE}
@@ -393,11 +394,12 @@ _CLAIM_TARGETS = f"""
             FROM r;
         END IF;
         SELECT coalesce(array_agg(q.id), '{{}}') INTO chosen FROM (
-            SELECT jb.id FROM jobs AS jb
-            WHERE jb.status IN {LIVE_SQL} AND EXISTS (
-                SELECT 1 FROM targets AS tg WHERE tg.job_id = jb.id AND {CLAIMABLE}
+            SELECT jb.id FROM jobs AS jb CROSS JOIN LATERAL (
+                SELECT tg.idx FROM targets AS tg WHERE tg.job_id = jb.id AND {CLAIMABLE}
                     AND (NOT p_scoped OR tg.scope IS NULL OR tg.scope = ANY(ok))
-            ) AND jb.concurrency > (
+                ORDER BY tg.idx LIMIT 1
+            ) AS startable
+            WHERE jb.status IN {LIVE_SQL} AND jb.concurrency > (
                 SELECT count(*) FROM targets AS tc WHERE tc.job_id = jb.id
                     AND tc.claim IS NOT NULL AND tc.claim_until >= clock_timestamp()
             )
@@ -448,6 +450,7 @@ _CLAIM_TARGETS = f"""
             UPDATE targets AS tg SET status = 'running', started_at = p_now,
                 claim = md5(p_instance || tg.job_id || tg.idx::text
                     || clock_timestamp()::text || random()::text),
+                claim_instance = p_instance,
                 claim_until = clock_timestamp() + p_ttl * interval '1 second'
             FROM pick WHERE tg.job_id = pick.id AND tg.idx = pick.i AND {CLAIMABLE}
             RETURNING tg.job_id AS j, tg.idx AS i, tg.claim AS tok, tg.url AS u,
@@ -484,6 +487,7 @@ MIGRATIONS.append(
         SELECT count(*) FROM targets WHERE targets.job_id = jobs.id AND targets.status = 'failed'
     ) WHERE status IN {LIVE_SQL};
     ALTER TABLE targets ADD COLUMN claim text;
+    ALTER TABLE targets ADD COLUMN claim_instance text;
     ALTER TABLE targets ADD COLUMN claim_until timestamptz;
     ALTER TABLE targets ADD COLUMN busy_since double precision;
     UPDATE targets SET status = 'pending' FROM jobs
