@@ -1,10 +1,10 @@
 """Two `trio-batch serve` processes on one PostgreSQL database, killed and stopped mid-batch.
 
-Every job (of concurrency 4: several of its targets claimed at once) is submitted to A; B works the same jobs (the fleet's rotation). B is killed with
-SIGKILL at random points and started again; A is stopped once with SIGTERM and started again.
-Every target must end ``done`` with its own page (no result lost), each job's count must equal
-its targets (none stored twice), a page is fetched again only for a fetch a kill or a stop cut
-short, and a stopped instance must leave no claim behind.
+Every job (of concurrency 4: several of its targets claimed at once) is submitted to A; B works the
+same jobs (the fleet's rotation). B is killed with SIGKILL at random points and started again; A is
+stopped once with SIGTERM and started again. Every target must end ``done`` with its own page (no
+result lost), each job's count must equal its targets (none stored twice), a page is fetched again
+only for a fetch a kill or a stop cut short, and a stopped instance must leave no claim behind.
 """
 
 from __future__ import annotations
