@@ -10,23 +10,29 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import pytest
 import trio
 
 from trio_batch import (
     BatchEngine,
     Caller,
     Config,
+    HostBudget,
     JobStatus,
     Result,
+    RetryLater,
     Target,
     TargetState,
     open_engine,
 )
-from trio_batch.stores import PostgresStore
+from trio_batch.stores import PostgresStore, SQLiteStore
 
-from ...support import ALICE, BOB, Recorder, targets
+from ...pg_support import open_test_schema
+from ...support import ALICE, BOB, Recorder, host_of, targets
 from ..support import wait_status
 
 
@@ -136,3 +142,73 @@ class TestConcurrencyOnAFleet:
 
         assert 4 == order.count("s")
         assert order.index("s") <= 4, order
+
+
+class BusyFirst:
+    """A site: host x answers 429 (``Retry-After: 2``) to its first three requests, the other
+    hosts answer after 0.5 s; records when each page ended (Trio's clock)."""
+
+    def __init__(self) -> None:
+        self.busy_left = 3
+        self.ended: dict[str, float] = {}
+
+    async def __call__(self, caller: Caller, target: Target) -> Result:
+        if urlsplit(target.url).hostname == "x.example.test" and self.busy_left:
+            self.busy_left -= 1
+            raise RetryLater("429 Too Many Requests", after=2.0)
+        await trio.sleep(0.5)
+        self.ended[target.url] = trio.current_time()
+        return Result("ok")
+
+
+def busy_job(with_busy: bool) -> list[Target]:
+    """12 pages on three hosts, after a page on host x that answers 429 three times."""
+    pages = [Target(f"https://{'abc'[i % 3]}.example.test/{i}") for i in range(12)]
+    return [Target("https://x.example.test/0"), *pages] if with_busy else pages
+
+
+async def others_took(engines: list[BatchEngine], fetch: BusyFirst, with_busy: bool) -> float:
+    """Seconds from the submit until the last of the 12 other pages ended."""
+    t0 = trio.current_time()
+    sub = await engines[0].submit(ALICE, "fleet", busy_job(with_busy), concurrency=4)
+    await wait_status(engines[0], sub.id, JobStatus.DONE)
+    others = [v for url, v in fetch.ended.items() if "x.example" not in url]
+    assert 12 == len(others)
+    return max(others) - t0
+
+
+@pytest.mark.slow
+class TestAWaitingHostHoldsNoOtherBack:
+    @pytest.mark.parametrize("kind", ["sqlite", "fleet"])
+    async def test_the_other_hosts_end_within_1_5x_of_the_job_without_it(
+        self, pg_dsn: str, tmp_path: Path, kind: str
+    ) -> None:
+        """A job (concurrency 4) whose first page's host answers 429 three times (Retry-After:
+        2) ends its 12 pages on other hosts within 1.5x of the same job without that page, on
+        SQLite and on a fleet of two (real clock, host budgets on)."""
+        took = {}
+        for with_busy in (False, True):
+            fetch = BusyFirst()
+            async with AsyncExitStack() as stack:
+                schema = await stack.enter_async_context(open_test_schema(pg_dsn))
+                engines = []
+                for n in range(1 if kind == "sqlite" else 2):
+                    if kind == "sqlite":
+                        path = tmp_path / f"{with_busy}.sqlite"
+                        store: Any = await stack.enter_async_context(SQLiteStore.open(path))
+                    else:
+                        store = await stack.enter_async_context(
+                            PostgresStore.open(pg_dsn, schema=schema)
+                        )
+                    engine = open_engine(
+                        store,
+                        fetch,
+                        Config(workers=4, max_workers=4, retry_for=60.0),
+                        budget=HostBudget(),
+                        scope=host_of,
+                    )
+                    engines.append(await stack.enter_async_context(engine))
+                    del n
+                took[with_busy] = await others_took(engines, fetch, with_busy)
+
+        assert took[True] <= 1.5 * took[False], took
