@@ -161,5 +161,10 @@ async def test_five_callers_on_a_real_socket_keep_the_spacing(nursery: trio.Nurs
             await rec.wait_terminal(5)
         snaps = [await engine.status(s.id) for s in subs]
     assert 10 == len(site.arrivals)
-    assert all(b - a >= 0.19 for a, b in itertools.pairwise(site.arrivals))
+    # Starts are 0.2 s apart; an arrival may be late by the machine's scheduling, which can
+    # bring it nearer the next one on a loaded machine, but never makes two come early: the
+    # span holds nine spacings, and no two requests come in a burst.
+    gaps = [b - a for a, b in itertools.pairwise(site.arrivals)]
+    assert site.arrivals[-1] - site.arrivals[0] >= 9 * 0.2 - 0.01
+    assert min(gaps) >= 0.1, gaps
     assert all(s is not None and s.job.status.value == "done" for s in snaps)
