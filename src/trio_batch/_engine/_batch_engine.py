@@ -617,8 +617,12 @@ class BatchEngine(metaclass=NoPublicConstructor):
         )
 
     def _requeue(self, live: LiveJob) -> None:
-        """Back in the rotation if it has a target to start and room to start it."""
-        if not live.cancelled and not self._closing and live.wants_turn():
+        """Back in the rotation if it has a target to start and room to start it.
+
+        A cancelled job goes back too: the rotation drops it at its turn and tells its source,
+        so a fleet gives back the claims of the targets it will not start.
+        """
+        if not self._closing and live.wants_turn():
             self._turns.rotation.put(live)
 
     async def _finisher(self) -> None:

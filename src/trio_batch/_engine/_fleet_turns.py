@@ -179,6 +179,7 @@ class FleetTurns:
     def _hold(self, claims: Sequence[Claim]) -> None:
         """Take the claimed targets in: each under its job, the job in the rotation."""
         now, wall = trio.current_time(), self._parts.wall()
+        stale: list[Claim] = []
         for claim in claims:
             live = self._parts.live.get(claim.job_id)
             if live is None:
@@ -187,6 +188,9 @@ class FleetTurns:
                 live = LiveJob(claim.job_id, caller, started, claim.caller_class, claim.concurrency)
                 live.has_webhook = claim.has_webhook
                 self._parts.live.add(live)
+            if claim.idx in live.targets:  # held here still, under a claim that lapsed (a late
+                stale.append(claim)  # renewal): the old fetch goes on, the new claim goes back
+                continue
             live.claims[claim.idx] = claim
             live.add(claim.idx, claim.target, claim.scope if self._budget is not None else None)
             if claim.busy_since is not None:
@@ -196,6 +200,17 @@ class FleetTurns:
             self._parts.requeue(live)
         if claims and (hook := self._parts.hooks.claimed) is not None:
             hook(len(claims), sum(c.taken_over for c in claims))
+        if stale and self._tasks is not None:
+            self._tasks.start_soon(self._release, stale)
+
+    async def _release(self, claims: list[Claim]) -> None:
+        """Give claims back to the fleet, touching nothing this engine holds (bounded)."""
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            for claim in claims:
+                try:
+                    await self._store.release_claim(claim, self._parts.wall(), None)
+                except Exception as exc:  # it expires: no longer renewed
+                    self._parts.store_error("release_claim", claim.job_id, exc)
 
     def _turns_wanted(self) -> int:
         """Turns to claim now, for the idle workers and a few more (``ClaimAhead``).
@@ -226,7 +241,9 @@ class FleetTurns:
             except Exception as exc:  # the claim expires and another instance takes it
                 self._parts.store_error("release_claim", live.id, exc)
         live.drop(idx)
-        if not live.targets:
+        if live.targets:  # it had no room while this target waited: it may start another now
+            self._parts.requeue(live)
+        else:
             self._parts.live.pop(live.id)
 
     def _dropped(self, live: LiveJob) -> None:
@@ -236,12 +253,7 @@ class FleetTurns:
             self._tasks.start_soon(self._give_back, live, claims)
 
     async def _give_back(self, live: LiveJob, claims: list[Claim]) -> None:
-        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            for claim in claims:
-                try:
-                    await self._store.release_claim(claim, self._parts.wall(), None)
-                except Exception as exc:
-                    self._parts.store_error("release_claim", live.id, exc)
+        await self._release(claims)
         for claim in claims:
             live.claims.pop(claim.idx, None)
         if not live.targets and live.in_flight == 0:

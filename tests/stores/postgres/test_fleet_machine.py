@@ -343,6 +343,22 @@ class FleetMachine(RuleBasedStateMachine):
         """How many targets a running engine holds a claim on (claimed, not yet stored)."""
         return await self._count("claim IS NOT NULL AND NOT (claim_instance = ANY(%(dead)s))")
 
+    async def _claims_detail(self) -> list[tuple[object, ...]]:
+        """Each claimed target: job, index, the instance holding it, expired or not."""
+        import psycopg
+        from psycopg import sql
+
+        query = sql.SQL(
+            "SELECT job_id, idx, claim_instance, claim_until < clock_timestamp() FROM {}.targets "
+            "WHERE claim IS NOT NULL"
+        ).format(sql.Identifier(self.schema))
+
+        def read() -> list[tuple[object, ...]]:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                return list(conn.execute(query).fetchall())
+
+        return await trio.to_thread.run_sync(read)
+
     async def _dead_claims_held(self) -> int:
         """How many claims of killed instances have not expired yet (PostgreSQL's clock)."""
         return await self._count(
@@ -503,7 +519,7 @@ class FleetMachine(RuleBasedStateMachine):
         expire, and the checks allow for them.
         """
         engine = self.instances[0].engine
-        with trio.fail_after(SETTLE_SECONDS):
+        with trio.move_on_after(SETTLE_SECONDS) as waited:
             while True:
                 # Claims first: a snapshot taken after none was held shows every outcome.
                 claimed = await self._live_claims_held()
@@ -518,6 +534,52 @@ class FleetMachine(RuleBasedStateMachine):
                 ):
                     break
                 await trio.sleep(0.05)
+        if waited.cancelled_caught:  # say what did not settle
+            raise AssertionError(
+                f"not quiescent after {SETTLE_SECONDS} s: {claimed} live claims; fleet "
+                + repr(
+                    {
+                        k: (s.job.status, [t.status for t in s.targets])
+                        for k, s in fleet.items()
+                        if s is not None and not ended(s, self.fetch)
+                    }
+                )
+                + "; reference "
+                + repr(
+                    {
+                        k: (s.job.status, [t.status for t in s.targets])
+                        for k, s in reference.items()
+                        if s is not None and not ended(s, self.reference_fetch)
+                    }
+                )
+                + "; stores' claims "
+                + repr(
+                    [(i.name, i.store.instance_id, len(i.store._claims)) for i in self.instances]
+                )
+                + "; claims "
+                + repr(await self._claims_detail())
+                + "; fetch log "
+                + repr(self.fetch.log[-8:])
+                + "; engines "
+                + repr(
+                    [
+                        (
+                            i.name,
+                            {
+                                j.id[:6]: (
+                                    j.pending,
+                                    j.in_flight,
+                                    j.queued,
+                                    j.cancelled,
+                                    sorted(j.claims),
+                                )
+                                for j in i.engine._live.values()
+                            },
+                        )
+                        for i in self.instances
+                    ]
+                )
+            )
         return (
             {k: v for k, v in fleet.items() if v is not None},
             {k: v for k, v in reference.items() if v is not None},

@@ -313,8 +313,15 @@ _ADMIT_JOB_V4 = (
     MIGRATIONS[10][MIGRATIONS[10].index("CREATE OR REPLACE FUNCTION admit_job") :]
     .replace("CREATE OR REPLACE FUNCTION", "CREATE FUNCTION")
     .replace(_V3_PARAMS, _V3_PARAMS + " p_concurrency integer,")
-    .replace(_V3_INSERT, _V3_INSERT.replace("hook_open)", "hook_open, concurrency)"))
-    .replace(_V3_VALUES, _V3_VALUES.replace("'');", "'', p_concurrency);"))
+    .replace(_V3_INSERT, _V3_INSERT.replace("hook_open)", "hook_open, concurrency, scopes)"))
+    .replace(
+        _V3_VALUES,
+        _V3_VALUES.replace(
+            "'');",
+            "'', p_concurrency,\n            "
+            "ARRAY(SELECT DISTINCT s FROM unnest(p_scopes) AS s WHERE s IS NOT NULL));",
+        ),
+    )
 )
 # A target the claims may take: pending, or running under a claim that expired (its holder
 # died: the target is fetched again, stored once), or running under no claim at all (marked
@@ -323,25 +330,24 @@ CLAIMABLE = (
     "tg.status IN ('pending', 'running') AND (tg.status = 'pending' OR tg.claim IS NULL "
     "OR tg.claim_until < clock_timestamp())"
 )
-# How many of a job's first claimable targets a claim looks through for one whose host has
-# room (a job's next target is its first such target among these). The status test comes
-# first in CLAIMABLE so that the planner proves the partial index targets_claimable usable.
-CLAIM_WINDOW = 64
+# (The status test comes first in CLAIMABLE so that the planner proves the partial index
+# targets_claimable usable.)
 
-# The fleet's claims, one target a claim, in one call (migration 12), as three statements of
-# a function, each with a snapshot of its own (READ COMMITTED), so that what is counted is
-# counted after the locks that make the count exact:
-# 1. with budgets (p_scoped), the advisory locks of the scopes the first jobs' targets are on,
-#    in scope order (two claimers never both count a scope's last free slot, and never wait
-#    for each other in a circle), then each locked scope's room (``_scopes.room``);
-# 2. the live jobs of lowest turn with room under their concurrency and a target whose host
-#    has room, locked (FOR UPDATE SKIP LOCKED: other claimers pass over them);
-# 3. those jobs' first targets whose host has room (at most the job's free concurrency),
-#    taken round by round across jobs (every job's first, then every job's second...) in turn
-#    order, each scope taking only its room, a spaced scope only among the first p_spaced
-#    turns (those for idle workers, so its start is now and the spacing holds between
-#    starts); a scope blocked past block_limit is taken to fail its targets with a hint. The
-#    targets claimed are running under a token and a deadline, and each job takes a new turn.
+# The fleet's claims, one target a claim, in one call (migration 12), as three statements of a
+# function, each with a snapshot of its own (READ COMMITTED), so that what is counted is counted
+# after the locks that make the count exact:
+# 1. with budgets (p_scoped), the advisory locks of the scopes the first jobs' targets are on
+#    (``jobs.scopes``, each job's hosts as admitted), in scope order (two claimers never both
+#    count a scope's last free slot, and never wait for each other in a circle), then each locked
+#    scope's room (``_scopes.room``);
+# 2. the live jobs of lowest turn with room under their concurrency and a target whose host has
+#    room, locked (FOR UPDATE SKIP LOCKED: other claimers pass over them);
+# 3. those jobs' first targets whose host has room (at most the job's free concurrency), taken
+#    round by round across jobs (every job's first, then every job's second...) in turn order,
+#    each scope taking only its room, a spaced scope only among the first p_spaced turns (those
+#    for idle workers, so its start is now and the spacing holds between starts); a scope blocked
+#    past block_limit is taken to fail its targets with a hint. The targets claimed are running
+#    under a token and a deadline, and each job takes a new turn.
 _CLAIM_TARGETS = f"""
     CREATE FUNCTION claim_targets(
         p_space integer, p_instance text, p_n integer, p_now double precision,
@@ -364,18 +370,14 @@ _CLAIM_TARGETS = f"""
         r_spacing double precision[] := '{{}}';
         ok text[] := '{{}}';
         chosen text[] := '{{}}';
+        widest bigint := 0;
     BEGIN
         IF p_scoped THEN
             SELECT coalesce(array_agg(DISTINCT x.scope ORDER BY x.scope), '{{}}') INTO locked
             FROM (
-                SELECT jb.id FROM jobs AS jb WHERE jb.status IN {LIVE_SQL}
+                SELECT jb.scopes FROM jobs AS jb WHERE jb.status IN {LIVE_SQL}
                 ORDER BY jb.turn LIMIT p_n
-            ) AS c CROSS JOIN LATERAL (
-                SELECT tg.scope FROM targets AS tg
-                WHERE tg.job_id = c.id AND {CLAIMABLE}
-                ORDER BY tg.idx LIMIT {CLAIM_WINDOW}
-            ) AS x
-            WHERE x.scope IS NOT NULL;
+            ) AS c, unnest(c.scopes) AS x (scope);
             FOREACH one IN ARRAY locked LOOP
                 PERFORM pg_advisory_xact_lock({lock_key("p_space", "one")});
             END LOOP;
@@ -393,8 +395,13 @@ _CLAIM_TARGETS = f"""
             INTO r_scope, r_free, r_blocked, r_spacing, ok
             FROM r;
         END IF;
-        SELECT coalesce(array_agg(q.id), '{{}}') INTO chosen FROM (
-            SELECT jb.id FROM jobs AS jb CROSS JOIN LATERAL (
+        SELECT coalesce(array_agg(q.id), '{{}}'), coalesce(max(q.want), 0) INTO chosen, widest
+        FROM (
+            SELECT jb.id, jb.concurrency - (
+                SELECT count(*) FROM targets AS tc WHERE tc.job_id = jb.id
+                    AND tc.claim IS NOT NULL AND tc.claim_until >= clock_timestamp()
+            ) AS want
+            FROM jobs AS jb CROSS JOIN LATERAL (
                 SELECT tg.idx FROM targets AS tg WHERE tg.job_id = jb.id AND {CLAIMABLE}
                     AND (NOT p_scoped OR tg.scope IS NULL OR tg.scope = ANY(ok))
                 ORDER BY tg.idx LIMIT 1
@@ -426,7 +433,7 @@ _CLAIM_TARGETS = f"""
                 FROM targets AS tg
                 WHERE tg.job_id = c.id AND {CLAIMABLE}
                     AND (NOT p_scoped OR tg.scope IS NULL OR tg.scope = ANY(ok))
-                ORDER BY tg.idx LIMIT p_n
+                ORDER BY tg.idx LIMIT least(widest, p_n)
             ) AS t
         ), y AS (
             SELECT x.*, row_number() OVER (PARTITION BY x.sc ORDER BY x.k, x.turn) AS sk,
@@ -483,6 +490,11 @@ MIGRATIONS.append(
     f"""
     ALTER TABLE jobs ADD COLUMN concurrency integer NOT NULL DEFAULT 1;
     ALTER TABLE jobs ADD COLUMN targets_failed integer NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN scopes text[];
+    UPDATE jobs SET scopes = ARRAY(
+        SELECT DISTINCT scope FROM targets
+        WHERE targets.job_id = jobs.id AND targets.scope IS NOT NULL
+    ) WHERE status IN {LIVE_SQL};
     UPDATE jobs SET targets_failed = (
         SELECT count(*) FROM targets WHERE targets.job_id = jobs.id AND targets.status = 'failed'
     ) WHERE status IN {LIVE_SQL};

@@ -733,10 +733,16 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def release_claim(self, claim: Claim, now: float, busy_since: float | None) -> None:
         """Give one turn back to the end of the rotation (``FleetStore.release_claim``).
 
-        Cancellation: if this raises :class:`trio.Cancelled`, the claim is still held.
+        Cancellation: if this raises :class:`trio.Cancelled`, the claim is still held. Any
+        other error leaves the claim to expire: it is no longer renewed, so another instance
+        takes its target after ``claim_timeout``.
         """
         self._check_open()
-        await self._run(lambda conn: _claims.release_one(conn, claim, now, busy_since))
+        try:
+            await self._run(lambda conn: _claims.release_one(conn, claim, now, busy_since))
+        except Exception:
+            self._claims.discard(claim.token)
+            raise
         self._claims.discard(claim.token)
 
     async def release_claims(self, now: float) -> None:
