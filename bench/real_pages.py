@@ -319,8 +319,9 @@ def _previous_converter(commit: str) -> Convert | None:
 
 
 def quality(base: Path, pages: Sequence[str], previous_commit: str = PREVIOUS) -> dict[str, Any]:
-    """Recall of the pages' paragraphs, CPU per page in-process, and sameness with
-    ``previous_commit``'s extractor, for text and Markdown."""
+    """Recall of the pages' paragraphs (main content, the default), CPU per page in-process
+    (main content and whole page), and sameness of the whole page (``main_content: false``)
+    with ``previous_commit``'s extractor, for text and Markdown."""
     from trio_batch.web._extract._html import html_to_text
     from trio_batch.web._extract._shape import Body, decode
 
@@ -336,22 +337,28 @@ def quality(base: Path, pages: Sequence[str], previous_commit: str = PREVIOUS) -
     total = sum(len(w) for w in wanted)
     for mode in ("text", "markdown"):
         found = same = 0
-        cpu = previous_cpu = 0.0
+        cpu = whole_cpu = previous_cpu = 0.0
         for (url, html), paras in zip(docs, wanted, strict=True):
             start = time.process_time()
             result = html_to_text(html, base_url=url, markdown=mode == "markdown")
             cpu += time.process_time() - start
             letters = _letters(result[0])
             found += sum(1 for p in paras if p in letters)
+            start = time.process_time()
+            whole = html_to_text(
+                html, base_url=url, markdown=mode == "markdown", main_content=False
+            )
+            whole_cpu += time.process_time() - start
             if previous is not None:
                 start = time.process_time()
                 before = previous(html, base_url=url, markdown=mode == "markdown")
                 previous_cpu += time.process_time() - start
-                same += before == result
+                same += before == whole
         out[mode] = {
             "recall": found / total if total else 1.0,
             "paragraphs": total,
             "cpu_ms": cpu / len(docs) * 1e3,
+            "whole_page_cpu_ms": whole_cpu / len(docs) * 1e3,
             **(
                 {"same_as_previous": same, "previous_cpu_ms": previous_cpu / len(docs) * 1e3}
                 if previous is not None

@@ -24,6 +24,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from ._html_meta import base_url
 from ._html_tags import VOID, dropped_for, squeeze
 from ._html_writer import Writer
+from ._main import keep_main
 
 _HEAD_START = re.compile(r"<head[\s>/]", re.I)
 _HEAD_END = re.compile(r"</head\s*>", re.I)
@@ -108,6 +109,11 @@ class HtmlDocument:
     """The parsers that own those nodes (a node does not keep its tree alive), in the
     source's order: the first holds the page's head, the last its content."""
 
+    def keep_main(self) -> None:
+        """Hide all of the content's body but its main content (``_main.keep_main``); call
+        it once, before :func:`convert` and the cleaning of the ``html`` format."""
+        keep_main(self.trees[-1])
+
     def title(self) -> str:
         """The text of the page's first ``<title>`` (whitespace squeezed), or ""."""
         for tree in self.trees:
@@ -146,11 +152,16 @@ def parse(html: str) -> HtmlDocument:
     return HtmlDocument(None, tree.root, (tree,))
 
 
-def convert(document: HtmlDocument, url: str, markdown: bool) -> tuple[str, str]:
+def convert(
+    document: HtmlDocument, url: str, markdown: bool, *, main: bool = False
+) -> tuple[str, str]:
     """The text or Markdown of ``document``, and its title; Markdown's links are made
-    absolute against the page's ``<base href>``, or ``url``."""
+    absolute against the page's ``<base href>``, or ``url``. With ``main``, chrome inside
+    the main content is dropped too (:meth:`HtmlDocument.keep_main` chose the content)."""
     writer = Writer(
-        markdown=markdown, base_url=base_url(document.trees[0], url) if markdown else url
+        markdown=markdown,
+        base_url=base_url(document.trees[0], url) if markdown else url,
+        main=main,
     )
     if document.head is not None:
         _walk(writer, document.head)
@@ -160,9 +171,15 @@ def convert(document: HtmlDocument, url: str, markdown: bool) -> tuple[str, str]
     return writer.result()
 
 
-def html_to_text(html: str, *, base_url: str = "", markdown: bool = False) -> tuple[str, str]:
-    """The readable text (or Markdown) of an HTML document, and its title.
+def html_to_text(
+    html: str, *, base_url: str = "", markdown: bool = False, main_content: bool = True
+) -> tuple[str, str]:
+    """The readable text (or Markdown) of an HTML document's main content (with
+    ``main_content=False``, of the whole page), and its title.
 
     Never raises on malformed HTML: the parser follows HTML5, which gives every input a tree.
     """
-    return convert(parse(html), base_url, markdown)
+    document = parse(html)
+    if main_content:
+        document.keep_main()
+    return convert(document, base_url, markdown, main=main_content)

@@ -17,6 +17,7 @@ lives in small records: the lists (``_List``), the inline marks (``_Mark``), the
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from ._html_tags import (
     language,
     squeeze,
 )
+from ._main import CHROME_TAGS, dropped_for_main
 
 
 @dataclass
@@ -97,6 +99,8 @@ class Writer:
     markdown: bool
     base_url: str
     """What Markdown's relative links are made absolute against."""
+    main: bool = False
+    """Drop page chrome inside the main content too (``_main.dropped_for_main``)."""
     special: frozenset[str] = field(init=False, repr=False)
     """Tags whose start or end does something beyond the drop check of their attributes."""
     every_tag: bool = False
@@ -133,11 +137,20 @@ class Writer:
     _starts: dict[str, _Start] = field(init=False, repr=False)
     """What each start tag does: ``_MARKDOWN_STARTS`` or ``_TEXT_STARTS``."""
     _ends: dict[str, _End] = field(init=False, repr=False)
+    _dropped_for: Callable[[str, dict[str, str | None]], bool] = field(init=False, repr=False)
+    """What drops an element for its attributes: ``dropped_for``, or with ``main`` also
+    chrome's classes (``dropped_for_main``)."""
+    _may_drop: frozenset[str] = field(init=False, repr=False)
+    _chrome_tags: frozenset[str] = field(init=False, repr=False)
+    """With ``main``, tags that may be chrome whatever their attributes (``<aside>``)."""
 
     def __post_init__(self) -> None:
         self._starts = _MARKDOWN_STARTS if self.markdown else _TEXT_STARTS
         self._ends = _MARKDOWN_ENDS if self.markdown else _TEXT_ENDS
         self.special = _MARKDOWN_SPECIAL if self.markdown else _TEXT_SPECIAL
+        self._dropped_for = dropped_for_main if self.main else dropped_for
+        self._chrome_tags = CHROME_TAGS if self.main else frozenset()
+        self._may_drop = _MAY_DROP | self._chrome_tags
 
     # -- what a walk tells it -------------------------------------------------------------------
 
@@ -152,7 +165,7 @@ class Writer:
             return False
 
         drop = self._drop
-        if drop or attributes or tag in _MAY_DROP:
+        if drop or attributes or tag in self._may_drop:
             dropping = bool(drop)
             if self._skipped(tag, attributes):  # (one with no attributes only for its tag)
                 self.every_tag = bool(drop) or self._pre is not None
@@ -387,7 +400,7 @@ class Writer:
                 return True
 
         if (tag in DROP or (tag == "footer" and not self._quote)) or (
-            attributes and dropped_for(tag, attributes)
+            (attributes or tag in self._chrome_tags) and self._dropped_for(tag, attributes)
         ):
             if tag not in VOID:
                 drop.append(tag)
@@ -531,13 +544,14 @@ class Writer:
             self._open("a", "[", f"]({target})")
 
     def _start_image(self, tag: str, attributes: dict[str, str | None]) -> None:
-        """Markdown: an image-only link keeps the image's text."""
+        """Markdown: an image-only link keeps the image's text, unless that is an address
+        (``[https://.../photo.jpg](...)`` tells a reader nothing)."""
         if self._pre or self._code:
             self._start_other(tag, attributes)
             return
 
         alt = squeeze(attributes.get("alt") or "")
-        if alt and self._marks and self._marks[-1].tag == "a":
+        if alt and self._marks and self._marks[-1].tag == "a" and not _ADDRESS.match(alt):
             self.text(alt)
 
     def _start_mark(self, tag: str, attributes: dict[str, str | None]) -> None:
@@ -670,6 +684,8 @@ def _join(blocks: list[tuple[str, bool]]) -> str:
 
 _MAY_DROP: Final = DROP | {"footer"}
 """Tags that are dropped for what they are, whatever their attributes."""
+_ADDRESS = re.compile(r"(?:[a-z][a-z0-9+.-]*:|www\.|/)\S*$", re.I)
+"""An ``alt`` text that is only an address."""
 
 _Start: TypeAlias = "Callable[[Writer, str, dict[str, str | None]], None]"
 _End: TypeAlias = "Callable[[Writer, str], None]"

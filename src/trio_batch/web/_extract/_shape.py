@@ -257,18 +257,21 @@ def _pdf_pages(body: Body, spec: str, wanted: _Wanted) -> tuple[dict[str, str], 
 
 
 def _html_formats(
-    html: str, url: str, formats: Sequence[str]
+    html: str, url: str, formats: Sequence[str], main: bool
 ) -> tuple[dict[str, str], dict[str, object]]:
     """Every format of ``formats`` from one parse of ``html`` (the page at ``url``, its final
     URL), and its ``meta`` (``title``, ``links``, ``metadata``): text and Markdown by the
     writer's walks, ``html`` cleaned from the same tree (last, as it edits the tree), links
-    and metadata read from it. Never raises on malformed HTML."""
+    and metadata read from it (the whole page's); with ``main``, text, Markdown and ``html``
+    are the main content's. Never raises on malformed HTML."""
     document = parse(html)
+    if main and any(name in ("text", "markdown", "html") for name in formats):
+        document.keep_main()
     texts: dict[str, str] = {}
     title: str | None = None
     for name in formats:
         if name in ("text", "markdown"):
-            texts[name], title = convert(document, url, markdown=name == "markdown")
+            texts[name], title = convert(document, url, name == "markdown", main=main)
         elif name == "raw":
             texts[name] = html
     if title is None:
@@ -450,10 +453,15 @@ def _shaped(
     text = decode(body, kind)
     meta: dict[str, object] = {}
     if kind == "html" and wanted.listed:
-        return _html_formats(text, body.url, options.formats)
+        return _html_formats(text, body.url, options.formats, options.main_content)
     mode = wanted.texts[0]
     if kind == "html" and mode in ("text", "markdown"):
-        content, title = html_to_text(text, base_url=body.url, markdown=mode == "markdown")
+        content, title = html_to_text(
+            text,
+            base_url=body.url,
+            markdown=mode == "markdown",
+            main_content=options.main_content,
+        )
         if title:
             meta["title"] = title
         return {mode: content}, meta
