@@ -11,15 +11,23 @@ Two steps, on the one parse of the page, before the writer's walk:
    id (``article``, ``content``, ``post`` count for it; ``comment``, ``sidebar``, ``share``,
    ``related`` against it), and is scaled by the share of its text that is not link text.
    The best container wins; a parent whose score is higher, or that holds three of the best
-   five, is taken instead; and siblings that score well, or are paragraphs of prose, join
-   it. Everything else on the path from the body down to it is hidden (``hidden``), so the
-   walk drops it as it drops any hidden element. When the best container is the body, or the
-   page has no text blocks, nothing is hidden: the whole page is the content.
+   five, or that has it as its only child, is taken instead; and siblings that score well
+   (more easily when of its tag and class), or are paragraphs of prose, join it, with the
+   heading before each. Everything else on the path from the body down to it is hidden
+   (``hidden``), so the walk drops it as it drops any hidden element. When the best container
+   is the body, or the page has no text blocks, nothing is hidden: the whole page is the
+   content. The content, its ancestors, the best container and the chain of children that
+   hold most of the content's text are marked (``MAIN``) as never chrome.
 2. **Prune** (:func:`dropped_for_main`, called by the writer for each element with
    attributes): inside the content, elements whose class names chrome (comments, sharing,
    related stories, promotions, newsletters, cookie and app banners, sidebars,
-   breadcrumbs...) and does not also name content, or whose id is such a name, and
-   ``<aside>`` and dialogs, are dropped, as navigation and footers always are.
+   breadcrumbs...) and does not also name content, or whose whole id is such a name, and
+   ``<aside>`` (not a footnote's) and dialogs, are dropped, as navigation and footers always
+   are.
+
+Its cost is a few CSS queries (in C) and a Python step per text block and per parent: on the
+302 documentation pages of ``bench/real_pages``, about 1 ms a page against 4.2 ms for the
+whole page's text (the walk then skips what is hidden).
 
 Links and metadata still read the whole page (an agent that maps a site wants its menus); the
 ``html`` format is the cleaned main content, since its cleaning drops hidden elements too.
