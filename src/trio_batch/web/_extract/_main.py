@@ -102,7 +102,11 @@ _BLOCKS: Final = "p, pre, td"
 _SECTIONS: Final = frozenset({"section", "article"})
 _HEADINGS: Final = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "hgroup"})
 _MIN_BLOCK: Final = 25
+_NAMES_CHARS: Final = 500
+"""How much of a class or id is read for its words (a 9 MiB class is no one's name)."""
 _WRAPPER_CHILDREN: Final = 50
+_SPINE_DEPTH: Final = 40
+"""How deep the chain of wrappers is followed (each step reads its children's text)."""
 _SEMANTIC_SHARE: Final = 0.5
 """The share of the page's text a ``<main>`` or ``<article>`` must hold to be the content."""
 _DIVIDERS: Final = (1, 2, 6, 9, 12)
@@ -120,7 +124,7 @@ def dropped_for_main(tag: str, attributes: dict[str, str | None]) -> bool:
         return False
     if tag in CHROME_TAGS:
         classes = attributes.get("class")
-        return not (classes and _KEPT_ASIDES.search(classes))
+        return not (classes and _KEPT_ASIDES.search(classes[:_NAMES_CHARS]))
     if attributes.get("role") in _CHROME_ROLES:
         return True
     if attributes.get("aria-modal") == "true":
@@ -128,10 +132,14 @@ def dropped_for_main(tag: str, attributes: dict[str, str | None]) -> bool:
     if tag in _NEVER_CHROME:
         return False
     classes = attributes.get("class")
-    if classes and CHROME.search(classes) is not None and CONTENT.search(classes) is None:
-        return True
+    if classes:
+        classes = classes[:_NAMES_CHARS]
+        if CHROME.search(classes) is not None and CONTENT.search(classes) is None:
+            return True
     ident = attributes.get("id")
-    return ident is not None and tag != "section" and CHROME_ID.match(ident) is not None
+    return (
+        ident is not None and tag != "section" and CHROME_ID.match(ident[:_NAMES_CHARS]) is not None
+    )
 
 
 MAIN: Final = "data-main-content"
@@ -144,11 +152,11 @@ _NEVER_CHROME: Final = frozenset(
 
 def _names(attributes: dict[str, str | None]) -> str:
     """The class and the id, one string."""
-    classes = attributes.get("class")
-    ident = attributes.get("id")
+    classes = (attributes.get("class") or "")[:_NAMES_CHARS]
+    ident = (attributes.get("id") or "")[:_NAMES_CHARS]
     if classes and ident:
         return f"{classes} {ident}"
-    return classes or ident or ""
+    return classes or ident
 
 
 @dataclass(slots=True)
@@ -415,7 +423,9 @@ def _spine(node: LexborNode) -> LexborNode:
     their parent's text: where the content is, even inside a wrapper whose class names
     chrome (``panel-two-col-sidebar-right``)."""
     length = len(node.text(deep=True))
-    while length:
+    for _level in range(_SPINE_DEPTH):
+        if not length:
+            break
         largest, size = None, 0
         children = _elements(node)
         if len(children) > _WRAPPER_CHILDREN:
