@@ -134,6 +134,34 @@ class TestChoosing:
 
         assert text(page) == text(page, main_content=False)
 
+    def test_a_page_whose_containers_all_score_below_zero_is_kept_whole(self) -> None:
+        """When every container of the text scores below zero (their classes all name
+        chrome), the page is shaped whole instead of failing."""
+        page = (
+            "<html><body>"
+            + "<div class='comment-meta'>" * 6
+            + f"<p>{PROSE}</p>"
+            + "</div>" * 6
+            + "</body></html>"
+        )
+
+        assert text(page) == text(page, main_content=False)
+
+    def test_text_written_in_divs_is_found(self) -> None:
+        """A story written in ``<div>``s, not ``<p>``s (as some news sites do), is found by
+        its own text, not lost to a short promo that has a ``<p>``."""
+        paragraphs = "".join(
+            f"<div class='zn-body__paragraph'>{PROSE} Part {i}.</div>" for i in range(8)
+        )
+        page = article(
+            f"<div class='messenger-content'><p>{PROSE[:60]}</p></div>"
+            f"<div class='l-container'>{paragraphs}</div>"
+        )
+
+        content = text(page)
+
+        assert all(f"Part {i}." in content for i in range(8))
+
     def test_documentation_sections_named_like_chrome_are_kept(self) -> None:
         """A section whose id comes from its title (``http.cookiejar``, ``email.header``) is
         not chrome: only whole ids such as ``comments`` or ``sidebar`` are."""
@@ -168,6 +196,21 @@ class TestFormats:
         assert isinstance(links, list)
         urls = [link["url"] for link in links]
         assert "https://news.example/sport" in urls
+
+    def test_the_html_format_leaves_out_the_chrome_inside_the_story(self) -> None:
+        """The html format drops a share bar inside the story, as the text does, and keeps
+        the rest of the story."""
+        body = f"<article><p>{PROSE}</p><div class='share-buttons'>Share on Twitter</div></article>"
+
+        result = shape(
+            article(body).encode(),
+            url=URL,
+            content_type="text/html",
+            options=Options(formats=("html",)),
+        )
+
+        assert PROSE in result.content
+        assert "Share on" not in result.content
 
     def test_the_html_format_with_main_content_false_is_the_whole_page(self) -> None:
         """``main_content: false`` gives the cleaned whole page in the html format."""

@@ -16,7 +16,7 @@ A page is parsed once (:func:`parse`) for all that is read from it: its text and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
@@ -24,7 +24,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from ._html_meta import base_url
 from ._html_tags import VOID, dropped_for, squeeze
 from ._html_writer import Writer
-from ._main import keep_main
+from ._main import hide_chrome, keep_main, unhide
 
 _HEAD_START = re.compile(r"<head[\s>/]", re.I)
 _HEAD_END = re.compile(r"</head\s*>", re.I)
@@ -98,7 +98,7 @@ def _head_leaks(tree: LexborHTMLParser) -> bool:
     return node is not None and (node.tag == "-text" or node.tag in _HEAD_ONLY)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HtmlDocument:
     """One parse of a page: what the writer walks (the head alone, for the title, when the
     source's head text leaked into the body; then the root of the content), and the trees."""
@@ -108,11 +108,27 @@ class HtmlDocument:
     trees: tuple[LexborHTMLParser, ...]
     """The parsers that own those nodes (a node does not keep its tree alive), in the
     source's order: the first holds the page's head, the last its content."""
+    main: bool = False
+    """Main content was chosen (:meth:`keep_main`), and not given up (:meth:`keep_whole`)."""
+    _hidden: list[LexborNode] = field(default_factory=list)
 
     def keep_main(self) -> None:
         """Hide all of the content's body but its main content (``_main.keep_main``); call
         it once, before :func:`convert` and the cleaning of the ``html`` format."""
-        keep_main(self.trees[-1])
+        self._hidden = keep_main(self.trees[-1])
+        self.main = True
+
+    def keep_whole(self) -> None:
+        """Show the whole page again, as if :meth:`keep_main` had not run."""
+        unhide(self._hidden)
+        self._hidden = []
+        self.main = False
+
+    def hide_chrome(self) -> None:
+        """With main content, hide the chrome inside it for the ``html`` format's cleaning
+        (the walks drop it by its class; the cleaning reads ``hidden``): after the walks."""
+        if self.main:
+            hide_chrome(self.trees[-1])
 
     def title(self) -> str:
         """The text of the page's first ``<title>`` (whitespace squeezed), or ""."""
@@ -182,4 +198,16 @@ def html_to_text(
     document = parse(html)
     if main_content:
         document.keep_main()
-    return convert(document, base_url, markdown, main=main_content)
+    return shaped(document, base_url, markdown)
+
+
+def shaped(document: HtmlDocument, url: str, markdown: bool) -> tuple[str, str]:
+    """:func:`convert` with the document's choice of main content; when the main content has
+    no text (every element of the page names chrome), the whole page's, and the document
+    keeps the whole page from then on (for its other formats)."""
+    if document.main:
+        text, title = convert(document, url, markdown, main=True)
+        if text:
+            return text, title
+        document.keep_whole()
+    return convert(document, url, markdown)

@@ -4,12 +4,13 @@ Two steps, on the one parse of the page, before the writer's walk:
 
 1. **Choose** (:func:`keep_main`, here): the element that holds the content. A ``<main>`` (or
    ``role="main"``) or an ``<article>`` that holds most of the page's text is the content;
-   otherwise the text blocks (``<p>``, ``<pre>``, ``<td>``) are scored, as Readability does:
-   each block of 25 characters or more gives its parent a score (one, plus its commas, plus
-   one a hundred characters, three at most), its grandparent half of it and the next three
-   levels less; a container's score starts from its tag and from the words of its class and
-   id (``article``, ``content``, ``post`` count for it; ``comment``, ``sidebar``, ``share``,
-   ``related`` against it), and is scaled by the share of its text that is not link text.
+   otherwise the text blocks (``<p>``, ``<pre>``, ``<td>``, a ``<div>``'s own text) are
+   scored, as Readability does: each block of 25 characters or more gives its parent a score
+   (one, plus its commas, plus one a hundred characters, three at most), its grandparent half
+   of it and the next three levels less; a container's score starts from its tag and from
+   the words of its class and id (``article``, ``content``, ``post`` count for it;
+   ``comment``, ``sidebar``, ``share``, ``related`` against it), and is scaled by the share
+   of its text that is not link text.
    The best container wins; a parent whose score is higher, or that holds three of the best
    five, or that has it as its only child, is taken instead; and siblings that score well
    (more easily when of its tag and class), or are paragraphs of prose, join it, with the
@@ -30,7 +31,9 @@ Its cost is a few CSS queries (in C) and a Python step per text block and per pa
 whole page's text (the walk then skips what is hidden).
 
 Links and metadata still read the whole page (an agent that maps a site wants its menus); the
-``html`` format is the cleaned main content, since its cleaning drops hidden elements too.
+``html`` format is the cleaned main content, since its cleaning drops hidden elements too
+(:func:`hide_chrome` hides the chrome inside the content for it). When the main content has no
+text at all, the whole page is shaped instead (:func:`unhide`; ``_html.shaped``).
 """
 
 from __future__ import annotations
@@ -98,7 +101,9 @@ _TAG_SCORES: Final = {
     "address": -3,
     "th": -5,
 }
-_BLOCKS: Final = "p, pre, td"
+_BLOCKS: Final = "p, pre, td, div"
+"""Text blocks: a ``<div>`` counts by its own text only (its text nodes, not its children's),
+as the paragraph it is on pages that write their text in ``<div>``s."""
 _SECTIONS: Final = frozenset({"section", "article"})
 _HEADINGS: Final = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "hgroup"})
 _MIN_BLOCK: Final = 25
@@ -224,7 +229,7 @@ def _scored(body: LexborNode) -> dict[int, _Candidate]:
     parents: dict[int, LexborNode] = {}
     sums: dict[int, float] = {}
     for block in body.css(_BLOCKS):
-        text = block.text(deep=True)
+        text = block.text(deep=block.tag != "div")
         length = len(text)
         if length < _MIN_BLOCK or len(text.strip()) < _MIN_BLOCK:
             continue
@@ -267,10 +272,10 @@ def _best(candidates: dict[int, _Candidate]) -> tuple[LexborNode, LexborNode] | 
     ``None`` when it is the whole page."""
     ranked = sorted(candidates.values(), key=lambda c: c.score, reverse=True)[:5]
     best = 0.0
-    scaled = []
+    scaled: list[_Candidate] = []
     known: dict[int, int] = {}
     for candidate in ranked:  # (scaling only lowers a score: one under 3/4 of the best is out)
-        if candidate.score >= 0.75 * best:
+        if not scaled or candidate.score >= 0.75 * best:
             candidate.score *= 1 - _link_density(candidate.node, known=known)
             best = max(best, candidate.score)
             scaled.append(candidate)
@@ -370,30 +375,32 @@ def _joined(
     return [child for child, keep in zip(children, kept, strict=True) if keep]
 
 
-def keep_main(tree: LexborHTMLParser) -> None:
-    """Hide all of ``tree``'s body but its main content (see the module's docstring)."""
+def keep_main(tree: LexborHTMLParser) -> list[LexborNode]:
+    """Hide all of ``tree``'s body but its main content (see the module's docstring); the
+    elements it hid (:func:`unhide` shows them again)."""
     body = tree.body
     if body is None:
-        return
+        return []
     chosen = _semantic(body)
     if chosen is not None:
         if chosen.tag == "body":
-            return
+            return []
         kept = [chosen]
         hidden = _around(body, kept)
     else:
         scores = _scored(body)
         found_best = _best(scores) if scores else None
         if found_best is None:
-            return
+            return []
         top, best = found_best
         parent = best.parent
         if parent is None:
-            return
+            return []
         found = scores.get(best.mem_id)
         kept = _joined(parent, best, found.score if found else 0.0, scores)
         hidden = _around(body, kept)
         _mark(top)
+    hidden = [node for node in hidden if "hidden" not in node.attributes]
     for node in hidden:
         node.attrs["hidden"] = ""
     for node in kept:
@@ -401,6 +408,25 @@ def keep_main(tree: LexborHTMLParser) -> None:
     spine = kept[0] if len(kept) == 1 else kept[0].parent
     if spine is not None:
         _mark(_spine(spine))
+    return hidden
+
+
+def unhide(hidden: list[LexborNode]) -> None:
+    """Show the elements :func:`keep_main` hid again: the whole page."""
+    for node in hidden:
+        del node.attrs["hidden"]
+
+
+def hide_chrome(tree: LexborHTMLParser) -> None:
+    """Hide what :func:`dropped_for_main` drops in the walk, for the ``html`` format's
+    cleaning (which reads ``hidden``, not classes): once the walks are done."""
+    body = tree.body
+    if body is None:
+        return
+    for node in body.css("[class], [id], [role], [aria-modal], aside, dialog"):
+        attributes = node.attributes
+        if "hidden" not in attributes and dropped_for_main(node.tag or "", attributes):
+            node.attrs["hidden"] = ""
 
 
 def _around(body: LexborNode, kept: list[LexborNode]) -> list[LexborNode]:

@@ -25,7 +25,7 @@ import regex
 
 from ..._errors import TargetError
 from ..._model import Options
-from ._html import convert, html_to_text, parse
+from ._html import html_to_text, parse, shaped
 from ._html_clean import clean_html
 from ._html_meta import MAX_LINKS, base_url, page_links, page_metadata
 from ._options import (
@@ -271,7 +271,7 @@ def _html_formats(
     title: str | None = None
     for name in formats:
         if name in ("text", "markdown"):
-            texts[name], title = convert(document, url, name == "markdown", main=main)
+            texts[name], title = shaped(document, url, name == "markdown")
         elif name == "raw":
             texts[name] = html
     if title is None:
@@ -282,6 +282,7 @@ def _html_formats(
     if "metadata" in formats:
         meta["metadata"] = page_metadata(document.trees, url, title)
     if "html" in formats:
+        document.hide_chrome()
         texts["html"] = clean_html(document.trees[-1], base_url(document.trees[0], url))
     return texts, meta
 
