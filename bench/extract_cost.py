@@ -2,21 +2,19 @@
 
 Run from the repository root::
 
-    python -m bench.extract_cost                  # this checkout
-    git show HEAD:src/trio_batch/web/_html.py > /tmp/old_html.py && \\
-        python -m bench.extract_cost /tmp/old_html.py   # another _html.py, same pages
+    python -m bench.extract_cost            # this checkout
+    python -m bench.extract_cost dc141c4    # the extractor of another commit, same pages
 
 Each page is decoded once, then converted ``ROUNDS`` times in each mode with
 ``html_to_text`` (the PDF with ``shape``); the best round's ``time.process_time`` is printed,
-in milliseconds per page. An argument names another ``_html.py`` to measure instead.
+in milliseconds per page. An argument names a commit whose extractor to measure instead
+(read from git, as ``bench.real_pages`` reads its previous extractor).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
-import sys
 import time
 from collections.abc import Callable
 
@@ -26,22 +24,20 @@ from trio_batch import Options
 from trio_batch.web import shape
 from trio_batch.web._extract._shape import Body, decode
 
+from .real_pages import previous_extractor
+
 ROUNDS = 20
 Convert = Callable[..., tuple[str, str]]
 
 
-def _converter(path: str | None) -> Convert:
-    if path is None:
+def _converter(commit: str | None) -> Convert:
+    if commit is None:
         from trio_batch.web._extract._html import html_to_text
 
         return html_to_text
-    # a name inside trio_batch.web, so that its relative imports resolve (to this checkout)
-    spec = importlib.util.spec_from_file_location("trio_batch.web._html_under_test", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = previous_extractor(commit)
+    if module is None:
+        raise SystemExit(f"git cannot give the extractor of {commit}")
     convert: Convert = module.html_to_text
     return convert
 
@@ -61,11 +57,11 @@ def main() -> None:
         description="CPU per page of the HTML extractor on the fixture pages of tests/web.",
     )
     parser.add_argument(
-        "html_py",
+        "commit",
         nargs="?",
-        help="another _html.py to measure instead of this checkout's (same pages, same tables)",
+        help="a commit whose extractor to measure instead of this checkout's (same pages)",
     )
-    convert = _converter(parser.parse_args().html_py)
+    convert = _converter(parser.parse_args().commit)
     totals = {"text": 0.0, "markdown": 0.0}
     print(f"{'page':32} {'KiB':>6} {'text ms':>8} {'md ms':>8}")
     for page in pages():

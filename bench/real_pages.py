@@ -12,15 +12,17 @@ pages/s (wall), CPU per page (the CLI and its shaping workers, from ``wait4``),
 the CPU that other processes used meanwhile (``/proc/stat`` less ours), and the time to the
 first result line. Then, in this process, the paragraph recall of text and Markdown (the share
 of the pages' ``<p>`` of 60 characters or more whose first 60 letters and digits appear in the
-output) and how many pages give the same output as the previous extractor (``html.parser``,
-read from git at ``PREVIOUS``).
+output) and how many pages give the same output as a previous extractor, read from git
+(``PREVIOUS``, the last on ``html.parser``, or ``--previous COMMIT``).
 
-Run ``python -m bench.real_pages [--quick]`` alone, or ``python -m bench.run --only PAGES``.
+Run ``python -m bench.real_pages [--quick]`` alone, or ``python -m bench.run --only PAGES``;
+``--checks-only`` skips the runs and measures only recall and sameness, in this process.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -33,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ._harness import HERE, Figure, log
@@ -256,40 +259,73 @@ def paragraphs(html: str) -> list[str]:
 
 
 Convert = Callable[..., tuple[str, str]]
+_EXTRACTOR_DIRS = ("src/trio_batch/web/_extract", "src/trio_batch/web")
+"""Where ``_html.py`` (with ``html_to_text``) has lived: its room since dc141c4, before it the
+flat ``web/`` folder."""
 
 
-def _previous_converter() -> Convert | None:
-    """``html_to_text`` of ``PREVIOUS`` (from git), or None where git cannot give it."""
-    try:
-        source = subprocess.run(
-            ["git", "show", f"{PREVIOUS}:src/trio_batch/web/_html.py"],
-            cwd=HERE.parent,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
+def previous_extractor(commit: str, root: Path = HERE.parent) -> ModuleType | None:
+    """The ``_html`` module of ``commit`` (from git), or None where git cannot give it.
+
+    The files of the folder that held ``_html.py`` at that commit are written to a temporary
+    package mounted at the same depth under ``trio_batch`` (``trio_batch.web._previous_N``
+    for ``web/_extract/``, ``trio_batch._previous_N`` for ``web/``), so that its relative
+    imports resolve to its own siblings, and beyond them to this checkout's modules."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30
         ).stdout
-    except (OSError, subprocess.SubprocessError):
+
+    for folder in _EXTRACTOR_DIRS:
+        try:
+            names = git("ls-tree", "--name-only", f"{commit}:{folder}").split()
+            if "_html.py" not in names:
+                continue
+            sources = {
+                name: git("show", f"{commit}:{folder}/{name}")
+                for name in names
+                if name.endswith(".py") and name != "__init__.py"
+            }
+            break
+        except (OSError, subprocess.SubprocessError):
+            continue
+    else:
         return None
-    path = Path(tempfile.mkdtemp(prefix="trio-batch-previous-")) / "_html_previous.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("trio_batch.web._html_previous", path)
+    parent = "trio_batch.web" if folder.endswith("/_extract") else "trio_batch"
+    name = f"{parent}._previous_{len(sys.modules)}"
+    package = Path(tempfile.mkdtemp(prefix="trio-batch-previous-"))
+    for file, source in sources.items():
+        (package / file).write_text(source)
+    (package / "__init__.py").write_text("")
+    spec = importlib.util.spec_from_file_location(
+        name, package / "__init__.py", submodule_search_locations=[str(package)]
+    )
     if spec is None or spec.loader is None:
         return None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}._html")
+
+
+def _previous_converter(commit: str) -> Convert | None:
+    """``html_to_text`` of ``commit`` (from git), or None where git cannot give it."""
+    module = previous_extractor(commit)
+    if module is None:
+        return None
     convert: Convert = module.html_to_text
     return convert
 
 
-def quality(base: Path, pages: Sequence[str]) -> dict[str, Any]:
-    """Recall of the pages' paragraphs, CPU per page in-process, and sameness with
-    ``PREVIOUS``, for text and Markdown."""
+def quality(base: Path, pages: Sequence[str], previous_commit: str = PREVIOUS) -> dict[str, Any]:
+    """Recall of the pages' paragraphs (main content, the default), CPU per page in-process
+    (main content and whole page), and sameness of the whole page (``main_content: false``)
+    with ``previous_commit``'s extractor, for text and Markdown."""
     from trio_batch.web._extract._html import html_to_text
     from trio_batch.web._extract._shape import Body, decode
 
-    previous = _previous_converter()
+    previous = _previous_converter(previous_commit)
     out: dict[str, Any] = {}
     docs = []
     for page in pages:
@@ -301,22 +337,28 @@ def quality(base: Path, pages: Sequence[str]) -> dict[str, Any]:
     total = sum(len(w) for w in wanted)
     for mode in ("text", "markdown"):
         found = same = 0
-        cpu = previous_cpu = 0.0
+        cpu = whole_cpu = previous_cpu = 0.0
         for (url, html), paras in zip(docs, wanted, strict=True):
             start = time.process_time()
             result = html_to_text(html, base_url=url, markdown=mode == "markdown")
             cpu += time.process_time() - start
             letters = _letters(result[0])
             found += sum(1 for p in paras if p in letters)
+            start = time.process_time()
+            whole = html_to_text(
+                html, base_url=url, markdown=mode == "markdown", main_content=False
+            )
+            whole_cpu += time.process_time() - start
             if previous is not None:
                 start = time.process_time()
                 before = previous(html, base_url=url, markdown=mode == "markdown")
                 previous_cpu += time.process_time() - start
-                same += before == result
+                same += before == whole
         out[mode] = {
             "recall": found / total if total else 1.0,
             "paragraphs": total,
             "cpu_ms": cpu / len(docs) * 1e3,
+            "whole_page_cpu_ms": whole_cpu / len(docs) * 1e3,
             **(
                 {"same_as_previous": same, "previous_cpu_ms": previous_cpu / len(docs) * 1e3}
                 if previous is not None
@@ -330,8 +372,9 @@ def quality(base: Path, pages: Sequence[str]) -> dict[str, Any]:
 # -- figures --------------------------------------------------------------------------------------
 
 
-def run_pages(mode: str) -> tuple[list[Figure], list[str]]:
-    """The PAGES figures for ``bench.run`` (``mode``: full, quick or tiny), and notes."""
+def run_pages(mode: str, previous: str = PREVIOUS) -> tuple[list[Figure], list[str]]:
+    """The PAGES figures for ``bench.run`` (``mode``: full, quick or tiny), and notes;
+    sameness is with ``previous``'s extractor."""
     if mode == "tiny":
         return [], ["PAGES is not run in a tiny run (it builds a corpus of Debian pages)"]
     built = build_corpus(cache_dir())
@@ -344,12 +387,15 @@ def run_pages(mode: str) -> tuple[list[Figure], list[str]]:
         pages = pages[::5]
     with tempfile.TemporaryDirectory(prefix="trio-batch-pages-") as work:
         runs = end_to_end(base, pages, repeats, Path(work), 60.0 if mode == "full" else 10.0)
-    checked = quality(base, pages)
-    return figures(runs, checked, len(pages)), []
+    checked = quality(base, pages, previous)
+    return figures(runs, checked, len(pages), previous), []
 
 
 def figures(
-    runs: dict[str, list[dict[str, float]]], checked: dict[str, Any], n: int
+    runs: dict[str, list[dict[str, float]]],
+    checked: dict[str, Any],
+    n: int,
+    previous: str = PREVIOUS,
 ) -> list[Figure]:
     out = []
     extra: dict[str, Any] = {"pages": n}
@@ -407,7 +453,7 @@ def figures(
                     "share",
                     [checked[mode]["same_as_previous"] / n],
                     True,
-                    {"previous": PREVIOUS},
+                    {"previous": previous},
                 )
             )
     return out
@@ -417,8 +463,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.real_pages", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a fifth of the pages, one round")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--previous",
+        default=PREVIOUS,
+        metavar="COMMIT",
+        help=f"the extractor to compare the output with, read from git (default {PREVIOUS})",
+    )
+    parser.add_argument(
+        "--checks-only",
+        action="store_true",
+        help="no trio-batch runs: only recall and sameness, in this process",
+    )
     args = parser.parse_args(argv)
-    found, notes = run_pages("quick" if args.quick else "full")
+    if args.checks_only:
+        built = build_corpus(cache_dir())
+        if isinstance(built, str):
+            print(built)
+            return 1
+        base, pages = built
+        checked = quality(base, pages[::5] if args.quick else pages, args.previous)
+        print(json.dumps(checked, indent=1))
+        return 0
+    found, notes = run_pages("quick" if args.quick else "full", args.previous)
     for note in notes:
         print(note)
     for fig in found:

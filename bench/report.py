@@ -20,6 +20,7 @@ from typing import Any
 
 from ._harness import DOCS_PLOT, RESULTS, Figure, Settings, find
 from .fleet import fleet_goals
+from .main_content import main_goals
 
 # -- goals ----------------------------------------------------------------------------------------
 
@@ -87,7 +88,7 @@ def goals(
                 fig.median <= 1.3,
                 f"{fig.median:.2f}x",
             )
-    for goal, value, met, detail in fleet_goals(figures):
+    for goal, value, met, detail in [*fleet_goals(figures), *main_goals(figures)]:
         add(goal, value, met, detail)
     return out
 

@@ -7,7 +7,9 @@ its repeats), ``bench/results/latest.md`` (the table in Markdown) and ``bench/re
 (the plot). Everything is timed in real time (``trio.run`` without a mock clock). ``--pg DSN``
 (or ``TRIO_BATCH_TEST_PG``) adds the ``PostgresStore`` rows; ``--only W1,W3`` picks workloads
 (W6, the cost of a job's followers, is ``bench/followers.py``; FLEET, 1-3 ``serve`` processes on
-one PostgreSQL database, is ``bench/fleet.py`` and runs only with a DSN);
+one PostgreSQL database, is ``bench/fleet.py`` and runs only with a DSN; PAGES, real pages
+through the CLI, is ``bench/real_pages.py``; MAIN, main content against ground truth beside
+trafilatura and readability-lxml, is ``bench/main_content.py``);
 ``--render`` measures nothing and redraws the Markdown and the plot from ``latest.json``.
 
 This module is the command: it records the machine and the versions, repeats each workload
@@ -56,6 +58,7 @@ from ._harness import (
 )
 from .fleet import FLEET_FULL, FLEET_QUICK, FLEET_TINY, FleetSettings, run_fleet
 from .followers import LABELS, measure
+from .main_content import run_main
 from .politeness import run_politeness
 from .real_pages import run_pages
 from .report import figure_from_json, goals, render, report
@@ -135,7 +138,7 @@ def versions() -> dict[str, str]:
 # -- the run --------------------------------------------------------------------------------------
 
 
-ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5", "W6", "FLEET", "PAGES", "POLITE"})
+ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5", "W6", "FLEET", "PAGES", "MAIN", "POLITE"})
 
 
 def run_w1_w2(
@@ -433,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument(
         "--only",
-        default="W1,W2,W3,W4,W5,W6,FLEET,PAGES,POLITE",
+        default="W1,W2,W3,W4,W5,W6,FLEET,PAGES,MAIN,POLITE",
         help="workloads, comma-separated",
     )
     parser.add_argument(
@@ -461,7 +464,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trio-batch-bench-") as workdir:
         only = frozenset(w.strip().upper() for w in args.only.split(",") if w.strip())
         if not only <= ALL_WORKLOADS:
-            parser.error(f"--only takes W1 ... W6, FLEET, PAGES and POLITE (got {args.only!r})")
+            parser.error(
+                f"--only takes W1 ... W6, FLEET, PAGES, MAIN and POLITE (got {args.only!r})"
+            )
         figures = run_all(s, kinds, workdir, args.pg, only, fleet)
     if "POLITE" in only:  # host budgets on the real clock (bench/politeness.py)
         figures += run_politeness(1 if mode != "full" else 3)
@@ -469,6 +474,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         pages, pages_notes = run_pages(mode)
         figures += pages
         notes += pages_notes
+    if "MAIN" in only:  # main content against ground truth (bench/main_content.py)
+        main, main_notes = run_main(mode)
+        figures += main
+        notes += main_notes
     notes.append(f"wall time of the whole run: {time.perf_counter() - started:.0f} s")
     report(figures, s, mode, notes, args.out, make_plot=not args.no_plot, started=at_start)
     return 0

@@ -55,6 +55,8 @@ class Options:
     ``formats`` (any sequence of strings, kept as a tuple) asks for several shapes of one body
     (``markdown``, ``text``, ``html``, ``raw``, ``links``, ``metadata``); ``mode`` is the
     one-format shorthand. Empty, it is left out of :meth:`to_json`, so older keys do not change.
+    ``main_content`` (on by default) shapes an HTML page's main content, without its chrome,
+    into text, Markdown and the ``html`` format; ``False`` shapes the whole page.
     """
 
     mode: str = ""
@@ -69,6 +71,7 @@ class Options:
     render: bool = False
     wait_for: str = ""
     formats: tuple[str, ...] = ()
+    main_content: bool = True
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -89,7 +92,7 @@ class Options:
                 want = "a sequence of strings"
                 if ok and not isinstance(value, tuple):
                     object.__setattr__(self, "formats", tuple(value))
-            elif f.name in ("recover", "render"):
+            elif f.name in ("recover", "render", "main_content"):
                 ok, want = isinstance(value, bool), "a bool"
             else:
                 ok, want = isinstance(value, str), "a string"

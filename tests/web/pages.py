@@ -1,4 +1,6 @@
-"""The fixture pages of ``tests/web/fixtures/pages`` and their expected outputs.
+"""The fixture pages of ``tests/web/fixtures/pages`` and their expected outputs: the main
+content (the default) in ``NAME.txt`` and ``NAME.md``, the whole page (``main_content:
+false``) of each HTML page in ``NAME.whole.txt`` and ``NAME.whole.md``.
 
 Regenerate the expected outputs after a deliberate change to the extractor, then read the diff
 (``git diff tests/web/fixtures``) before committing it::
@@ -29,13 +31,13 @@ class Page:
     def body(self) -> bytes:
         return (FOLDER / self.name).read_bytes()
 
-    def expected_path(self, mode: str) -> Path:
-        return FOLDER / f"{self.name}.{'md' if mode == 'markdown' else 'txt'}"
+    def expected_path(self, mode: str, *, whole: bool = False) -> Path:
+        kind = ".whole" if whole else ""
+        return FOLDER / f"{self.name}{kind}.{'md' if mode == 'markdown' else 'txt'}"
 
-    def shaped(self, mode: str) -> tuple[str, dict[str, object]]:
-        result = shape(
-            self.body, url=self.url, content_type=self.content_type, options=Options(mode=mode)
-        )
+    def shaped(self, mode: str, *, whole: bool = False) -> tuple[str, dict[str, object]]:
+        options = Options(mode=mode, main_content=not whole)
+        result = shape(self.body, url=self.url, content_type=self.content_type, options=options)
         return result.content, result.meta
 
 
@@ -47,9 +49,11 @@ def pages() -> list[Page]:
 def main() -> None:
     for page in pages():
         for mode in MODES:
-            content, _meta = page.shaped(mode)
-            page.expected_path(mode).write_text(content, encoding="utf-8")
-            print("wrote", page.expected_path(mode).name)
+            for whole in (False, True) if page.name.endswith(".html") else (False,):
+                content, _meta = page.shaped(mode, whole=whole)
+                path = page.expected_path(mode, whole=whole)
+                path.write_text(content, encoding="utf-8")
+                print("wrote", path.name)
 
 
 if __name__ == "__main__":

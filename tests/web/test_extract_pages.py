@@ -66,6 +66,34 @@ class TestExpectedOutputs:
 
         assert expected == content
 
+    @pytest.mark.parametrize("mode", MODES)
+    @pytest.mark.parametrize("page", HTML, ids=lambda page: page.name)
+    def test_main_content_false_gives_the_whole_page(self, page: Page, mode: str) -> None:
+        """``main_content: false`` shapes each fixture page into the whole page's reviewed
+        output, byte for byte what the extractor gave before main content existed."""
+        expected = page.expected_path(mode, whole=True).read_text(encoding="utf-8")
+
+        content, _meta = page.shaped(mode, whole=True)
+
+        assert expected == content
+
+    @pytest.mark.parametrize("page", HTML, ids=lambda page: page.name)
+    def test_main_content_keeps_the_pages_prose(self, page: Page) -> None:
+        """Every sentence-ending paragraph of 60 characters or more in the whole page's text
+        is in the main content's text too, which is shorter: the fixture pages lose chrome,
+        not prose."""
+        whole, _meta = page.shaped("text", whole=True)
+        main, _meta = page.shaped("text")
+        prose = [
+            block
+            for block in whole.split("\n\n")
+            if len(block) >= 60 and block.rstrip().endswith((".", ":")) and "\n" not in block
+        ]
+
+        missing = [block for block in prose if block not in main]
+
+        assert (missing, len(main) <= len(whole)) == ([], True)
+
     @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
     def test_every_page_has_a_title(self, page: Page) -> None:
         """meta.title comes from <title>, or from the PDF's metadata."""

@@ -35,10 +35,15 @@ _OPTION_DOCS = {
     "wait_for": "With render: a CSS selector to wait for (at most 1,024 characters, one line) "
     "instead of the network going quiet; an invalid selector is a 400.",
     "formats": "Several shapes of one fetch: the first of markdown, text, html (the cleaned "
-    "main content) or raw is the content, each other one goes in `meta.formats`; links gives "
+    "main content, or the cleaned page with main_content false) or raw is the content, each "
+    "other one goes in `meta.formats`; links gives "
     "`meta.links` ({url, text, internal}: absolute, deduplicated), metadata `meta.metadata` "
     "(title, description, lang, canonical, og:*, twitter:*, dates; a PDF's document info). "
     "Each at most once; not with a different mode.",
+    "main_content": "HTML only: text, markdown and the html format are the page's main content "
+    "(the article or main element, or the best-scored block of text; navigation, headers, "
+    "footers, sidebars, related, share and comment blocks, banners left out). false = the "
+    "whole page, as before this option existed.",
 }
 """One line per field of ``trio_batch.Options``; a new field without one fails at import."""
 

@@ -1,10 +1,11 @@
 """A page's links and metadata, read from the tree lexbor already built for its text.
 
 Both run only when a target's ``formats`` ask for them, in the shaping worker, on the same parse
-as the text (``_html.HtmlDocument``): lexbor's CSS engine finds the elements in C, and Python
-only reads their attributes. Everything is bounded whatever the page holds: at most
-``MAX_LINKS`` links with ``MAX_TEXT_CHARS`` of anchor text each, at most ``MAX_META_KEYS``
-metadata values of ``MAX_META_CHARS`` each, and at most ``MAX_JSON_LD_CHARS`` of JSON-LD read.
+as the text (``_html.HtmlDocument``, whose trees they read in the source's order): lexbor's CSS
+engine finds the elements in C, and Python only reads their attributes. Everything is bounded
+whatever the page holds: at most ``MAX_LINKS`` links with ``MAX_TEXT_CHARS`` of anchor text
+each, at most ``MAX_META_KEYS`` metadata values of ``MAX_META_CHARS`` each, and at most
+``MAX_JSON_LD_CHARS`` of JSON-LD read.
 
 Links are every ``<a href>`` and ``<area href>`` of the page, navigation included (an agent
 that maps a site wants its menus), made absolute against ``<base href>`` or the final URL,
@@ -20,6 +21,8 @@ import urllib.parse
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
     from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 MAX_LINKS: Final = 1_000
@@ -84,14 +87,21 @@ def _host(url: str) -> str:
         return ""
 
 
-def page_links(tree: LexborHTMLParser, url: str) -> list[dict[str, object]]:
-    """The page's links: ``{"url", "text", "internal"}`` each (``internal``: the same host as
-    ``url``, the page's final URL), at most ``MAX_LINKS``."""
-    base = base_url(tree, url)
+def _select(trees: Sequence[LexborHTMLParser], selector: str) -> Iterator[LexborNode]:
+    """The nodes of ``trees`` (one page's, in order) that ``selector`` matches."""
+    for tree in trees:
+        yield from tree.css(selector)
+
+
+def page_links(trees: Sequence[LexborHTMLParser], url: str) -> list[dict[str, object]]:
+    """The links of the page whose trees are ``trees`` (its head's first):
+    ``{"url", "text", "internal"}`` each (``internal``: the same host as ``url``, the page's
+    final URL), at most ``MAX_LINKS``."""
+    base = base_url(trees[0], url)
     host = _host(url)
     found: dict[str, dict[str, object]] = {}
     resolved: dict[str, str | None] = {}  # pages repeat hrefs: resolve each once
-    for node in tree.css("a[href], area[href]"):
+    for node in _select(trees, "a[href], area[href]"):
         href = node.attributes.get("href") or ""
         target = resolved.get(href, "")
         if target == "":
@@ -119,11 +129,12 @@ def _anchor_text(node: LexborNode) -> str:
     return _clean(alt or node.attributes.get("title") or "", MAX_TEXT_CHARS)
 
 
-def page_metadata(tree: LexborHTMLParser, url: str, title: str) -> dict[str, str]:
-    """The page's metadata, keyed by each tag's own name: ``title``, ``lang``,
-    ``description``, ``keywords``, ``author``, ``canonical`` (absolute), ``og:*``,
-    ``twitter:*``, ``article:*``, and ``published``/``modified`` (from ``article:*`` times,
-    else JSON-LD's ``datePublished``/``dateModified``). The first of a repeated tag wins."""
+def page_metadata(trees: Sequence[LexborHTMLParser], url: str, title: str) -> dict[str, str]:
+    """The metadata of the page whose trees are ``trees`` (its head's first), keyed by each
+    tag's own name: ``title``, ``lang``, ``description``, ``keywords``, ``author``,
+    ``canonical`` (absolute), ``og:*``, ``twitter:*``, ``article:*``, and
+    ``published``/``modified`` (from ``article:*`` times, else JSON-LD's
+    ``datePublished``/``dateModified``). The first of a repeated tag wins."""
     found: dict[str, str] = {}
 
     def put(key: str, value: str | None) -> None:
@@ -133,29 +144,29 @@ def page_metadata(tree: LexborHTMLParser, url: str, title: str) -> dict[str, str
                 found[key] = cleaned
 
     put("title", title)
-    root = tree.css_first("html")
+    root = trees[0].css_first("html")
     put("lang", root.attributes.get("lang") if root is not None else None)
-    for node in tree.css("meta[content]"):
+    for node in _select(trees, "meta[content]"):
         attributes = node.attributes
         name = (attributes.get("property") or attributes.get("name") or "").strip().lower()
         if name in _META_NAMES or name.startswith(_PREFIXES):
             put(name[:100], attributes.get("content"))
             if name in _DATES:
                 put(_DATES[name], attributes.get("content"))
-    canonical = tree.css_first('link[rel~="canonical" i][href]')
+    canonical = next(_select(trees, 'link[rel~="canonical" i][href]'), None)
     if canonical is not None:
-        put("canonical", _absolute(base_url(tree, url), canonical.attributes.get("href") or ""))
+        put("canonical", _absolute(base_url(trees[0], url), canonical.attributes.get("href") or ""))
     if "published" not in found or "modified" not in found:
-        for key, value in _json_ld_dates(tree).items():
+        for key, value in _json_ld_dates(trees).items():
             put(key, value)
     return found
 
 
-def _json_ld_dates(tree: LexborHTMLParser) -> dict[str, str]:
+def _json_ld_dates(trees: Sequence[LexborHTMLParser]) -> dict[str, str]:
     """``published``/``modified`` from the page's JSON-LD (top level, a list, or ``@graph``)."""
     dates: dict[str, str] = {}
     budget = MAX_JSON_LD_CHARS
-    for node in tree.css('script[type="application/ld+json"]'):
+    for node in _select(trees, 'script[type="application/ld+json"]'):
         source = node.text(deep=True)
         budget -= len(source)
         if budget < 0:

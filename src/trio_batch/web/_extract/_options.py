@@ -457,6 +457,26 @@ def _strings(options: Options) -> Iterable[tuple[str, str]]:
 _SELECTOR_HINT: Final = "write a CSS selector such as #content or main article"
 
 
+def check_main_content(options: Options) -> None:
+    """Refuse ``main_content=false`` where no shape asked for could use it: ``mode`` ``raw``
+    or ``html`` (the source) without ``formats``, or ``formats`` with none of ``text``,
+    ``markdown`` and ``html``."""
+    if options.main_content:
+        return
+    if options.formats:
+        if not any(name in ("text", "markdown", "html") for name in options.formats):
+            raise _bad(
+                "main_content applies to the text, markdown and html formats, and formats "
+                "lists none of them",
+                "leave main_content out, or add text, markdown or html to formats",
+            )
+    elif options.mode in ("raw", "html"):
+        raise _bad(
+            f"main_content applies to text and markdown; mode={options.mode} is the source",
+            "leave main_content out, or ask for mode=text or mode=markdown",
+        )
+
+
 def check_render(options: Options) -> None:
     """Refuse ``wait_for`` without ``render``, a ``wait_for`` that cannot be a selector (blank,
     too long, a control character), and ``render`` with options that never apply to the
@@ -560,7 +580,8 @@ def validate_options(options: Options) -> None:
     that uses a refused builtin or leaves a string or bracket open, a malformed ``pages`` list,
     ``headers`` a target may not send (``trio_batch._headers.header_refusal``: a name off the
     allow-list, a value with a line break, too long, too many), a ``wait_for`` that cannot be
-    a selector (:func:`check_render`), a bad ``formats`` list (:func:`check_formats`), and
+    a selector (:func:`check_render`), a bad ``formats`` list (:func:`check_formats`),
+    ``main_content=false`` where nothing asked for uses it (:func:`check_main_content`), and
     options that cannot go together (``jq`` with ``pages``, ``grep`` with ``question``,
     ``context`` without either, ``wait_for`` without ``render``, ``render`` with ``jq``,
     ``pages`` or ``recover``). Whether an option fits the
@@ -585,6 +606,7 @@ def validate_options(options: Options) -> None:
             "mode is one of text (the default), markdown, html, raw",
         )
     check_formats(options)
+    check_main_content(options)
     if options.question and not options.question.strip():
         raise _bad("question is blank", "ask a question in words, or leave question out")
     if options.grep:

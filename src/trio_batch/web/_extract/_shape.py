@@ -16,7 +16,7 @@ import logging
 import re
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias
 
@@ -25,8 +25,9 @@ import regex
 
 from ..._errors import TargetError
 from ..._model import Options
-from ._html import html_shapes, html_to_text
-from ._html_meta import MAX_LINKS
+from ._html import html_to_text, parse, shaped
+from ._html_clean import clean_html
+from ._html_meta import MAX_LINKS, base_url, page_links, page_metadata
 from ._options import (
     GREP_HINT,
     JQ_HINT,
@@ -255,6 +256,37 @@ def _pdf_pages(body: Body, spec: str, wanted: _Wanted) -> tuple[dict[str, str], 
     return shaped, meta
 
 
+def _html_formats(
+    html: str, url: str, formats: Sequence[str], main: bool
+) -> tuple[dict[str, str], dict[str, object]]:
+    """Every format of ``formats`` from one parse of ``html`` (the page at ``url``, its final
+    URL), and its ``meta`` (``title``, ``links``, ``metadata``): text and Markdown by the
+    writer's walks, ``html`` cleaned from the same tree (last, as it edits the tree), links
+    and metadata read from it (the whole page's); with ``main``, text, Markdown and ``html``
+    are the main content's. Never raises on malformed HTML."""
+    document = parse(html)
+    if main and any(name in ("text", "markdown", "html") for name in formats):
+        document.keep_main()
+    texts: dict[str, str] = {}
+    title: str | None = None
+    for name in formats:
+        if name in ("text", "markdown"):
+            texts[name], title = shaped(document, url, name == "markdown")
+        elif name == "raw":
+            texts[name] = html
+    if title is None:
+        title = document.title()
+    meta: dict[str, object] = {"title": title} if title else {}
+    if "links" in formats:
+        meta["links"] = page_links(document.trees, url)
+    if "metadata" in formats:
+        meta["metadata"] = page_metadata(document.trees, url, title)
+    if "html" in formats:
+        document.hide_chrome()
+        texts["html"] = clean_html(document.trees[-1], base_url(document.trees[0], url))
+    return texts, meta
+
+
 def _page_numbers(spec: str, count: int) -> list[int]:
     """The pages ``spec`` names (all without one), in its order, each once.
 
@@ -422,17 +454,15 @@ def _shaped(
     text = decode(body, kind)
     meta: dict[str, object] = {}
     if kind == "html" and wanted.listed:
-        shapes = html_shapes(text, url=body.url, formats=options.formats)
-        if shapes.title:
-            meta["title"] = shapes.title
-        if shapes.links is not None:
-            meta["links"] = shapes.links
-        if shapes.metadata is not None:
-            meta["metadata"] = shapes.metadata
-        return shapes.texts, meta
+        return _html_formats(text, body.url, options.formats, options.main_content)
     mode = wanted.texts[0]
     if kind == "html" and mode in ("text", "markdown"):
-        content, title = html_to_text(text, base_url=body.url, markdown=mode == "markdown")
+        content, title = html_to_text(
+            text,
+            base_url=body.url,
+            markdown=mode == "markdown",
+            main_content=options.main_content,
+        )
         if title:
             meta["title"] = title
         return {mode: content}, meta
