@@ -66,9 +66,10 @@ from ._webhook_input import parse_retry_body, parse_webhook
 
 R = TypeVar("R", Job, JobSummary)
 
-SiteMapFunc = Callable[[Caller, str, int, bool], Awaitable[Mapping[str, JSONValue]]]
-"""``await site_map(caller, url, limit, same_host)`` -> ``{"urls", "complete", "notes"}``: what
-``POST /v1/map`` answers (``trio_batch.web``'s ``site_map`` over the engine's fetcher)."""
+SiteMapFunc = Callable[[Caller, str, int, bool, bool | None], Awaitable[Mapping[str, JSONValue]]]
+"""``await site_map(caller, url, limit, same_host, robots)`` -> ``{"urls", "complete", "notes"}``:
+what ``POST /v1/map`` answers (``trio_batch.web``'s ``site_map`` over the engine's fetcher).
+``robots`` None: the fetcher's own setting (``serve --robots``)."""
 
 MAP_LIMIT = 10_000
 """The most URLs ``POST /v1/map`` answers."""
@@ -114,9 +115,9 @@ def _default_site_map(fetch: FetchFunc | None) -> SiteMapFunc | None:
         return None
 
     async def site_map(
-        caller: Caller, url: str, limit: int, same_host: bool
+        caller: Caller, url: str, limit: int, same_host: bool, robots: bool | None
     ) -> dict[str, JSONValue]:
-        found = await mapper(fetch, caller, url, limit=limit, same_host=same_host)
+        found = await mapper(fetch, caller, url, limit=limit, same_host=same_host, robots=robots)
         answer: dict[str, JSONValue] = found.to_json()
         return answer
 
@@ -472,8 +473,11 @@ async def _fetch(ctx: Ctx, request: Request) -> Response:
     return JSONResponse(answers.fetched(target.url, result))
 
 
-def _parse_map(body: object) -> tuple[str, int, bool]:
-    """The ``url``, ``limit`` and ``same_host`` of a ``POST /v1/map`` body."""
+_MAP_FIELDS = ("url", "limit", "same_host", "robots")
+
+
+def _parse_map(body: object) -> tuple[str, int, bool, bool | None]:
+    """The ``url``, ``limit``, ``same_host`` and ``robots`` of a ``POST /v1/map`` body."""
     if not isinstance(body, dict):
         raise ApiError(
             400,
@@ -482,10 +486,11 @@ def _parse_map(body: object) -> tuple[str, int, bool]:
             field="body",
         )
     for name in body:
-        if name not in ("url", "limit", "same_host"):
+        if name not in _MAP_FIELDS:
             raise ApiError(
                 400,
-                f"{shown(name)} is not a field; the body has the fields url, limit and same_host",
+                f"{shown(name)} is not a field; the body has the fields url, limit, same_host "
+                "and robots",
                 "remove the field",
                 field=shown(name),
             )
@@ -515,19 +520,28 @@ def _parse_map(body: object) -> tuple[str, int, bool]:
             "true (the default) keeps the start page's host only",
             field="same_host",
         )
-    return url, limit, same_host
+    robots = body.get("robots")
+    if robots is not None and not isinstance(robots, bool):
+        raise ApiError(
+            400,
+            "robots must be true or false",
+            "true checks every document of the map against its site's robots.txt; leave it "
+            "out for the server's setting",
+            field="robots",
+        )
+    return url, limit, same_host, robots
 
 
 async def _map(site_map: SiteMapFunc, ctx: Ctx, request: Request) -> Response:
     """``POST /v1/map``: a site's URLs, from its sitemaps and its start page's links."""
     record = authenticate(ctx, request)
-    url, limit, same_host = _parse_map(await read_json(request, ctx.max_body))
+    url, limit, same_host, robots = _parse_map(await read_json(request, ctx.max_body))
     try:
         ctx.precheck(url)
     except TargetError as exc:
         raise ApiError(400, f"url: {exc.msg}", exc.hint, field="url") from None
     try:
-        answer = await site_map(record.caller(), url, limit, same_host)
+        answer = await site_map(record.caller(), url, limit, same_host, robots)
     except Exception as exc:
         raise _fetch_failure(ctx, exc) from None
     return JSONResponse(dict(answer))

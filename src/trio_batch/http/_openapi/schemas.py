@@ -428,7 +428,14 @@ SCHEMAS["MapIn"] = {
             "type": "boolean",
             "default": True,
             "description": "Keep the start page's host only (and the host it redirects to); "
-            "false keeps every host the sitemaps and links name.",
+            "false keeps every host the sitemaps and links name. Sitemaps that robots.txt "
+            "names are read on any host (cross-submission); their URLs are filtered the same.",
+        },
+        "robots": {
+            "type": "boolean",
+            "description": "Check every document the map reads (and each redirect hop) "
+            "against its site's robots.txt; a disallowed one is a note. Leave it out for the "
+            "server's robots setting.",
         },
     },
     "additionalProperties": False,
