@@ -620,7 +620,8 @@ class WebFetcher:
         the page in a browser whose every request goes through the guard and the host budget
         (``_rendered``), then its DOM shaped as HTML. Nothing of it is cached."""
         robots_meta = await self._robots_for(target, checked)
-        load = functools.partial(self._renders.load, caller.name, target, sent.origin)
+        robots = self._robots_refusal if self.obeys_robots(target.options) else None
+        load = functools.partial(self._renders.load, caller.name, target, sent.origin, robots)
         async with self._fetch_slot(caller):
             body, page = await self._warming_if_first(target.options, load)
         shaper = self._shaper
@@ -730,6 +731,21 @@ class WebFetcher:
             ValueError: the URL is not http(s).
         """
         return await self._verdict(check_url(url, self._allow))
+
+    async def _robots_refusal(self, url: str) -> str | None:
+        """Why robots.txt stops ``url``, a request of a rendered page (the rule, or that the
+        file cannot be read now, which disallows everything: RFC 9309 §2.3.1.4); None when
+        it may go, or when robots.txt has no say (``data:``, an address the guard refuses:
+        the proxy refuses that)."""
+        try:
+            verdict = await self.robots_verdict(url)
+        except (TargetError, ValueError):
+            return None
+        except RetryLater:
+            return "robots.txt could not be read"
+        if verdict.unreachable:
+            return "robots.txt could not be read"
+        return None if verdict.allowed else verdict.rule or "Disallow"
 
     async def _robots_get(self, url: str) -> tuple[int, bytes]:
         """GET a robots.txt through the guard and its host's budget (not the fetch pool):
