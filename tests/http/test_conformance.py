@@ -392,7 +392,7 @@ class TestCorsSetting:
 
         flags = load_settings({"cors_origin": [DASHBOARD, "http://127.0.0.1:3000/"]}, environ={})
         env = load_settings(
-            environ={"TRIO_BATCH_CORS_ORIGIN": "HTTPS://Dashboard.example.org, http://[::1]:8"}
+            environ={"TRIO_BATCH_CORS_ORIGIN": "HTTPS://Dashboard.example.org:443, http://[::1]:8"}
         )
 
         assert ("http://127.0.0.1:3000", DASHBOARD) == flags.cors_origin

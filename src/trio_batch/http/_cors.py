@@ -77,8 +77,11 @@ def _origin(text: str) -> str:
             "https://dashboard.example.org or http://127.0.0.1:3000 (no path)"
         )
     host = parts.hostname
+    scheme = parts.scheme.lower()
     netloc = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme.lower()}://{netloc}" + (f":{port}" if port is not None else "")
+    if port is not None and port != {"http": 80, "https": 443}[scheme]:  # a browser drops it
+        netloc = f"{netloc}:{port}"
+    return f"{scheme}://{netloc}"
 
 
 @final
