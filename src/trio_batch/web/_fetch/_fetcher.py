@@ -461,7 +461,7 @@ class WebFetcher:
         if cached is not None and cached.expires_at > now:
             return from_cache(cached, start=start, now=now, stale=None)
         robots_meta = await self._robots_for(target, checked)
-        obeys = self.obeys_robots(options)
+        obeys = self._obeys_robots(options)
         try:
             download = await self._warming_if_first(
                 options,
@@ -519,14 +519,14 @@ class WebFetcher:
 
     # -- network ----------------------------------------------------------------------------------
 
-    def obeys_robots(self, options: Options) -> bool:
+    def _obeys_robots(self, options: Options) -> bool:
         """Whether a target with ``options`` obeys robots.txt: its ``robots``, else the
         fetcher's default (``robots=``)."""
         return self._obey_robots_by_default if options.robots is None else options.robots
 
     async def _robots_for(self, target: Target, checked: Checked) -> dict[str, object]:
         """:meth:`_obey_robots` when the target (or, by default, this fetcher) obeys robots.txt."""
-        return await self._obey_robots(checked) if self.obeys_robots(target.options) else {}
+        return await self._obey_robots(checked) if self._obeys_robots(target.options) else {}
 
     async def warm(self) -> None:
         """Start a shaping worker now, instead of beside the first fetch that may need one.
@@ -620,7 +620,7 @@ class WebFetcher:
         the page in a browser whose every request goes through the guard and the host budget
         (``_rendered``), then its DOM shaped as HTML. Nothing of it is cached."""
         robots_meta = await self._robots_for(target, checked)
-        robots = self._robots_refusal if self.obeys_robots(target.options) else None
+        robots = self._robots_refusal if self._obeys_robots(target.options) else None
         load = functools.partial(self._renders.load, caller.name, target, sent.origin, robots)
         async with self._fetch_slot(caller):
             body, page = await self._warming_if_first(target.options, load)
@@ -721,10 +721,10 @@ class WebFetcher:
             self._budget.set_crawl_delay(checked.scope, verdict.crawl_delay)
         return verdict
 
-    async def robots_verdict(self, url: str) -> RobotsVerdict:
+    async def _robots_verdict(self, url: str) -> RobotsVerdict:
         """What robots.txt says of ``url`` (fetching its origin's file through the guard and
         the host budget if it is not cached), and its ``Crawl-delay`` given to the budget: the
-        check a rendered page's requests and a map's documents go through.
+        check of a rendered page's requests (:meth:`_robots_refusal`).
 
         Raises:
             TargetError: the URL is not one the guard accepts (400/403).
@@ -738,7 +738,7 @@ class WebFetcher:
         it may go, or when robots.txt has no say (``data:``, an address the guard refuses:
         the proxy refuses that)."""
         try:
-            verdict = await self.robots_verdict(url)
+            verdict = await self._robots_verdict(url)
         except (TargetError, ValueError):
             return None
         except RetryLater:

@@ -714,7 +714,7 @@ async def site_map(
         raise RuntimeError("the WebFetcher is not open; use `async with WebFetcher(...)`")
     await trio.lowlevel.checkpoint()
     start = check_url(url, fetcher._allow)
-    obey = fetcher.obeys_robots(Options(robots=robots))
+    obey = fetcher._obeys_robots(Options(robots=robots))
     mapper = _Mapper(fetcher, client, caller, limit, same_host, bounds, obey, hosts={start.host})
     failure: TargetError | RetryLater | None = None
     with trio.move_on_after(bounds.seconds) as clock:
