@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import nox
 
@@ -48,26 +49,38 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", *session.posargs)
 
 
-@nox.session
-def fuzz_api(session: nox.Session) -> None:
-    """schemathesis against the served OpenAPI document, all phases for two minutes.
+@nox.session(default=False)
+def api_fuzz(session: nox.Session) -> None:
+    """Schemathesis ``--checks all`` against a real ``trio-batch serve``, seeded, offline.
 
-    No 5xx and every answer matching the schema; ``tests`` runs a short seeded version.
-    ``-- -s`` shows schemathesis' report; TRIO_BATCH_FUZZ_SECONDS changes the budget.
+    The server (SQLite, the web fetcher) and Schemathesis run inside ``unshare -n``: a network
+    namespace with loopback alone, so no generated URL can leave the machine (a fetch of one
+    answers its documented 502). Needs root, or a user namespace that grants one (CI runs as
+    root). Passes with no 5xx but those documented, no answer outside the OpenAPI document and
+    every input it allows accepted (``tests/http/api_fuzz.toml`` says where a pass means more).
+    TRIO_BATCH_FUZZ_EXAMPLES (default 200: about a minute) sets the cases per operation; the
+    seed is fixed, so a run is repeatable. ``-- -s`` shows Schemathesis' report as it runs.
     """
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        session.error("unshare (util-linux) is not installed: api_fuzz needs a network namespace")
     session.install("-e", f".[{EXTRAS}]", *nox.project.dependency_groups(PYPROJECT, "test", "fuzz"))
     session.run(
+        unshare,
+        "-n",
+        "--",
+        "python",
+        "-m",
         "pytest",
+        "-p",
+        "no:cacheprovider",
         "-m",
         "slow or not slow",
-        "tests/http/test_fuzz.py",
+        "tests/http/test_fuzz.py::test_checks_all_against_serve_in_a_network_namespace",
         "-rP",
         *session.posargs,
-        env={
-            "TRIO_BATCH_FUZZ_EXAMPLES": os.environ.get("TRIO_BATCH_FUZZ_EXAMPLES", "200"),
-            "TRIO_BATCH_FUZZ_SECONDS": os.environ.get("TRIO_BATCH_FUZZ_SECONDS", "120"),
-            "TRIO_BATCH_FUZZ_PHASES": "examples,coverage,fuzzing,stateful",
-        },
+        env={"TRIO_BATCH_FUZZ_EXAMPLES": os.environ.get("TRIO_BATCH_FUZZ_EXAMPLES", "200")},
+        external=True,
     )
 
 

@@ -71,7 +71,9 @@ class TestWaiting:
         assert {"reason": "backoff", "until": 5.0} == got["waiting"]
 
 
-async def fake_map(caller: Caller, url: str, limit: int, same_host: bool) -> dict[str, object]:
+async def fake_map(
+    caller: Caller, url: str, limit: int, same_host: bool, robots: bool | None
+) -> dict[str, object]:
     await trio.lowlevel.checkpoint()
     urls = [f"{url}{i}" for i in range(limit)]
     return {"urls": urls, "complete": same_host, "notes": [caller.name]}

@@ -43,8 +43,10 @@ async def fetcher() -> AsyncIterator[WebFetcher]:
 
 
 def mapping(fetch: WebFetcher):  # type: ignore[no-untyped-def]
-    async def mapped(caller: Caller, url: str, limit: int, same_host: bool) -> dict[str, object]:
-        found = await site_map(fetch, caller, url, limit=limit, same_host=same_host)
+    async def mapped(
+        caller: Caller, url: str, limit: int, same_host: bool, robots: bool | None
+    ) -> dict[str, object]:
+        found = await site_map(fetch, caller, url, limit=limit, same_host=same_host, robots=robots)
         return found.to_json()
 
     return mapped
@@ -84,6 +86,7 @@ async def test_the_limit(site: LocalServer, fetcher: WebFetcher) -> None:
         ({"url": "https://example.org/", "limit": "9"}, "limit", "from 1 to 10,000"),
         ({"url": "https://example.org/", "depth": 9}, "depth", "is not a field"),
         ({"url": "https://example.org/", "same_host": "yes"}, "same_host", "true or false"),
+        ({"url": "https://example.org/", "robots": "yes"}, "robots", "true or false"),
         ({"limit": 5}, "url", "non-empty string"),
         ({"url": "http://10.0.0.1/"}, "url", "non-public"),
         (["https://example.org/"], "body", "JSON object"),
@@ -134,3 +137,21 @@ async def test_the_route_and_its_document_follow_the_web_fetcher(fetcher: WebFet
     assert 400 == refused.status_code
     assert "/v1/map" in document["paths"]
     assert "MapIn" in document["components"]["schemas"]
+
+
+async def test_robots_true_checks_the_maps_documents(
+    site: LocalServer, fetcher: WebFetcher
+) -> None:
+    """robots: true in the body: a sitemap robots.txt disallows is not read, and a note says so."""
+    site.route("/robots.txt", Reply(body=b"User-agent: *\nDisallow: /sitemap.xml\n"))
+    async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:
+        plain = await api.client.post("/v1/map", json={"url": site.url("/")}, headers=auth())
+        polite = await api.client.post(
+            "/v1/map", json={"url": site.url("/"), "robots": True}, headers=auth()
+        )
+
+    assert site.url("/a") in plain.json()["urls"]
+    assert site.url("/a") not in polite.json()["urls"]
+    assert polite.json()["complete"] is False
+    assert any("robots.txt disallows" in note for note in polite.json()["notes"])
+    assert 1 == site.hits["/sitemap.xml"]

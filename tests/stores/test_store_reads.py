@@ -71,6 +71,40 @@ class TestListJobs:
             done[0].failed,
         )
 
+    @pytest.mark.parametrize(
+        "statuses",
+        [
+            [JobStatus.QUEUED],
+            [JobStatus.RUNNING],
+            [JobStatus.QUEUED, JobStatus.RUNNING],
+            [JobStatus.DONE],
+            [JobStatus.PARTIAL],
+            [JobStatus.FAILED],
+            [JobStatus.CANCELLED],
+            [JobStatus.RUNNING, JobStatus.DONE],
+            [],
+        ],
+        ids=lambda statuses: "+".join(s.value for s in statuses) or "none",
+    )
+    async def test_every_status_filter_reads(self, store: Store, statuses: list[JobStatus]) -> None:
+        """Each status (and each set of them) lists exactly the jobs in it, on every store
+        (SQLite answered queued or running alone with "no query solution": issue 36)."""
+        await store.admit(new_job("queued", n=1, now=1.0), LIMITS)
+        await store.admit(new_job("running", n=2, now=2.0), LIMITS)
+        await store.start_target("running", 0, 2.5)
+        await store.admit(new_job("done", n=1, now=3.0), LIMITS)
+        await store.finish_targets([("done", 0, DONE)], 3.5, 10**9)
+
+        found = await store.list_jobs("alice", statuses, 10, None)
+
+        everyone = {
+            "queued": JobStatus.QUEUED,
+            "running": JobStatus.RUNNING,
+            "done": JobStatus.DONE,
+        }
+        expected = [job for job in ("done", "running", "queued") if everyone[job] in statuses]
+        assert expected == [s.job.id for s in found]
+
     @pytest.mark.slow
     async def test_a_page_of_many_jobs(self, store: Store) -> None:
         """2,000 jobs: pages of 500 walk all of them once, newest first."""

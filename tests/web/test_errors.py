@@ -86,7 +86,7 @@ class TestStatusError:
         ("status", "msg", "agent_status", "hint"),
         [
             (400, "the site answered 400 Bad Request", 400, "query parameters"),
-            (401, "the site answered 401 Unauthorized", 401, "login"),
+            (401, "the site answered 401 Unauthorized", 401, "credentials"),
             (418, "the site answered 418 I'm a Teapot", 418, "refused the request"),
             (451, "the site answered 451 Unavailable For Legal Reasons", 451, "legal"),
             (599, "the site failed with 599", 502, "server error"),
@@ -102,6 +102,16 @@ class TestStatusError:
         assert error is not None
         assert (msg, agent_status) == (error.msg, error.status)
         assert hint in error.hint
+
+    @pytest.mark.parametrize("status", [401, 403])
+    def test_a_login_hint_says_where_credentials_go(self, status: int) -> None:
+        """A 401 or 403 names options.headers, where a target carries credentials (issue 39:
+        it said trio-batch sends none)."""
+        error = status_error(status)
+
+        assert error is not None
+        assert "options.headers" in error.hint
+        assert "sends no credentials" not in error.hint
 
     def test_success_is_no_error(self) -> None:
         """A 2xx has content to read."""

@@ -245,6 +245,13 @@ class TestGroups:
         assert not rules.check("/a").allowed
         assert rules.check("/a/b").allowed
 
+    @pytest.mark.parametrize(("line", "starred"), [("*", True), ("* (all)", True), ("*bot", False)])
+    def test_only_a_lone_star_is_the_star_group(self, line: str, starred: bool) -> None:
+        """'*' (alone, or before blanks) is every crawler; '*bot' names no crawler of ours."""
+        body = f"User-agent: {line}\nDisallow: /a\n".encode()
+
+        assert starred != allowed(body, "/a")
+
     @pytest.mark.parametrize("agent", ["", "trio batch", "trio-batch/1.0", "bot2"])
     def test_a_bad_product_token_is_refused(self, agent: str) -> None:
         """Our own token must be one the RFC allows, or no group could ever name it."""

@@ -265,3 +265,130 @@ class TestHostile:
 
         assert [u("/"), u("/a")] == list(found.urls), found.notes
         assert any("took its 0.5 s" in note for note in found.notes), found.notes
+
+
+async def second_server(nursery: trio.Nursery, host: str = "127.0.0.2") -> LocalServer:
+    """Another local site, on ``host``."""
+    other = LocalServer()
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, other.handle, 0, host=host))
+    other.port = listeners[0].socket.getsockname()[1]
+    return other
+
+
+def on(server: LocalServer, host: str, path: str) -> str:
+    return f"http://{host}:{server.port}{path}"
+
+
+class TestCrossSubmission:
+    """Issue 36, item 10: the sitemaps protocol's cross-submission, and no sitemap skipped
+    without a note."""
+
+    async def test_a_sitemap_robots_txt_names_on_another_host_is_read(
+        self, server: LocalServer, nursery: trio.Nursery
+    ) -> None:
+        """robots.txt names a sitemap kept on another host: it is read, and this host's URLs
+        in it are kept (the other host's are not)."""
+        cdn = await second_server(nursery)
+        u = server.url
+        home(server)
+        server.route(
+            "/robots.txt", Reply(body=f"Sitemap: {on(cdn, '127.0.0.2', '/s.xml')}\n".encode())
+        )
+        cdn.route(
+            "/s.xml",
+            Reply(body=urlset(u("/x1"), u("/x2"), on(cdn, "127.0.0.2", "/y")), headers=XML),
+        )
+        async with fetcher() as fetch:
+            found = await site_map(fetch, CALLER, u("/"))
+
+        assert [u("/"), u("/x1"), u("/x2")] == list(found.urls)
+        assert found.complete
+        assert 1 == cdn.hits["/s.xml"]
+
+    async def test_an_index_naming_another_hosts_sitemap_says_so(
+        self, server: LocalServer, nursery: trio.Nursery
+    ) -> None:
+        """An index may list its own host's sitemaps only: another host's is not read, and the
+        answer is not complete and says why."""
+        other = await second_server(nursery)
+        u = server.url
+        home(server)
+        server.route(
+            "/sitemap.xml", Reply(body=index(on(other, "127.0.0.2", "/s.xml")), headers=XML)
+        )
+        async with fetcher() as fetch:
+            found = await site_map(fetch, CALLER, u("/"))
+
+        assert 0 == other.hits["/s.xml"]
+        assert not found.complete
+        assert any("another host" in note for note in found.notes)
+
+    async def test_a_named_sitemap_at_a_refused_address_says_so(self, server: LocalServer) -> None:
+        """robots.txt naming a sitemap at an address the guard refuses: a note, not complete."""
+        u = server.url
+        home(server)
+        server.route("/robots.txt", Reply(body=b"Sitemap: http://127.0.0.3:9/s.xml\n"))
+        only_one = [ipaddress.ip_network("127.0.0.1/32")]
+        async with WebFetcher(allow=only_one, budget=HostBudget()) as fetch:
+            found = await site_map(fetch, CALLER, u("/"))
+
+        assert not found.complete
+        assert any("a sitemap was not read" in note for note in found.notes)
+
+
+class TestRobots:
+    """Issue 36, item 1: with robots on, the map's every request obeys robots.txt."""
+
+    def robots_site(self, server: LocalServer) -> None:
+        u = server.url
+        server.route("/", Reply(body=f'<a href="{u("/a")}">a</a>'.encode(), headers=HTML))
+        server.route(
+            "/robots.txt",
+            Reply(
+                body=(
+                    "User-agent: *\nDisallow: /private\n"
+                    f"Sitemap: {u('/private/s.xml')}\nSitemap: {u('/go.xml')}\n"
+                ).encode()
+            ),
+        )
+        server.route("/private/s.xml", Reply(body=urlset(u("/secret")), headers=XML))
+        server.route("/go.xml", Reply(302, headers=[("location", u("/private/t.xml"))]))
+        server.route("/private/t.xml", Reply(body=urlset(u("/hidden")), headers=XML))
+
+    @pytest.mark.parametrize("where", ["map", "fetcher"])
+    async def test_a_disallowed_sitemap_or_hop_is_not_read(
+        self, server: LocalServer, where: str
+    ) -> None:
+        """robots on (asked by the map, or the fetcher's default): neither the disallowed
+        sitemap nor the one a redirect leads into is requested; each is a note."""
+        self.robots_site(server)
+        u = server.url
+        async with fetcher(robots=where == "fetcher") as fetch:
+            found = await site_map(fetch, CALLER, u("/"), robots=True if where == "map" else None)
+
+        assert [u("/"), u("/a")] == list(found.urls)
+        assert 0 == server.hits["/private/s.xml"] + server.hits["/private/t.xml"]
+        assert not found.complete
+        assert 2 == sum("robots.txt disallows" in note for note in found.notes)
+
+    async def test_without_robots_the_map_reads_them(self, server: LocalServer) -> None:
+        """robots off (the default): the same sitemaps are read."""
+        self.robots_site(server)
+        u = server.url
+        async with fetcher() as fetch:
+            found = await site_map(fetch, CALLER, u("/"))
+
+        assert {u("/secret"), u("/hidden")} <= set(found.urls)
+
+    async def test_a_disallowed_start_page_is_not_read(self, server: LocalServer) -> None:
+        """The start page itself disallowed: not requested; its sitemaps are still read."""
+        u = server.url
+        server.route("/", Reply(body=b"<p>home</p>", headers=HTML))
+        server.route("/robots.txt", Reply(body=b"User-agent: *\nDisallow: /$\n"))
+        server.route("/sitemap.xml", Reply(body=urlset(u("/x")), headers=XML))
+        async with fetcher() as fetch:
+            found = await site_map(fetch, CALLER, u("/"), robots=True)
+
+        assert [u("/x")] == list(found.urls)
+        assert 0 == server.hits["/"]
+        assert any("robots.txt disallows" in note for note in found.notes)

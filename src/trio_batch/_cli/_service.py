@@ -315,6 +315,7 @@ async def _serve_engine(
         access_log_enabled=settings.access_log,
         store_timeout=settings.store_timeout,
         mounts=_mcp_mounts(),
+        cors_origins=settings.cors_origin,
     )
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import math
 import os
 import re
@@ -28,6 +27,7 @@ from .._budget import HostBudget
 from .._config import Config, Hooks
 from .._errors import Error
 from .._sealing import MAKE_KEY
+from ._lists import networks as _networks, origins as _origins
 
 ENV_PREFIX = "TRIO_BATCH_"
 _ENGINE = Config()
@@ -129,28 +129,9 @@ def _level(raw: object) -> object:
     return raw.lower()
 
 
-def _networks(raw: object) -> object:
-    if isinstance(raw, str):
-        items: list[object] = [s for s in (p.strip() for p in raw.split(",")) if s]
-    elif isinstance(raw, (list, tuple)):
-        items = list(raw)
-    else:
-        raise ValueError("must be a list of networks in CIDR form, like 127.0.0.0/8")
-
-    nets = []
-    for item in items:
-        if not isinstance(item, str):
-            raise ValueError("must be a list of networks in CIDR form, like 127.0.0.0/8")
-        try:
-            nets.append(str(ipaddress.ip_network(item.strip(), strict=False)))
-        except ValueError:
-            raise ValueError(
-                f"{item!r} is not a network in CIDR form (like 127.0.0.0/8 or ::1/128)"
-            ) from None
-    return tuple(nets)
-
-
 _ABOUT = "trio_batch.setting"  # the key of a Settings field's metadata
+_REPEATED = frozenset({"allow_net", "cors_origin"})
+"""Settings whose flag may be given several times (in the environment: comma-separated)."""
 
 
 @final
@@ -316,6 +297,17 @@ class Settings:
     log_level: str = field(
         default="info",
         metadata=_about(_level, "debug, info, warning or error (default {default})", "LEVEL"),
+    )
+    cors_origin: tuple[str, ...] = field(
+        default=(),
+        metadata=_about(
+            _origins,
+            "an origin (scheme://host[:port]) whose browser pages may call the API and /mcp: "
+            "its CORS preflights are answered and its answers carry "
+            "Access-Control-Allow-Origin; repeat the flag for several; '*' is refused, as "
+            "requests carry a key; in the environment, comma-separated (default: none)",
+            "ORIGIN",
+        ),
     )
     access_log: bool = field(
         default=True,
@@ -609,7 +601,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for spec in SPECS:
         how: dict[str, Any] = {"metavar": spec.metavar}  # a value after the flag
-        if spec.name == "allow_net":
+        if spec.name in _REPEATED:
             how["action"] = "append"
         elif spec.parse is _bool:
             how = {"action": argparse.BooleanOptionalAction}  # --flag and --no-flag
@@ -686,7 +678,7 @@ def _as_str(value: object) -> str | None:
 
 def _parse(name: str, raw: object, source: str) -> object:
     spec = _BY_NAME[name]
-    if name == "allow_net" and isinstance(raw, list) and all(isinstance(r, str) for r in raw):
+    if name in _REPEATED and isinstance(raw, list) and all(isinstance(r, str) for r in raw):
         raw = [part for item in raw for part in item.split(",") if part.strip()]
     try:
         return spec.parse(raw)

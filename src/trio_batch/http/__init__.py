@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._app import create_app as create_app
+from ._cors import check_origins as check_origins
 from ._deliveries import DeliveryPolicy as DeliveryPolicy, open_deliveries as open_deliveries
 from ._keys import (
     KeyRecord as KeyRecord,
@@ -43,6 +44,7 @@ __all__ = [
     "OptionsCheckFunc",
     "PrecheckFunc",
     "add_key",
+    "check_origins",
     "create_app",
     "hash_key",
     "load_keys",

@@ -13,7 +13,7 @@ import importlib
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Protocol, TypeVar
 
 import trio
@@ -31,6 +31,7 @@ from ..metrics import PrometheusMetrics
 from ..stores import JobSummary
 from . import _answers as answers, _stream as stream
 from ._context import KEEPALIVE_SECONDS, Ctx, authenticate
+from ._cors import Cors, OriginGuard, check_origins
 from ._deadline import StoreBudget, StoreCalls, StoreTimeout
 from ._errors import (
     ApiError,
@@ -46,6 +47,7 @@ from ._observe import Observe
 from ._openapi import openapi_document
 from ._parse import (
     MAX_BODY,
+    MAX_INT,
     OptionsCheckFunc,
     PrecheckFunc,
     check_target,
@@ -53,12 +55,14 @@ from ._parse import (
     parse_batch,
     parse_concurrency,
     parse_target,
+    path_id,
     query_flag,
     query_int,
     query_states,
     read_json,
     sealed,
     shown,
+    whole,
 )
 from ._results import with_targets
 from ._ui import ui_page
@@ -66,9 +70,10 @@ from ._webhook_input import parse_retry_body, parse_webhook
 
 R = TypeVar("R", Job, JobSummary)
 
-SiteMapFunc = Callable[[Caller, str, int, bool], Awaitable[Mapping[str, JSONValue]]]
-"""``await site_map(caller, url, limit, same_host)`` -> ``{"urls", "complete", "notes"}``: what
-``POST /v1/map`` answers (``trio_batch.web``'s ``site_map`` over the engine's fetcher)."""
+SiteMapFunc = Callable[[Caller, str, int, bool, bool | None], Awaitable[Mapping[str, JSONValue]]]
+"""``await site_map(caller, url, limit, same_host, robots)`` -> ``{"urls", "complete", "notes"}``:
+what ``POST /v1/map`` answers (``trio_batch.web``'s ``site_map`` over the engine's fetcher).
+``robots`` None: the fetcher's own setting (``serve --robots``)."""
 
 MAP_LIMIT = 10_000
 """The most URLs ``POST /v1/map`` answers."""
@@ -114,9 +119,9 @@ def _default_site_map(fetch: FetchFunc | None) -> SiteMapFunc | None:
         return None
 
     async def site_map(
-        caller: Caller, url: str, limit: int, same_host: bool
+        caller: Caller, url: str, limit: int, same_host: bool, robots: bool | None
     ) -> dict[str, JSONValue]:
-        found = await mapper(fetch, caller, url, limit=limit, same_host=same_host)
+        found = await mapper(fetch, caller, url, limit=limit, same_host=same_host, robots=robots)
         answer: dict[str, JSONValue] = found.to_json()
         return answer
 
@@ -140,6 +145,7 @@ def create_app(
     store_timeout: float = 5.0,
     keepalive: float = KEEPALIVE_SECONDS,
     mounts: Mapping[str, MountedApp] | None = None,
+    cors_origins: Iterable[str] = (),
 ) -> ASGIApp:
     """The ASGI app of the batch API (SPEC §5) over ``engine``, letting in the callers in ``keys``.
 
@@ -169,10 +175,17 @@ def create_app(
             events waits for such writes.
         mounts: other apps answered at their paths, such as ``{"/mcp": McpEndpoint()}`` (the
             MCP server of ``serve``); each one's ``running()`` is open for the app's lifespan.
+            A request to one with an ``Origin`` header off ``cors_origins`` gets 403
+            (``_cors.OriginGuard``: a browser page, maybe DNS rebinding).
+        cors_origins: origins (``https://dashboard.example.org``) whose pages may call the
+            API: their preflights are answered, their answers carry
+            ``Access-Control-Allow-Origin`` (``_cors``). None by default.
 
     Raises:
-        ValueError: ``store_timeout`` is not > 0.
+        ValueError: ``store_timeout`` is not > 0, or a CORS origin is ``*`` or not an
+            origin.
     """
+    origins = check_origins(cors_origins)
     ctx = Ctx(
         engine=engine,
         keys=keys,
@@ -195,39 +208,47 @@ def create_app(
         with_map=mapper is not None,
         max_body=max_body,
         retry_after=retry_after,
+        targets_per_job=engine.config.targets_per_job,
+        max_concurrency=engine.config.max_concurrency,
     )
 
-    def route(path: str, fn: Callable[[Ctx, Request], Awaitable[Response]], method: str) -> Route:
-        endpoint = answer_errors(
+    table: dict[str, dict[str, Endpoint]] = {}
+
+    def route(path: str, fn: Callable[[Ctx, Request], Awaitable[Response]], method: str) -> None:
+        table.setdefault(path, {})[method] = answer_errors(
             functools.partial(fn, ctx),
             retry_after_seconds=retry_after,
             throttle=ctx.calls.health.throttle,
         )
-        return Route(path, endpoint, methods=[method], name=f"{method} {path}")
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
 
+    route("/v1/batch", _submit, "POST")
+    route("/v1/batch", list_jobs, "GET")
+    route("/v1/batch/{id}/results", stream.results, "GET")
+    route("/v1/batch/{id}/events", stream.events, "GET")
+    route("/v1/batch/{id}", _get_batch, "GET")
+    route("/v1/batch/{id}", _cancel, "DELETE")
+    route("/v1/batch/{id}/retry", _retry, "POST")
+    route("/v1/me", _me, "GET")
+    route("/v1/batch/{id}/{idx:int}", _get_target, "GET")
+    route("/healthz", _healthz, "GET")
+    route("/metrics", _metrics, "GET")
+    if fetch is not None:
+        route("/v1/fetch", _fetch, "POST")
+    if mapper is not None:
+        route("/v1/map", functools.partial(_map, mapper), "POST")
+    # One route a path, with all its methods: a 405's Allow lists every one (RFC 9110).
     routes: list[BaseRoute] = [
-        route("/v1/batch", _submit, "POST"),
-        route("/v1/batch", list_jobs, "GET"),
-        route("/v1/batch/{id}/results", stream.results, "GET"),
-        route("/v1/batch/{id}/events", stream.events, "GET"),
-        route("/v1/batch/{id}", _get_batch, "GET"),
-        route("/v1/batch/{id}", _cancel, "DELETE"),
-        route("/v1/batch/{id}/retry", _retry, "POST"),
-        route("/v1/me", _me, "GET"),
-        route("/v1/batch/{id}/{idx:int}", _get_target, "GET"),
-        route("/healthz", _healthz, "GET"),
-        route("/metrics", _metrics, "GET"),
+        Route(path, _by_method(methods), methods=list(methods), name=path)
+        for path, methods in table.items()
+    ]
+    routes += [
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/ui", ui_page, methods=["GET"]),
     ]
-    if fetch is not None:
-        routes.append(route("/v1/fetch", _fetch, "POST"))
-    if mapper is not None:
-        routes.append(route("/v1/map", functools.partial(_map, mapper), "POST"))
-    mounted = dict(mounts or {})
+    mounted = {path: OriginGuard(sub, origins) for path, sub in (mounts or {}).items()}
     routes.extend(Route(path, sub) for path, sub in mounted.items())
 
     @contextlib.asynccontextmanager
@@ -242,7 +263,22 @@ def create_app(
         exception_handlers={HTTPException: routing_error},
         lifespan=lifespan,
     )
-    return Observe(app, routes, ctx.metrics, access_log_enabled, stopping=ctx.stopping)
+    return Observe(
+        Cors(app, origins), routes, ctx.metrics, access_log_enabled, stopping=ctx.stopping
+    )
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _by_method(methods: Mapping[str, Endpoint]) -> Endpoint:
+    """One endpoint for a path's methods (HEAD is GET's, as Starlette routes it)."""
+
+    async def endpoint(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await methods[method](request)
+
+    return endpoint
 
 
 async def _owned(
@@ -258,7 +294,7 @@ async def _owned(
     is the cheapest read the answer needs: ``engine.job`` (one row) or ``engine.summary`` (the
     row and the targets counted by state); never a whole snapshot of every target.
     """
-    found = await store.read(read, request.path_params["id"])
+    found = await store.read(read, path_id(request))
     job = found if isinstance(found, Job) else found.job if found is not None else None
     if found is None or job is None or job.caller != record.name:
         raise not_found()
@@ -365,13 +401,17 @@ async def _get_target(ctx: Ctx, request: Request) -> Response:
     await _touch(ctx, store, job.id)
 
     idx: int = request.path_params["idx"]
+    shown = idx if idx <= MAX_INT else f"{str(idx)[:12]}..."
+    missing = ApiError(
+        404,
+        f"the job has no target {shown}",
+        f"targets are numbered from 0 to {job.targets_total - 1}",
+    )
+    if not 0 <= idx < min(job.targets_total, MAX_INT + 1):  # checked before the store sees it
+        raise missing
     found = await store.read(functools.partial(ctx.engine.targets, job.id, after=idx - 1, limit=1))
-    if not 0 <= idx < job.targets_total or not found or found[0].idx != idx:
-        raise ApiError(
-            404,
-            f"the job has no target {idx}",
-            f"targets are numbered from 0 to {job.targets_total - 1}",
-        )
+    if not found or found[0].idx != idx:
+        raise missing
     return JSONResponse(answers.target(found[0], ctx.engine.waiting(job.id)))
 
 
@@ -472,8 +512,11 @@ async def _fetch(ctx: Ctx, request: Request) -> Response:
     return JSONResponse(answers.fetched(target.url, result))
 
 
-def _parse_map(body: object) -> tuple[str, int, bool]:
-    """The ``url``, ``limit`` and ``same_host`` of a ``POST /v1/map`` body."""
+_MAP_FIELDS = ("url", "limit", "same_host", "robots")
+
+
+def _parse_map(body: object) -> tuple[str, int, bool, bool | None]:
+    """The ``url``, ``limit``, ``same_host`` and ``robots`` of a ``POST /v1/map`` body."""
     if not isinstance(body, dict):
         raise ApiError(
             400,
@@ -482,10 +525,11 @@ def _parse_map(body: object) -> tuple[str, int, bool]:
             field="body",
         )
     for name in body:
-        if name not in ("url", "limit", "same_host"):
+        if name not in _MAP_FIELDS:
             raise ApiError(
                 400,
-                f"{shown(name)} is not a field; the body has the fields url, limit and same_host",
+                f"{shown(name)} is not a field; the body has the fields url, limit, same_host "
+                "and robots",
                 "remove the field",
                 field=shown(name),
             )
@@ -498,12 +542,12 @@ def _parse_map(body: object) -> tuple[str, int, bool]:
             field="url",
         )
     check_text("url", url)
-    limit = body.get("limit", MAP_DEFAULT_LIMIT)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAP_LIMIT:
+    raw = body.get("limit", MAP_DEFAULT_LIMIT)
+    limit = whole(raw)
+    if limit is None or not 1 <= limit <= MAP_LIMIT:
         raise ApiError(
             400,
-            f"limit must be a whole number from 1 to {MAP_LIMIT:,} "
-            f"(got {shown(json.dumps(limit))})",
+            f"limit must be a whole number from 1 to {MAP_LIMIT:,} (got {shown(json.dumps(raw))})",
             f"leave it out for {MAP_DEFAULT_LIMIT:,} URLs; at most {MAP_LIMIT:,}",
             field="limit",
         )
@@ -515,19 +559,28 @@ def _parse_map(body: object) -> tuple[str, int, bool]:
             "true (the default) keeps the start page's host only",
             field="same_host",
         )
-    return url, limit, same_host
+    robots = body.get("robots")
+    if robots is not None and not isinstance(robots, bool):
+        raise ApiError(
+            400,
+            "robots must be true or false",
+            "true checks every document of the map against its site's robots.txt; leave it "
+            "out for the server's setting",
+            field="robots",
+        )
+    return url, limit, same_host, robots
 
 
 async def _map(site_map: SiteMapFunc, ctx: Ctx, request: Request) -> Response:
     """``POST /v1/map``: a site's URLs, from its sitemaps and its start page's links."""
     record = authenticate(ctx, request)
-    url, limit, same_host = _parse_map(await read_json(request, ctx.max_body))
+    url, limit, same_host, robots = _parse_map(await read_json(request, ctx.max_body))
     try:
         ctx.precheck(url)
     except TargetError as exc:
         raise ApiError(400, f"url: {exc.msg}", exc.hint, field="url") from None
     try:
-        answer = await site_map(record.caller(), url, limit, same_host)
+        answer = await site_map(record.caller(), url, limit, same_host, robots)
     except Exception as exc:
         raise _fetch_failure(ctx, exc) from None
     return JSONResponse(dict(answer))

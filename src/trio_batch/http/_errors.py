@@ -42,6 +42,7 @@ CODES: Final[dict[str, tuple[int, str]]] = {
     "bad_request": (400, "the request is malformed or an input fails a check; `field` names it"),
     "no_targets": (400, "a submit with an empty targets array"),
     "unauthorized": (401, "no API key, or one the server does not know"),
+    "origin_refused": (403, "/mcp from a browser page whose Origin is not on the allow-list"),
     "not_found": (404, "no such job (or another caller's), target or route"),
     "method_not_allowed": (405, "the route has no such method; `Allow` lists those it has"),
     "not_cancellable": (409, "a cancel of a job that has finished; `status` says how"),
@@ -200,7 +201,11 @@ def answer_errors(
             )
             return store_timed_out(exc, retry_after_seconds).response()
         except ClientDisconnect:
-            return ApiError(400, "the client went away while sending the body").response()
+            return ApiError(
+                400,
+                "the client went away while sending the body",
+                "send the whole body again",
+            ).response()
         except Exception as exc:
             failure = store_failure(exc)
             kind = type(failure if failure is not None else exc).__name__

@@ -1,8 +1,9 @@
 """Reading requests: the body, the targets in it, and the query parameters.
 
 Each check fails with a 400 (413 for a body too big) whose ``field`` names the input at fault,
-like ``targets[2].options.mode``. The options' names and JSON types come from
-``trio_batch.Options`` itself, so the API, its OpenAPI document and the engine cannot drift.
+like ``targets[2].options.mode``, and whose ``hint`` says what to send instead. The options'
+names and JSON types come from ``trio_batch.Options`` itself, so the API, its OpenAPI document
+and the engine cannot drift.
 
 JSON may carry any string, including a lone surrogate (``"\\ud800"``), which is not Unicode
 text: it cannot be encoded, so it could not be hashed, stored or even echoed in an answer. A
@@ -23,7 +24,7 @@ from starlette.requests import Request
 from .._errors import TargetError
 from .._headers import SECRETS, header_refusal
 from .._model import Options, Target, TargetState
-from ._errors import ApiError
+from ._errors import ApiError, not_found
 
 PrecheckFunc = Callable[[str], None]
 """Checks a target URL before it is accepted; raises ``TargetError`` (status 400) if it fails."""
@@ -33,7 +34,10 @@ OptionsCheckFunc = Callable[[Options], None]
 MAX_BODY = 256 * 1024
 """Largest request body, in bytes, counted while it is read."""
 MAX_INT = 2**31 - 1
-"""Largest ``offset`` or ``limit``."""
+"""Largest ``offset`` or ``limit``, and target index."""
+MAX_ID_CHARS = 64
+"""Longest job id in a path: the ids this server hands out are 32 hex characters; a longer
+one names no job (404) and never reaches the store."""
 
 _HINTS = typing.get_type_hints(Options, localns={"Mapping": Mapping})  # headers' type
 _ARRAYS = {"headers": (dict,), "formats": (list,)}
@@ -59,6 +63,40 @@ def _wanted(types: tuple[type, ...]) -> str:
 
 
 _OPTION_WANTED = {name: _wanted(types) for name, types in OPTION_TYPES.items()}
+_OPTION_EXAMPLES = {
+    "formats": '["markdown", "links"]',
+    "headers": '{"Accept-Language": "en"}',
+    "robots": "true",
+    "render": "true",
+    "recover": "true",
+    "context": "true",
+    "wait_for": '"#content"',
+    "mode": '"markdown"',
+    "question": '"what does it cost?"',
+    "grep": '"price"',
+    "jq": '".items[0]"',
+    "pages": '"1-3"',
+}
+"""An example value of each option, for the hint of a value of the wrong type."""
+
+
+def _option_hint(name: str) -> str:
+    example = _OPTION_EXAMPLES.get(name)
+    if example is None:
+        return f"send {_OPTION_WANTED[name]}, or leave {name} out"
+    return f"send {_OPTION_WANTED[name]}, such as {example}, or leave {name} out"
+
+
+def path_id(request: Request) -> str:
+    """The job id in the request's path.
+
+    Raises:
+        ApiError: 404 for an id longer than any this server gives (:data:`MAX_ID_CHARS`).
+    """
+    job_id: str = request.path_params["id"]
+    if len(job_id) > MAX_ID_CHARS:
+        raise not_found()
+    return job_id
 
 
 async def read_json(request: Request, max_body: int, *, optional: bool = False) -> object:
@@ -150,12 +188,30 @@ def _type_name(value: object) -> str:
     return "an object"
 
 
-def parse_target(item: object, where: str) -> Target:
-    """The target ``{"url", "options"}`` at ``where`` (``body`` or ``targets[i]``)."""
+def parse_target(item: object, where: str, *, bare: bool = False) -> Target:
+    """The target ``{"url", "options"}`` at ``where`` (``body`` or ``targets[i]``); with
+    ``bare``, a URL string alone too (a target without options)."""
+    if bare and isinstance(item, str):
+        if not item:
+            raise ApiError(
+                400,
+                f"{where} is an empty string",
+                "give every target an absolute http(s) URL",
+                field=where,
+            )
+        check_text(where, item)
+        return Target(item)
     if not isinstance(item, dict):
+        shape = (
+            'a URL string or an object like {"url": "https://..."}'
+            if bare
+            else ('an object like {"url": "https://..."}')
+        )
         raise ApiError(
             400,
-            f'{where} must be an object like {{"url": "https://..."}} (got {_type_name(item)})',
+            f"{where} must be {shape} (got {_type_name(item)})",
+            'send {"url": "https://example.org/", "options": {...}}'
+            + (", or the URL string alone" if bare else ""),
             field=where,
         )
     for name in item:
@@ -181,6 +237,7 @@ def parse_target(item: object, where: str) -> Target:
         raise ApiError(
             400,
             f"{where}.options must be an object (got {_type_name(raw)})",
+            'send options as an object, such as {"mode": "markdown"}, or leave them out',
             field=f"{where}.options",
         )
     for name, value in raw.items():
@@ -197,6 +254,7 @@ def parse_target(item: object, where: str) -> Target:
             raise ApiError(
                 400,
                 f"{where}.options.{name} must be {_OPTION_WANTED[name]} (got {_type_name(value)})",
+                _option_hint(name),
                 field=f"{where}.options.{name}",
             )
         if isinstance(value, str):
@@ -215,6 +273,7 @@ def _check_strings(values: list[object], where: str) -> None:
             raise ApiError(
                 400,
                 f"{where}[{i}] must be a string (got {_type_name(value)})",
+                'send names as strings, such as ["markdown", "links"]',
                 field=f"{where}[{i}]",
             )
         check_text(f"{where}[{i}]", value)
@@ -271,8 +330,13 @@ def parse_batch(data: object) -> list[Target]:
         )
     items = data["targets"]
     if not isinstance(items, list):
-        raise ApiError(400, f"targets must be an array (got {_type_name(items)})", field="targets")
-    targets = [parse_target(item, f"targets[{i}]") for i, item in enumerate(items)]
+        raise ApiError(
+            400,
+            f"targets must be an array (got {_type_name(items)})",
+            'send {"targets": ["https://example.org/", {"url": "https://example.org/b"}]}',
+            field="targets",
+        )
+    targets = [parse_target(item, f"targets[{i}]", bare=True) for i, item in enumerate(items)]
     robots = data.get("robots")
     if robots is None:
         return targets
@@ -294,13 +358,24 @@ def parse_batch(data: object) -> list[Target]:
 _BATCH_FIELDS = ("targets", "webhook", "concurrency", "robots")
 
 
+def whole(value: object) -> int | None:
+    """A JSON whole number as an int (``3`` or ``3.0``, as JSON Schema's integer is); None
+    for anything else (a boolean, a fraction, a string)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) else None
+
+
 def parse_concurrency(data: object, most: int) -> int:
     """The submit body's ``concurrency`` (1 when absent): targets of the job at once."""
-    value = data.get("concurrency", 1) if isinstance(data, dict) else 1
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+    raw = data.get("concurrency", 1) if isinstance(data, dict) else 1
+    value = whole(raw)
+    if value is None or not 1 <= value <= most:
         raise ApiError(
             400,
-            f"concurrency must be a whole number from 1 to {most} (got {shown(json.dumps(value))})",
+            f"concurrency must be a whole number from 1 to {most} (got {shown(json.dumps(raw))})",
             f"send a concurrency from 1 to {most}; the server's operator sets the most with "
             "--max-concurrency",
             field="concurrency",
@@ -330,9 +405,10 @@ def check_target(
 
 
 def query_int(request: Request, name: str, default: int | None, lo: int) -> int | None:
-    """The whole-number query parameter ``name``, from ``lo`` to ``MAX_INT``."""
+    """The whole-number query parameter ``name``, from ``lo`` to ``MAX_INT`` (``default`` when
+    it is absent; an empty one is a 400, as the OpenAPI document says)."""
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     if not raw.isdigit() or not lo <= int(raw) <= MAX_INT:
         raise ApiError(
@@ -345,11 +421,11 @@ def query_int(request: Request, name: str, default: int | None, lo: int) -> int 
 
 
 def query_flag(request: Request, name: str) -> bool:
-    """The query flag ``name``: ``1``/``true`` or ``0``/``false``/absent."""
+    """The query flag ``name``: ``1``/``true`` or ``0``/``false``/absent (not empty)."""
     raw = request.query_params.get(name, "0").lower()
     if raw in ("1", "true"):
         return True
-    if raw in ("0", "false", ""):
+    if raw in ("0", "false"):
         return False
     raise ApiError(
         400,
@@ -360,9 +436,10 @@ def query_flag(request: Request, name: str) -> bool:
 
 
 def query_states(request: Request) -> set[str] | None:
-    """The target states listed in ``state`` (comma-separated), or None for all."""
+    """The target states listed in ``state`` (comma-separated), or None for all (no ``state``;
+    an empty one is a 400, as the OpenAPI document says)."""
     raw = request.query_params.get("state")
-    if raw is None or raw == "":
+    if raw is None:
         return None
     states = {s.strip() for s in raw.split(",")}
     allowed = [s.value for s in TargetState]

@@ -33,7 +33,7 @@ from . import _answers as answers
 from ._context import Ctx, authenticate
 from ._deadline import StoreTimeout
 from ._errors import ApiError, not_found
-from ._parse import query_flag, query_int, query_states
+from ._parse import path_id, query_flag, query_int, query_states
 from ._stopping import Stopping
 
 _log = logging.getLogger("trio_batch.http")
@@ -200,7 +200,7 @@ async def finished_in_order(
 
 async def _owned_job(ctx: Ctx, request: Request, caller: str) -> Job:
     """The job in the path if it is ``caller``'s (else 404), its lease moved in the background."""
-    job_id: str = request.path_params["id"]
+    job_id = path_id(request)
     store = ctx.calls.request()
     job = await store.read(ctx.engine.job, job_id)
     if job is None or job.caller != caller:
@@ -341,13 +341,17 @@ async def results(ctx: Ctx, request: Request) -> Response:
     )
 
 
+ENDED = -2
+"""``Last-Event-ID: end``: the client read the ``end`` event already (:func:`_last_event_id`)."""
+
+
 def _last_event_id(request: Request) -> int | None:
-    """The target index to resume after, from ``Last-Event-ID`` (``end``: after every target)."""
+    """The target index to resume after, from ``Last-Event-ID``; :data:`ENDED` for ``end``."""
     raw = request.headers.get("last-event-id", "").strip()
     if raw == "":
         return None
     if raw == "end":
-        return 2**31 - 1
+        return ENDED
     if not raw.isdigit() or len(raw) > 10:
         raise ApiError(
             400,
@@ -375,10 +379,18 @@ def waiting_event(waiting: WaitingTarget) -> bytes:
 
 
 async def events(ctx: Ctx, request: Request) -> Response:
-    """``GET /v1/batch/{id}/events``: ``target`` events as targets end, then ``end``."""
+    """``GET /v1/batch/{id}/events``: ``target`` events as targets end, then ``end``.
+
+    A reconnect after the ``end`` event (``Last-Event-ID: end``, what a browser's
+    ``EventSource`` sends when the closed stream makes it try again) is answered 204 No
+    Content, which tells the browser to stop reconnecting (the HTML standard's way): the job
+    has nothing more to say.
+    """
     record = authenticate(ctx, request)
     resume = _last_event_id(request)
     job_id = (await _owned_job(ctx, request, record.name)).id
+    if resume == ENDED:
+        return Response(status_code=204, headers={"Cache-Control": "no-store"})
     touched = ctx.wall_clock()
 
     async def produce(write: Write) -> None:

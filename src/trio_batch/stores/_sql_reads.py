@@ -45,9 +45,15 @@ def job_summary(job_id: str) -> Query:
     return sql, [job_id]
 
 
+_LIVE_SQL = "status IN ('queued', 'running')"
+"""The live jobs, written as the partial indexes on them are (SQLite uses such an index only
+when the query holds its very WHERE term)."""
+
+
 def only_live(statuses: Sequence[JobStatus] | None) -> bool:
-    """Whether a listing asks for live jobs only (a store may read its live-job index then)."""
-    return statuses is not None and all(JobStatus(s).live for s in statuses)
+    """Whether a listing asks for some live jobs and no others (a store may read its live-job
+    index then: the listing's WHERE holds the index's own term)."""
+    return bool(statuses) and all(JobStatus(s).live for s in statuses or ())
 
 
 def list_jobs(
@@ -65,6 +71,8 @@ def list_jobs(
         # live statuses applies: status=live then reads the few live jobs, not the listing.
         values = ", ".join(f"'{JobStatus(s).value}'" for s in statuses)
         where.append(f"status IN ({values})" if statuses else "1 = 0")
+        if only_live(statuses):  # queued or running alone: the index's term, then the status
+            where.append(_LIVE_SQL)
     if before is not None:
         # A range on the index's second column, then a filter for the ties.
         where.append("created_at <= ? AND (created_at < ? OR id < ?)")

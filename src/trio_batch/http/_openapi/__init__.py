@@ -17,9 +17,16 @@ from .schemas import SCHEMAS
 
 
 def openapi_document(
-    *, with_fetch: bool, max_body: int, retry_after: int, with_map: bool = False
+    *,
+    with_fetch: bool,
+    max_body: int,
+    retry_after: int,
+    with_map: bool = False,
+    targets_per_job: int | None = None,
+    max_concurrency: int | None = None,
 ) -> dict[str, JSONValue]:
-    """The OpenAPI document of an app made by ``create_app`` with these arguments."""
+    """The OpenAPI document of an app made by ``create_app`` with these arguments, and the
+    engine's caps on a submit (``targets_per_job``, ``max_concurrency``) when given."""
     document: dict[str, JSONValue] = {
         "openapi": "3.1.0",
         "info": {
@@ -44,4 +51,19 @@ def openapi_document(
     }
 
     # A fresh copy: the caller may change it without touching the shared parts of the next one.
-    return copy.deepcopy(document)
+    document = copy.deepcopy(document)
+    if targets_per_job is not None:
+        _batch_property(document, "targets")["maxItems"] = targets_per_job
+    if max_concurrency is not None:
+        _batch_property(document, "concurrency")["maximum"] = max_concurrency
+    return document
+
+
+def _batch_property(document: dict[str, JSONValue], name: str) -> dict[str, JSONValue]:
+    """The schema of ``BatchIn``'s property ``name`` in ``document``, to change."""
+    found: JSONValue = document
+    for key in ("components", "schemas", "BatchIn", "properties", name):
+        assert isinstance(found, dict)
+        found = found[key]
+    assert isinstance(found, dict)
+    return found

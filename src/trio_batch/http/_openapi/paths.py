@@ -8,6 +8,7 @@ results and Server-Sent Events) are in ``streams``.
 from __future__ import annotations
 
 from ..._model import JobStatus, JSONValue
+from .._listing import CURSOR_PATTERN
 from .._parse import MAX_INT
 from .parts import (
     AUTH_401,
@@ -93,8 +94,8 @@ def _list_batches() -> dict[str, JSONValue]:
             ),
             query(
                 "before",
-                "The `next` cursor of the previous page.",
-                {"type": "string", "minLength": 1},
+                "The `next` cursor of the previous page, as it was.",
+                {"type": "string", "pattern": CURSOR_PATTERN},
             ),
         ],
         "responses": {
@@ -192,7 +193,9 @@ def _retry_batch() -> dict[str, JSONValue]:
         "carried over).",
         "requestBody": {
             "required": False,
-            "content": {"application/json": {"schema": ref("RetryIn")}},
+            "content": {
+                "application/json": {"schema": {"anyOf": [ref("RetryIn"), {"type": "null"}]}}
+            },
         },
         "responses": {
             "200": json_answer(ref("Retried"), "The same retry exists already: reused."),

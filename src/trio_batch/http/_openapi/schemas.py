@@ -15,6 +15,23 @@ from .parts import JOB_STATUSES, TARGET_STATES, ref
 
 _JSON_TYPES: dict[type, str] = {str: "string", bool: "boolean", type(None): "null"}
 
+URL_PATTERN = (
+    r"^[Hh][Tt][Tt][Pp][Ss]?://"
+    r"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(:[1-9][0-9]{0,3})?"
+    r"([/?#][^\s\\\x00-\x1f\x7f]*)?$"
+)
+"""An absolute http(s) URL with a host name (not a literal address) and no credentials: the
+URLs a schema can tell from the ones the guard refuses (a private address, ``localhost``, a
+name that resolves to one: those are 400, or 403 when fetched, whatever the document says)."""
+
+_URL: dict[str, JSONValue] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 2048,
+    "pattern": URL_PATTERN,
+}
+
 _OPTION_DOCS = {
     "mode": "text (default), markdown, html or raw.",
     "question": "Return the passages that answer it.",
@@ -48,14 +65,21 @@ _OPTION_DOCS = {
 """One line per field of ``trio_batch.Options``; a new field without one fails at import."""
 
 
-_HEADERS: dict[str, JSONValue] = {  # loose: the server's 400 names a refused header
+def _any_case(name: str) -> str:
+    """A pattern of ``name`` in any case: ``[Aa][Cc]...``."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in name)
+
+
+_HEADERS: dict[str, JSONValue] = {  # a name twice in two cases is the server's 400 alone
     "type": "object",
     "maxProperties": len(ALLOWED_HEADERS),
+    "propertyNames": {"pattern": f"^({'|'.join(_any_case(n) for n in ALLOWED_HEADERS)})$"},
     "additionalProperties": {
         "type": "string",
         "minLength": 1,
         "maxLength": MAX_HEADER_CHARS,
-        "description": "One line of visible ASCII.",
+        "pattern": "^[\\x21-\\x7e]([\\x20-\\x7e\\t]*[\\x21-\\x7e])?$",
+        "description": "One line of visible ASCII, no blank at either end.",
     },
     "description": _OPTION_DOCS["headers"],
 }
@@ -81,7 +105,13 @@ def _option(name: str, types: tuple[type, ...]) -> dict[str, JSONValue]:
     if name == "formats":
         return _FORMATS
     kinds = [_JSON_TYPES[t] for t in types]
-    return {"type": kinds[0] if len(kinds) == 1 else kinds, "description": _OPTION_DOCS[name]}
+    option: dict[str, JSONValue] = {
+        "type": kinds[0] if len(kinds) == 1 else kinds,
+        "description": _OPTION_DOCS[name],
+    }
+    if name == "mode":
+        option["enum"] = ["", "text", "markdown", "html", "raw"]
+    return option
 
 
 OPTIONS: dict[str, JSONValue] = {
@@ -90,6 +120,29 @@ OPTIONS: dict[str, JSONValue] = {
     "properties": {name: _option(name, types) for name, types in OPTION_TYPES.items()},
     "additionalProperties": False,
 }
+
+
+def _event(name: str, ident: str | None, data: str) -> dict[str, JSONValue]:
+    """One kind of Server-Sent Event: its name, its id's pattern (None: it has no id), and
+    the component its JSON ``data`` holds."""
+    properties: dict[str, JSONValue] = {
+        "event": {"type": "string", "const": name},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": ref(data),
+        },
+    }
+    if ident is None:  # no id line: a client's Last-Event-ID stays the last target's
+        return {
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": properties,
+            "not": {"required": ["id"]},
+        }
+    properties["id"] = {"type": "string", "pattern": ident}
+    return {"type": "object", "required": ["event", "id", "data"], "properties": properties}
+
 
 SCHEMAS: dict[str, JSONValue] = {
     "Error": {
@@ -123,26 +176,42 @@ SCHEMAS: dict[str, JSONValue] = {
         "required": ["url"],
         "properties": {
             "url": {
-                "type": "string",
-                "minLength": 1,
-                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
+                **_URL,
                 "description": "An absolute http(s) URL of a public host, at most 2,048 "
                 "characters, without credentials.",
             },
             "options": ref("Options"),
         },
         "additionalProperties": False,
+        "example": {"url": "https://example.org/", "options": {"mode": "markdown"}},
     },
     "BatchIn": {
         "type": "object",
         "required": ["targets"],
+        "example": {
+            "targets": [
+                "https://example.org/",
+                {"url": "https://example.org/about", "options": {"formats": ["text", "links"]}},
+            ],
+            "concurrency": 2,
+        },
         "properties": {
-            "targets": {"type": "array", "items": ref("TargetIn")},
+            "targets": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "anyOf": [
+                        {**_URL, "description": "A URL alone: a target without options."},
+                        ref("TargetIn"),
+                    ]
+                },
+            },
             "webhook": ref("WebhookIn"),
             "robots": {
-                "type": "boolean",
+                "type": ["boolean", "null"],
                 "description": "Obey each site's robots.txt for every target of the job that "
-                "does not say otherwise in its options (the server's robots setting otherwise).",
+                "does not say otherwise in its options; null or absent: the server's robots "
+                "setting.",
             },
             "concurrency": {
                 "type": "integer",
@@ -163,9 +232,7 @@ SCHEMAS: dict[str, JSONValue] = {
         "required": ["url"],
         "properties": {
             "url": {
-                "type": "string",
-                "minLength": 1,
-                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
+                **_URL,
                 "description": "An absolute http(s) URL of a public host (a target's checks).",
             },
             "events": {
@@ -351,24 +418,26 @@ SCHEMAS: dict[str, JSONValue] = {
         "additionalProperties": False,
     },
     "Event": {
+        "description": "One Server-Sent Event of `GET /v1/batch/{id}/events`: `target` (id = "
+        "its index) and `end` (id `end`), to send back as Last-Event-ID; `waiting` has no id.",
+        "oneOf": [
+            _event("target", "^[0-9]+$", "TargetEvent"),
+            _event("waiting", None, "Waiting"),
+            _event("end", "^end$", "Batch"),
+        ],
+    },
+    "Waiting": {
         "type": "object",
-        "description": "One Server-Sent Event of `GET /v1/batch/{id}/events`.",
-        "required": ["event", "id", "data"],
+        "description": "The data of a `waiting` event: the next target waits for its host's "
+        "budget (docs/politeness.md); `until` is when it may go (Unix seconds), null while it "
+        "waits for a slot to free.",
+        "required": ["idx", "reason", "until"],
         "properties": {
-            "event": {"type": "string", "enum": ["target", "end"]},
-            "id": {
-                "type": "string",
-                "pattern": "^([0-9]+|end)$",
-                "description": "A target's index, or `end`: send it back as Last-Event-ID.",
-            },
-            "data": {
-                "type": "string",
-                "contentMediaType": "application/json",
-                "contentSchema": {"oneOf": [ref("TargetEvent"), ref("Batch")]},
-                "description": "JSON: `{idx, url, status, error, hint}` for `target`, the summary "
-                "for `end`.",
-            },
+            "idx": {"type": "integer", "minimum": 0},
+            "reason": {"type": "string", "enum": ["host_busy", "backoff", "crawl_delay"]},
+            "until": {"type": ["number", "null"]},
         },
+        "additionalProperties": False,
     },
     "JobList": {
         "type": "object",
@@ -410,16 +479,16 @@ SCHEMAS["RetryIn"] = {
     "type": "object",
     "properties": {"webhook": ref("WebhookIn")},
     "additionalProperties": False,
+    "example": {"webhook": {"url": "https://hooks.example.org/trio-batch", "events": ["end"]}},
 }
 SCHEMAS["MapIn"] = {
     "type": "object",
     "description": "The site to map: its start page, how many URLs at most, which hosts.",
     "required": ["url"],
+    "example": {"url": "https://example.org/", "limit": 100},
     "properties": {
         "url": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 2048,
+            **_URL,
             "description": "The site's start page: an absolute http(s) URL on a public host.",
         },
         "limit": {
@@ -433,7 +502,14 @@ SCHEMAS["MapIn"] = {
             "type": "boolean",
             "default": True,
             "description": "Keep the start page's host only (and the host it redirects to); "
-            "false keeps every host the sitemaps and links name.",
+            "false keeps every host the sitemaps and links name. Sitemaps that robots.txt "
+            "names are read on any host (cross-submission); their URLs are filtered the same.",
+        },
+        "robots": {
+            "type": "boolean",
+            "description": "Check every document the map reads (and each redirect hop) "
+            "against its site's robots.txt; a disallowed one is a note. Leave it out for the "
+            "server's robots setting.",
         },
     },
     "additionalProperties": False,

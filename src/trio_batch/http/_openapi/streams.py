@@ -69,15 +69,17 @@ def stream_events() -> dict[str, JSONValue]:
         "content; id = the index) each time a target ends done or failed, in input order; "
         "`event: waiting` (data `{idx, reason, until}`, no id) when the next target begins to "
         "wait for its host's budget (docs/politeness.md); "
-        "then `event: end` (data = the summary, "
-        "id `end`) and the stream closes. A comment line at least every 15 s. A job already "
-        "terminal answers its target events and `end` at once. Reading moves the job's expiry.",
+        "then `event: end` (data = the summary, id `end`) and the stream closes; a "
+        "reconnect with `Last-Event-ID: end` gets 204 (no more reconnects). A comment line at "
+        "least every 15 s. A job already terminal answers its target events and `end` at "
+        "once. Reading moves the job's expiry.",
         "parameters": [
             {
                 "name": "Last-Event-ID",
                 "in": "header",
-                "description": "Resume after this event id (a target index, or `end`).",
-                "schema": {"type": "string", "pattern": "^([0-9]{1,10}|end)$"},
+                "description": "Resume after this event id (a target index, or `end`); empty "
+                "is no id, as a browser that read none sends nothing.",
+                "schema": {"type": "string", "pattern": "^([0-9]{1,10}|end)?$"},
             }
         ],
         "responses": {
@@ -86,6 +88,10 @@ def stream_events() -> dict[str, JSONValue]:
                 "OpenAPI 3.2's `itemSchema` has it (and schemathesis reads `schema`): its "
                 "`event`, `id` and `data` (JSON).",
                 "content": {"text/event-stream": {"schema": ref("Event")}},
+            },
+            "204": {
+                "description": "Last-Event-ID is `end`: the stream ended already, nothing "
+                "more will come (a browser's EventSource stops reconnecting)."
             },
             "400": error("Last-Event-ID is not an id this stream sends."),
             "401": AUTH_401,

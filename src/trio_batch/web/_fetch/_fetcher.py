@@ -64,7 +64,7 @@ from ._response import (
     read_page,
     read_robots,
 )
-from ._robots import RobotsCache, obey
+from ._robots import ROBOTS_REDIRECTS, RobotsCache, RobotsVerdict, obey
 
 logger = logging.getLogger("trio_batch.web")
 
@@ -461,9 +461,11 @@ class WebFetcher:
         if cached is not None and cached.expires_at > now:
             return from_cache(cached, start=start, now=now, stale=None)
         robots_meta = await self._robots_for(target, checked)
+        obeys = self._obeys_robots(options)
         try:
             download = await self._warming_if_first(
-                options, functools.partial(self._fetch_network, client, caller, checked, sent)
+                options,
+                functools.partial(self._fetch_network, client, caller, checked, sent, obeys),
             )
         except Refused as refused:
             logger.debug("web fetch refused by the guard")
@@ -517,11 +519,14 @@ class WebFetcher:
 
     # -- network ----------------------------------------------------------------------------------
 
+    def _obeys_robots(self, options: Options) -> bool:
+        """Whether a target with ``options`` obeys robots.txt: its ``robots``, else the
+        fetcher's default (``robots=``)."""
+        return self._obey_robots_by_default if options.robots is None else options.robots
+
     async def _robots_for(self, target: Target, checked: Checked) -> dict[str, object]:
         """:meth:`_obey_robots` when the target (or, by default, this fetcher) obeys robots.txt."""
-        robots = target.options.robots
-        obey = self._obey_robots_by_default if robots is None else robots
-        return await self._obey_robots(target.url, checked) if obey else {}
+        return await self._obey_robots(checked) if self._obeys_robots(target.options) else {}
 
     async def warm(self) -> None:
         """Start a shaping worker now, instead of beside the first fetch that may need one.
@@ -590,13 +595,19 @@ class WebFetcher:
             pool.release(caller.name)
 
     async def _fetch_network(
-        self, client: httpx.AsyncClient, caller: Caller, checked: Checked, sent: _Sent
+        self,
+        client: httpx.AsyncClient,
+        caller: Caller,
+        checked: Checked,
+        sent: _Sent,
+        robots: bool,
     ) -> Download:
-        """Take the pool slots, then download within the deadline."""
+        """Take the pool slots, then download within the deadline (each redirect hop checked
+        against its host's robots.txt with ``robots``)."""
         async with self._fetch_slot(caller):
             try:
                 with trio.fail_after(self._timeout):
-                    return await self._download(client, checked, self._read, sent)
+                    return await self._download(client, checked, self._read, sent, robots=robots)
             except trio.TooSlowError:
                 raise timeout_error(self._timeout) from None
 
@@ -609,7 +620,8 @@ class WebFetcher:
         the page in a browser whose every request goes through the guard and the host budget
         (``_rendered``), then its DOM shaped as HTML. Nothing of it is cached."""
         robots_meta = await self._robots_for(target, checked)
-        load = functools.partial(self._renders.load, caller.name, target, sent.origin)
+        robots = self._robots_refusal if self._obeys_robots(target.options) else None
+        load = functools.partial(self._renders.load, caller.name, target, sent.origin, robots)
         async with self._fetch_slot(caller):
             body, page = await self._warming_if_first(target.options, load)
         shaper = self._shaper
@@ -630,18 +642,30 @@ class WebFetcher:
         first: Checked,
         read: Callable[[httpx.Response, Checked, int], Awaitable[T]],
         sent: _Sent = _NONE_SENT,
+        *,
+        robots: bool = False,
+        max_redirects: int | None = None,
+        redirected_past: Callable[[httpx.Response], T] | None = None,
     ) -> T:
         """Follow redirects through the guard, each hop in its host's budget; ``read`` reads
         the final answer (the page's :meth:`_read`, or robots.txt's). The target's headers
-        (``sent``) go with each hop, its credentials only until a hop leaves its origin."""
+        (``sent``) go with each hop, its credentials only until a hop leaves its origin.
+
+        With ``robots``, each hop after the first is checked against its own host's
+        robots.txt before it is requested (the first is the caller's to check). Past
+        ``max_redirects`` (the fetcher's by default) a redirect fails, unless
+        ``redirected_past`` answers for it (robots.txt reads that as unavailable)."""
+        most = self._max_redirects if max_redirects is None else max_redirects
         pins: dict[tuple[str, int], tuple[str, ...]] = {}
         token = PINS.set(pins)
         try:
             current = first
             headers = sent.origin
-            for hop in range(self._max_redirects + 1):
+            for hop in range(most + 1):
                 if _origin(current) != _origin(first):
                     headers = sent.elsewhere  # and so for every later hop, back home too
+                if hop and robots:
+                    await self._obey_robots(current, hop=True)
                 pins[(current.host, current.port)] = await self._addresses(current, hop)
                 slot = await self._slot(current)
                 try:
@@ -661,12 +685,10 @@ class WebFetcher:
                     with map_transport_errors(port=current.port, timeout=self._timeout):
                         location = response.headers.get(LOCATION)
                         if response.status_code in REDIRECTS and location:
+                            if hop >= most and redirected_past is not None:
+                                return redirected_past(response)
                             current = next_hop(
-                                current,
-                                location,
-                                hop,
-                                max_redirects=self._max_redirects,
-                                allow=self._allow,
+                                current, location, hop, max_redirects=most, allow=self._allow
                             )
                             continue
                         return await read(response, current, hop)
@@ -676,30 +698,71 @@ class WebFetcher:
         finally:
             PINS.reset(token)
 
-    async def _obey_robots(self, url: str, checked: Checked) -> dict[str, object]:
+    async def _obey_robots(self, checked: Checked, *, hop: bool = False) -> dict[str, object]:
         """Refuse a URL the site's robots.txt disallows (with ``robots=True``); space its host
         by its ``Crawl-delay``. Returns what the result's ``meta`` says of a capped delay.
+
+        The URL is checked as it is sent (``checked.url``: dot segments resolved, escaped as
+        on the wire), not as it was written. ``hop``: it is where a redirect leads.
 
         Raises:
             TargetError: disallowed (403, quoting the rule), or the file stayed unreachable
                 past the host's block limit (503).
             RetryLater: the file is unreachable for now: the host is backed off as for a 503.
         """
-        verdict = await self._robots.check(url)
+        verdict = await self._verdict(checked)
+        block_limit = self._budget.block_limit if self._budget is not None else DEFAULT_BLOCK_LIMIT
+        return obey(verdict, block_limit=block_limit, hop=hop)
+
+    async def _verdict(self, checked: Checked) -> RobotsVerdict:
+        """robots.txt's verdict on ``checked.url``; its ``Crawl-delay`` goes to the budget."""
+        verdict = await self._robots.check(str(checked.url))
         if verdict.crawl_delay and self._budget is not None:
             self._budget.set_crawl_delay(checked.scope, verdict.crawl_delay)
-        block_limit = self._budget.block_limit if self._budget is not None else DEFAULT_BLOCK_LIMIT
-        return obey(verdict, block_limit=block_limit)
+        return verdict
+
+    async def _robots_verdict(self, url: str) -> RobotsVerdict:
+        """What robots.txt says of ``url`` (fetching its origin's file through the guard and
+        the host budget if it is not cached), and its ``Crawl-delay`` given to the budget: the
+        check of a rendered page's requests (:meth:`_robots_refusal`).
+
+        Raises:
+            TargetError: the URL is not one the guard accepts (400/403).
+            ValueError: the URL is not http(s).
+        """
+        return await self._verdict(check_url(url, self._allow))
+
+    async def _robots_refusal(self, url: str) -> str | None:
+        """Why robots.txt stops ``url``, a request of a rendered page (the rule, or that the
+        file cannot be read now, which disallows everything: RFC 9309 §2.3.1.4); None when
+        it may go, or when robots.txt has no say (``data:``, an address the guard refuses:
+        the proxy refuses that)."""
+        try:
+            verdict = await self._robots_verdict(url)
+        except (TargetError, ValueError):
+            return None
+        except RetryLater:
+            return "robots.txt could not be read"
+        if verdict.unreachable:
+            return "robots.txt could not be read"
+        return None if verdict.allowed else verdict.rule or "Disallow"
 
     async def _robots_get(self, url: str) -> tuple[int, bytes]:
         """GET a robots.txt through the guard and its host's budget (not the fetch pool):
-        the status and at most ``MAX_ROBOTS_BYTES + 1`` bytes, redirects followed."""
+        the status and at most ``MAX_ROBOTS_BYTES + 1`` bytes, redirects followed (at least
+        five, RFC 9309 §2.3.1.2; past them, the last 3xx status, read as unavailable)."""
         client = self._client
         if client is None:
             raise trio.ClosedResourceError("the WebFetcher is closed")
         checked = check_url(url, self._allow)
         with trio.fail_after(self._timeout):
-            return await self._download(client, checked, read_robots)
+            return await self._download(
+                client,
+                checked,
+                read_robots,
+                max_redirects=max(self._max_redirects, ROBOTS_REDIRECTS),
+                redirected_past=lambda response: (response.status_code, b""),
+            )
 
     async def _slot(self, current: Checked) -> HostSlot | None:
         """A slot of the hop's host in the budget, unless the engine holds one for it already.

@@ -7,11 +7,13 @@ Three parts, each usable alone:
   (case-insensitively; several such groups are merged), else the ``*`` group, else no rules.
   Between ``Allow`` and ``Disallow`` the longest pattern wins and ``Allow`` wins a tie;
   ``*`` matches any run of characters and a final ``$`` anchors the end. Paths and patterns
-  are compared in one normal form (RFC 9309 §2.2.2): octets outside printable ASCII are
+  are compared in one normal form (RFC 9309 §2.2.2): octets outside printable ASCII and the
+  printable ones a URI may not hold raw (``"<>\\^`{|}``, which a request sends escaped) are
   percent-encoded, a percent-encoded unreserved character is decoded, other escapes get
   upper-case hex, and the URL's own ``*`` and ``$`` are escaped so that a pattern's ``%2A``
-  and ``%24`` match them (§2.2.3). ``Crawl-delay`` (not in the RFC) is read from the chosen
-  group, capped, and the cap reported.
+  and ``%24`` match them (§2.2.3); a URL's path then loses its dot segments (RFC 3986 §5.2.4:
+  ``/a/%2e%2e/private`` is ``/private`` to the site). ``Crawl-delay`` (not in the RFC) is
+  read from the chosen group, capped, and the cap reported.
 - :func:`rules_for_status` applies the status rules of §2.3.1: 2xx is parsed, a 4xx allows
   everything, a 5xx (and 429, as Google reads it: a rate limit is the site asking for less,
   not a missing file) is *unreachable*, which disallows everything until it is read again.
@@ -59,6 +61,9 @@ MAX_ROBOTS_BYTES: Final = 500 * 1024
 
 A fetcher needs to read no more than this (plus one byte, to know it was cut)."""
 
+ROBOTS_REDIRECTS: Final = 5
+"""Redirects a robots.txt fetch follows at least (RFC 9309 §2.3.1.2: "at least five")."""
+
 DEFAULT_TTL: Final = 24 * 3600.0
 """Seconds a fetched robots.txt is used (RFC 9309 §2.4: not more than 24 hours)."""
 
@@ -96,8 +101,12 @@ _TOKEN = re.compile(r"[A-Za-z_-]+")
 _AGENT = re.compile(rb"[A-Za-z_-]+")
 _DELAY = re.compile(rb"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-_PATTERN_ESCAPES = re.compile(rb"%[0-9A-Fa-f]{2}|%|[^\x21-\x7e]")
-_PATH_ESCAPES = re.compile(rb"%[0-9A-Fa-f]{2}|%|[^\x21-\x7e]|[*$]")
+_NOT_IN_URIS = rb'"<>\\^`{|}'
+"""Printable ASCII that RFC 3986 neither reserves nor leaves unreserved: escaped to compare."""
+_PATTERN_ESCAPES = re.compile(rb"%[0-9A-Fa-f]{2}|%|[^\x21-\x7e]|[" + _NOT_IN_URIS + rb"]")
+_PATH_ESCAPES = re.compile(rb"%[0-9A-Fa-f]{2}|%|[^\x21-\x7e]|[*$" + _NOT_IN_URIS + rb"]")
+_BOM_PREFIXES = (b"\xef\xbb\xbf", b"\xef\xbb", b"\xef")
+_BLANKS = re.compile(rb"[ \t]+")
 _STARS = re.compile(r"\*+")
 
 _USER_AGENT_KEYS: Final = frozenset({b"user-agent", b"useragent", b"user agent"})
@@ -125,9 +134,28 @@ def normalise_path(raw: bytes) -> str:
     """A URL's path (and query) in the form patterns are compared in (RFC 9309 §2.2.2-3).
 
     ``*`` and ``$`` become ``%2A`` and ``%24``: in a pattern they are special, so a pattern
-    names a literal one by its escape.
+    names a literal one by its escape. The path's dot segments are removed once its escapes
+    are normal (a ``%2E`` is a ``.``), as a site resolves them.
     """
-    return _PATH_ESCAPES.sub(_escape, raw).decode("ascii")
+    text = _PATH_ESCAPES.sub(_escape, raw).decode("ascii")
+    path, question, query = text.partition("?")
+    return _without_dot_segments(path) + question + query
+
+
+def _without_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4 on an absolute path: ``/a/./b/../c`` is ``/a/c``."""
+    if "." not in path:
+        return path
+    kept: list[str] = []
+    segments = path.split("/")[1:]
+    for segment in segments:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    trailing = segments[-1] in (".", "..") if segments else False
+    return "/" + "/".join(kept) + ("/" if trailing and kept else "")
 
 
 def _normalise_pattern(raw: bytes) -> str:
@@ -181,8 +209,10 @@ class RobotsVerdict:
         )
 
 
-def obey(verdict: RobotsVerdict, *, block_limit: float) -> dict[str, object]:
+def obey(verdict: RobotsVerdict, *, block_limit: float, hop: bool = False) -> dict[str, object]:
     """What a fetch does with its URL's verdict: refuse it, back off, or go on.
+
+    ``hop``: the URL is where a redirect leads (the message says so), not the target's own.
 
     Returns:
         What the result's ``meta`` says of a capped ``Crawl-delay`` (empty when none).
@@ -202,8 +232,13 @@ def obey(verdict: RobotsVerdict, *, block_limit: float) -> dict[str, object]:
             status=503,
         )
     if not verdict.allowed:
+        where = (
+            "the page redirects to a URL that robots.txt disallows"
+            if hop
+            else "robots.txt disallows this URL"
+        )
         raise TargetError(
-            f"robots.txt disallows this URL for trio-batch ({verdict.rule})",
+            f"{where} for trio-batch ({verdict.rule})",
             hint="the site asks crawlers not to fetch this path: fetch a page it allows, "
             "or ask its operator",
             status=403,
@@ -352,8 +387,10 @@ def _lines(body: bytes) -> list[bytes]:
         body = body[:MAX_ROBOTS_BYTES]
         end = max(body.rfind(b"\n"), body.rfind(b"\r"))
         body = body[: end + 1]
-    if body.startswith(b"\xef\xbb\xbf"):
-        body = body[3:]
+    for bom in _BOM_PREFIXES:  # a partial mark too, as Google's parser reads it
+        if body.startswith(bom):
+            body = body[len(bom) :]
+            break
     return body.splitlines()
 
 
@@ -376,7 +413,7 @@ class _Groups:
     def user_agent(self, value: bytes) -> None:
         if self.after_rule:
             self.in_ours = self.in_star = self.after_rule = False
-        if value.startswith(b"*"):
+        if value[:1] == b"*" and not _AGENT.match(value, 1):  # "*bot" is no "*" group
             self.in_star = self.seen_star = True
         elif (token := _AGENT.match(value)) and token.group().decode().lower() == self.agent:
             self.in_ours = self.seen_ours = True
@@ -400,11 +437,18 @@ class _Groups:
 
 
 def _split(line: bytes) -> tuple[bytes, bytes] | None:
-    """A line's key (lower case) and value, without comment and blanks; None if it has none."""
+    """A line's key (lower case) and value, without comment and blanks; None if it has none.
+
+    A line without a colon is read as a key and a value when it is exactly two words
+    (``Disallow /x``): a colon that was forgotten, as Google reads it.
+    """
     line = line.split(b"#", 1)[0]
     key, colon, value = line.partition(b":")
     if not colon:
-        return None
+        words = _BLANKS.split(line.strip(b" \t"))
+        if len(words) != 2:
+            return None
+        key, value = words
     return key.strip(b" \t").lower(), value.strip(b" \t")
 
 
@@ -471,8 +515,9 @@ def rules_for_status(
 ) -> RobotsRules:
     """The rules of a robots.txt fetched with ``status`` (RFC 9309 §2.3.1).
 
-    2xx: the body is parsed. 3xx (the fetcher followed the redirects it allows and still has
-    one): unavailable, so everything is allowed (§2.3.1.2). 429: unreachable, as Google reads
+    2xx: the body is parsed. 3xx (the fetcher followed the redirects it allows, at least five,
+    and was sent on again, or sent round a loop): unavailable, so everything is allowed
+    (§2.3.1.2 lets a crawler read it so, and Google does). 429: unreachable, as Google reads
     it (the site asks for fewer requests). Other 4xx: unavailable, everything allowed
     (§2.3.1.3). 5xx and anything else: unreachable, everything disallowed (§2.3.1.4).
     """
@@ -487,6 +532,9 @@ def rules_for_status(
 
 RobotsGet = Callable[[str], Awaitable[tuple[int, bytes]]]
 """``await get(url) -> (status, body)``: fetch a robots.txt URL, redirects followed.
+
+Past the redirects it follows (at least five, RFC 9309 §2.3.1.2), it answers the last 3xx
+status (no body), which :func:`rules_for_status` reads as unavailable.
 
 It reads at most :data:`MAX_ROBOTS_BYTES` (+1) of the body, and raises for a host it cannot
 reach (connection refused, DNS, timeout, TLS): any exception but the cache's ``propagate``

@@ -8,6 +8,15 @@ gzip (``.xml.gz`` or a ``Content-Encoding``) and plain-text sitemaps (a URL a li
 lists the start page, the sitemaps' URLs, then the page's links, deduplicated, on the start
 page's host unless asked otherwise, at most ``limit`` of them.
 
+Which sitemaps are read (the sitemaps protocol, "Sitemaps & Cross Submits"): a sitemap that
+robots.txt names is read wherever it is (a site may keep its sitemaps on another host), and
+keeps only the URLs of the start page's host; an index's sitemaps on the index's own host or
+the start page's. A sitemap that is not read (an index naming another host's, an address the
+guard refuses, one robots.txt disallows) is a note, and the map is not ``complete``.
+
+With ``robots`` on (the map's, else the fetcher's default), each document is checked against
+its host's robots.txt before it is requested, redirect hops too, as a fetch is.
+
 Every request is one of the fetcher's own: a slot of its fair pool for the caller, its guard
 (each hop's address checked and pinned) and its host budget, through
 ``WebFetcher._download`` as robots.txt's requests go. Everything is bounded
@@ -32,14 +41,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeVar, final
-from urllib.parse import urldefrag, urljoin
+from urllib.parse import urldefrag, urljoin, urlsplit
 from xml.parsers import expat
 
 import httpx
 import trio
 
 from ..._errors import RetryLater, TargetError
-from ..._model import Caller
+from ..._model import Caller, Options
 from .._guard._check import Checked, check_url
 from .._guard._errors import BUSY_STATUSES, busy_error, status_error, timeout_error
 from ._response import Refused, content_type
@@ -365,6 +374,8 @@ class _Mapper:
     limit: int
     same_host: bool
     bounds: MapBounds
+    obey: bool = False
+    """Check each document (and each redirect hop) against its host's robots.txt."""
     hosts: set[str] = field(default_factory=set)
     urls: dict[str, None] = field(default_factory=dict)
     notes: dict[str, None] = field(default_factory=dict)
@@ -390,6 +401,29 @@ class _Mapper:
         if self.same_host and checked.host not in self.hosts:
             return None
         return checked
+
+    def sitemap_url(self, candidate: str, base: str, *, named: bool) -> Checked | None:
+        """The sitemap ``candidate`` if the map reads it, else None with a note saying why.
+
+        A sitemap robots.txt names (``named``) is read on any host the guard accepts; one an
+        index lists, on the index's host (``base``'s) or the start page's.
+        """
+        try:
+            url = urldefrag(urljoin(base, candidate)).url
+            checked = check_url(url, self.fetcher._allow)
+        except (TargetError, ValueError) as exc:
+            why = exc.msg if isinstance(exc, TargetError) else "it is not a URL"
+            self.note(f"a sitemap was not read: {why}")
+            return None
+        if not self.same_host or named or checked.host in self.hosts:
+            return checked
+        if checked.host == urlsplit(base).hostname:
+            return checked
+        self.note(
+            "a sitemap index lists a sitemap on another host, which the sitemaps protocol "
+            "does not allow: not read"
+        )
+        return None
 
     def add(self, candidate: str, base: str) -> None:
         """Keep a page URL.
@@ -421,6 +455,8 @@ class _Mapper:
             Refused: the guard refused an address the host resolves to (or a redirect).
         """
         fetcher = self.fetcher
+        if self.obey:
+            await fetcher._obey_robots(checked)
         self.requests += 1
         pool = fetcher._pool
         with trio.move_on_after(fetcher._slot_wait) as waited:
@@ -429,7 +465,7 @@ class _Mapper:
             raise RetryLater("the fetch pool is all in use")
         try:
             with trio.fail_after(fetcher._timeout):
-                return await fetcher._download(self.client, checked, read)
+                return await fetcher._download(self.client, checked, read, robots=self.obey)
         except trio.TooSlowError:
             raise timeout_error(fetcher._timeout) from None
         finally:
@@ -523,10 +559,12 @@ class _Mapper:
             return []
         return _robots_sitemaps(body)
 
-    async def sitemaps(self, first: list[str], base: str) -> None:
-        """Read the sitemaps breadth first, each once, indexes at most ``bounds.depth`` deep."""
+    async def sitemaps(self, first: list[str], base: str, *, named: bool) -> None:
+        """Read the sitemaps breadth first, each once, indexes at most ``bounds.depth`` deep.
+
+        ``named``: robots.txt names ``first`` (so they may be on another host)."""
         queue: deque[tuple[Checked, int]] = deque()
-        self.enqueue(queue, first, base, 0)
+        self.enqueue(queue, first, base, 0, named=named)
         while queue:
             checked, depth = queue.popleft()
             if self.requests >= self.bounds.documents:
@@ -551,10 +589,16 @@ class _Mapper:
                 self.enqueue(queue, children, str(checked.url), depth + 1)
 
     def enqueue(
-        self, queue: deque[tuple[Checked, int]], urls: list[str], base: str, depth: int
+        self,
+        queue: deque[tuple[Checked, int]],
+        urls: list[str],
+        base: str,
+        depth: int,
+        *,
+        named: bool = False,
     ) -> None:
         for candidate in urls:
-            checked = self.clean(candidate, base)
+            checked = self.sitemap_url(candidate, base, named=named)
             if checked is None:
                 continue
             key = str(checked.url)
@@ -601,7 +645,7 @@ class _Mapper:
             self.note("a sitemap came in an encoding other than gzip or deflate: not read")
         except RetryLater as busy:
             self.busy = busy
-            self.note("a sitemap's host was busy (429/503): not read")
+            self.note(f"a sitemap was not read: {busy}")
         except TargetError as exc:
             self.note(f"a sitemap could not be read: {exc.msg}")
         except Refused as refused:
@@ -635,14 +679,17 @@ async def site_map(
     *,
     limit: int = DEFAULT_LIMIT,
     same_host: bool = True,
+    robots: bool | None = None,
     bounds: MapBounds = MapBounds(),
 ) -> SiteMap:
     """The URLs of the site of ``url``: the start page, its sitemaps' URLs, its links.
 
     See the module's docstring for the sources and their order. Every request goes through
     ``fetcher``'s pool (as ``caller``), guard and host budget. ``same_host`` (the default)
-    keeps the URLs, and reads the sitemaps, on the start page's host (and the host it
-    redirects to) only.
+    keeps the URLs on the start page's host (and the host it redirects to) only, and reads
+    the sitemaps there and those robots.txt names. ``robots``: check every document and
+    redirect hop against its host's robots.txt (a disallowed one is a note); None, the
+    fetcher's ``robots`` default.
 
     Returns:
         At most ``limit`` URLs, deduplicated, without fragments, each one that the fetcher's
@@ -667,7 +714,8 @@ async def site_map(
         raise RuntimeError("the WebFetcher is not open; use `async with WebFetcher(...)`")
     await trio.lowlevel.checkpoint()
     start = check_url(url, fetcher._allow)
-    mapper = _Mapper(fetcher, client, caller, limit, same_host, bounds, hosts={start.host})
+    obey = fetcher._obeys_robots(Options(robots=robots))
+    mapper = _Mapper(fetcher, client, caller, limit, same_host, bounds, obey, hosts={start.host})
     failure: TargetError | RetryLater | None = None
     with trio.move_on_after(bounds.seconds) as clock:
         try:
@@ -709,7 +757,7 @@ async def _run(mapper: _Mapper, start: Checked) -> TargetError | RetryLater | No
         mapper.note("the start page could not be decompressed: its links were not read")
     except RetryLater as busy:
         failure = busy
-        mapper.note("the start page's host was busy (429/503): its links were not read")
+        mapper.note(f"the start page was not read ({busy}): its links were not read")
     except Refused as refused:
         raise refused.error from None
     except TargetError as exc:
@@ -717,7 +765,7 @@ async def _run(mapper: _Mapper, start: Checked) -> TargetError | RetryLater | No
         mapper.note(f"the start page could not be read: {exc.msg}")
     named = await mapper.robots(start)
     origin = f"{start.url.scheme}://{start.url.netloc.decode('ascii')}"
-    await mapper.sitemaps(named or [origin + "/sitemap.xml"], origin + "/")
+    await mapper.sitemaps(named or [origin + "/sitemap.xml"], origin + "/", named=bool(named))
     base = str(start.url)
     for link in links:
         mapper.add(link, base)

@@ -219,7 +219,8 @@ def check_url(url: str, allow: Sequence[Network]) -> Checked:
     if parsed.userinfo:
         raise _refuse(
             "the URL carries credentials (user@ or user:password@ before the host)",
-            "remove the part before '@'; trio-batch never sends credentials to a site",
+            "remove the part before '@'; send credentials in options.headers "
+            "(Authorization) instead, never in the URL",
         )
     try:
         host = parsed.raw_host.decode("ascii").lower()

@@ -150,16 +150,22 @@ def _seconds(retry_after: str | None, *, now: float, cap: float) -> float | None
 
 
 _LOGIN: Final = (
-    "the site requires a login or refuses automated access; trio-batch sends no "
-    "credentials: use a public source"
+    "the site wants credentials: if you may use them, send them with the target "
+    '(options.headers, such as {"Authorization": "Bearer ..."} or {"Cookie": "..."}); '
+    "else use a public source"
+)
+_REFUSED: Final = (
+    "the site refuses this request (a login it wants, or a block on automated access): "
+    "with credentials of your own, send them in options.headers (Authorization or Cookie); "
+    "else use a public source"
 )
 _GONE: Final = "the page does not exist (any more): check the URL, or search for its new address"
 _STATUS_HINTS: Final[Mapping[int, str]] = {
     400: "the site rejected the request: check the URL's path and query parameters",
     401: _LOGIN,
-    403: _LOGIN,
+    403: _REFUSED,
     404: _GONE,
-    407: _LOGIN,
+    407: "a proxy between trio-batch and the site wants a login: ask the operator",
     410: _GONE,
     451: "the site withholds this page for legal reasons: use another source",
 }

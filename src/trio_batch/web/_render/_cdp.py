@@ -103,6 +103,13 @@ class CdpConnection:
         self._sessions[session] = send
         return receive
 
+    def share(self, session: str, with_session: str) -> None:
+        """Route ``session``'s events to ``with_session``'s channel too (a page's frames and
+        workers, whose events its reader handles); :meth:`forget` stops it."""
+        channel = self._sessions.get(with_session)
+        if channel is not None:
+            self._sessions[session] = channel.clone()
+
     def forget(self, session: str) -> None:
         """Stop routing ``session``'s events (its channel ends)."""
         channel = self._sessions.pop(session, None)

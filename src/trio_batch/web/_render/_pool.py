@@ -14,7 +14,9 @@ runs code a site wrote, so it is treated as untrusted work (docs/render.md):
 - at most ``workers`` renderers exist, each rendering one page at a time; more renders wait
   for one (their wait counts in their caller's deadline, not in ``seconds``);
 - every request the browser makes goes through the guard and the host budget (the proxy); the
-  target's own first request may run in the slot the engine holds for it (``slot``);
+  target's own first request may run in the slot the engine holds for it (``slot``); with
+  ``robots``, each is checked against its site's robots.txt before it is sent (``_page``, and
+  the proxy for plain HTTP);
 - ``headers`` go to the target's exact origin only (scheme, host and port): never to a
   subresource of another origin, and never after a redirect to another origin (each request
   is paused and given or stripped of them, ``Fetch.requestPaused``).
@@ -23,6 +25,7 @@ runs code a site wrote, so it is treated as untrusted work (docs/render.md):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,8 +46,14 @@ from ._browser import (
     sandbox_allowed,
 )
 from ._cdp import CdpClosed, CdpError
-from ._page import BlankPage, RenderedPage, close_blank_page, load_page, open_blank_page
-from ._proxy import GuardedProxy, open_guarded_proxy
+from ._page import (
+    BlankPage,
+    RenderedPage,
+    close_blank_page,
+    load_page,
+    open_blank_page,
+)
+from ._proxy import GuardedProxy, RobotsCheck, open_guarded_proxy
 
 MIN_MEMORY: Final = 256 * 2**20
 """Least ``memory`` a renderer may be given (an idle Chromium holds ~150 MiB here)."""
@@ -94,6 +103,7 @@ class _Wait:
     selector: str | None
     max_wait: float | None
     seconds: float
+    robots: RobotsCheck | None = None
 
 
 @final
@@ -160,6 +170,7 @@ class RenderPool:
         max_wait: float | None = None,
         slot: HostSlot | None = None,
         seconds: float | None = None,
+        robots: RobotsCheck | None = None,
     ) -> RenderedPage:
         """Load ``url`` in a fresh browser context and return its DOM once it is ready.
 
@@ -180,6 +191,9 @@ class RenderPool:
                 engine's, ``CURRENT_SLOT``): requests to that host run in it, one at a time.
             seconds: a shorter time limit for this render (what is left of the caller's own
                 deadline); the pool's ``seconds`` when None or longer.
+            robots: what robots.txt says of a URL (the fetcher's check); every request of the
+                page is asked about first, and a disallowed one is never sent (None: robots.txt
+                is not obeyed).
 
         Raises:
             TargetError: the URL is refused (400), Chromium is not installed (501), the
@@ -206,7 +220,7 @@ class RenderPool:
             renderer = await self._take()
             try:
                 page = await self._render_in(
-                    renderer, url, _Wait(wait_for, max_wait, limit), clean, slot
+                    renderer, url, _Wait(wait_for, max_wait, limit, robots), clean, slot
                 )
             except TargetError:
                 raise  # the page's own failure: the browser is fine unless _render_in said not
@@ -297,12 +311,13 @@ class RenderPool:
         headers: dict[str, str],
         slot: HostSlot | None,
     ) -> RenderedPage:
-        before = renderer.proxy.statistics().refused
+        stats = renderer.proxy.statistics()
+        before, disallowed = stats.refused, stats.disallowed
         try:
-            with renderer.proxy.holding(slot), trio.move_on_after(wait.seconds):
+            with renderer.proxy.holding(slot, wait.robots), trio.move_on_after(wait.seconds):
                 blank = await self._blank_page(renderer)
                 try:
-                    return await load_page(
+                    page = await load_page(
                         blank,
                         url,
                         wait_for=wait.selector,
@@ -310,9 +325,12 @@ class RenderPool:
                         max_wait=wait.max_wait,
                         max_html=self._max_html,
                         refused=lambda: renderer.proxy.statistics().refused - before,
+                        robots=wait.robots,
                     )
                 finally:
                     await close_blank_page(blank)
+                proxied = renderer.proxy.statistics().disallowed - disallowed
+                return dataclasses.replace(page, disallowed=page.disallowed + proxied)
             renderer.broken = True
             raise TargetError(
                 f"the page did not finish rendering within {wait.seconds:g} s",

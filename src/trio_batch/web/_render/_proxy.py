@@ -6,7 +6,10 @@ which applies the fetcher's rules to each one: it resolves the host itself (the 
 resolves nothing), refuses the request unless every address is allowed (``_guard``), connects
 to those checked addresses only, and holds the host's slot of the shared
 :class:`~trio_batch.HostBudget` while the request runs. A refused request gets a 403 and counts
-in :attr:`ProxyStatistics.refused`.
+in :attr:`ProxyStatistics.refused`. While a render obeys robots.txt (:meth:`GuardedProxy.holding`
+with ``robots``), a plain HTTP request robots.txt disallows gets a 403 too, never sent, and
+counts in :attr:`ProxyStatistics.disallowed`; a tunnel's paths are unseen here (TLS), so the
+page checks every request itself before the browser sends it (``_page``).
 
 Two request forms arrive:
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -43,6 +46,9 @@ MAX_RESPONSE_HEAD_BYTES: Final = 64 * 1024
 REFUSED_HEADER: Final = "X-Trio-Batch-Refused"
 """A header of the proxy's 403 for a refused address, so the renderer can tell it from a
 site's own 403."""
+RobotsCheck = Callable[[str], Awaitable[str | None]]
+"""``await robots(url)``: the robots.txt rule that disallows ``url`` (quoted in an error), or
+None when a rendered page may request it (the fetcher's check)."""
 _CHUNK: Final = 64 * 1024
 _TURN_AWAY_SECONDS: Final = 1.0
 _BUSY_STATUSES: Final = (429, 503)
@@ -73,16 +79,21 @@ class ProxyStatistics:
     """Requests and tunnels the guard refused (each answered 403)."""
     open_connections: int
     """Browser connections open now."""
+    disallowed: int = 0
+    """Plain HTTP requests robots.txt disallowed (each answered 403, never sent)."""
 
 
 class _Refused(Exception):
     """A request the proxy answers with an error status instead of relaying it."""
 
-    def __init__(self, status: int, reason: str, *, refused: bool = False) -> None:
+    def __init__(
+        self, status: int, reason: str, *, refused: bool = False, disallowed: bool = False
+    ) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.refused = refused
+        self.disallowed = disallowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +135,10 @@ class GuardedProxy:
         self._requests = 0
         self._tunnels = 0
         self._refused = 0
+        self._disallowed = 0
         self._held: HostSlot | None = None
         self._held_lock = trio.Lock()
+        self._robots: RobotsCheck | None = None
 
     def statistics(self) -> ProxyStatistics:
         """Counts of relayed and refused requests, and the connections open now."""
@@ -134,18 +147,22 @@ class GuardedProxy:
             tunnels=self._tunnels,
             refused=self._refused,
             open_connections=self._connections.borrowed_tokens,
+            disallowed=self._disallowed,
         )
 
     @contextlib.contextmanager
-    def holding(self, slot: HostSlot | None) -> Iterator[None]:
+    def holding(self, slot: HostSlot | None, robots: RobotsCheck | None = None) -> Iterator[None]:
         """Run the requests of ``slot``'s scope in that slot (the one the engine took for the
         target), one at a time, instead of taking another: with ``concurrency=1`` a second
-        slot of the same scope would wait for the first forever."""
+        slot of the same scope would wait for the first forever. ``robots``: the render obeys
+        robots.txt, which is asked about each plain HTTP request first."""
         self._held = slot
+        self._robots = robots
         try:
             yield
         finally:
             self._held = None
+            self._robots = None
 
     async def handle(self, stream: trio.abc.Stream) -> None:
         """Serve one browser connection: one plain request, or one tunnel."""
@@ -170,10 +187,11 @@ class GuardedProxy:
             else:
                 await self._forward(stream, head)
         except _Refused as exc:
-            if exc.refused:
-                self._refused += 1
+            self._refused += exc.refused
+            self._disallowed += exc.disallowed
+            marker = "guard" if exc.refused else "robots" if exc.disallowed else None
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await _send_error(stream, exc.status, exc.reason, refused=exc.refused)
+                await _send_error(stream, exc.status, exc.reason, marker=marker)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
             pass  # the browser or the site went away, or went silent: the connection ends
 
@@ -247,6 +265,9 @@ class GuardedProxy:
         if not head.target.lower().startswith("http://"):
             raise _Refused(400, "the proxy takes absolute http:// URLs and CONNECT only")
         checked, addresses = await self._checked(head.target)
+        robots = self._robots
+        if robots is not None and await robots(head.target) is not None:
+            raise _Refused(403, "robots.txt disallows this URL", disallowed=True)
         length = _content_length(head.headers)
         async with self._slot(checked) as outcome:
             upstream = await self._open(addresses, checked.port)
@@ -392,12 +413,13 @@ async def _turn_away(stream: trio.abc.Stream) -> None:
 
 
 async def _send_error(
-    stream: trio.abc.Stream, status: int, reason: str, *, refused: bool = False
+    stream: trio.abc.Stream, status: int, reason: str, *, marker: str | None = None
 ) -> None:
+    """An error answer; ``marker`` (``guard``, ``robots``) goes in :data:`REFUSED_HEADER`."""
     body = (reason + "\n").encode()
-    marker = f"{REFUSED_HEADER}: guard\r\n" if refused else ""
+    header = f"{REFUSED_HEADER}: {marker}\r\n" if marker else ""
     await stream.send_all(
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n{marker}"
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n{header}"
         "Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body

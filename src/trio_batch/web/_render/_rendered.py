@@ -33,6 +33,7 @@ from .._guard._limits import FairPool
 from ._browser import DEFAULT_CHROMIUM
 from ._page import RenderedPage
 from ._pool import MIN_MEMORY, RenderPool, open_render_pool
+from ._proxy import RobotsCheck
 
 logger = logging.getLogger("trio_batch.web")
 
@@ -143,7 +144,11 @@ class Renders:
             await self._closed.wait()
 
     async def load(
-        self, caller: str, target: Target, headers: Mapping[str, str]
+        self,
+        caller: str,
+        target: Target,
+        headers: Mapping[str, str],
+        robots: RobotsCheck | None = None,
     ) -> tuple[Body, RenderedPage]:
         """Render ``target``'s page in a browser (waiting ``slot_wait`` at most for a free one)
         and return its DOM as an HTML body, with the page it came from.
@@ -152,6 +157,8 @@ class Renders:
         go to the target's exact origin only (``_page``), with our ``User-Agent`` when it has
         none. The render waits for ``wait_for`` (or network idle); its time limit is
         ``render_seconds``, or what is left of the caller's own deadline when that is less.
+        ``robots`` (the fetcher's check, when the target obeys robots.txt) is asked about
+        every request of the page before it is sent.
 
         Raises:
             RetryLater: no browser came free within ``slot_wait``, or the page answered 429 or
@@ -176,6 +183,7 @@ class Renders:
                 headers=sent,
                 slot=CURRENT_SLOT.get(),
                 seconds=time_left(),
+                robots=robots,
             )
             self._check_status(page.status)
             data = page.html.encode("utf-8", "replace")  # a DOM string may hold a surrogate
@@ -201,8 +209,9 @@ class Renders:
 def rendered_meta(body: Body, page: RenderedPage) -> dict[str, object]:
     """What a rendered result's ``meta`` says of its page: no ``redirects`` (the browser
     follows them, and a script may navigate), but ``rendered``, ``settled`` (whether the wait
-    condition was met) and ``refused`` (the page's requests the guard turned away)."""
-    return {
+    condition was met), ``refused`` (the page's requests the guard turned away) and, when
+    robots.txt stopped any, ``disallowed`` (the page's requests never sent)."""
+    meta: dict[str, object] = {
         "url": redact_url(page.url),
         "status": page.status,
         "content_type": body.content_type,
@@ -211,3 +220,6 @@ def rendered_meta(body: Body, page: RenderedPage) -> dict[str, object]:
         "settled": page.settled,
         "refused": page.refused,
     }
+    if page.disallowed:
+        meta["disallowed"] = page.disallowed
+    return meta
