@@ -81,14 +81,15 @@ async def test_a_job_id_a_cursor_and_a_wait_are_checked_with_hints() -> None:
     async with in_process(ScriptedFetch(), cap=CAP) as client:
         answers = [
             await call(client, "batch_status", {"id": "a/b"}),
+            await call(client, "batch_status", {"id": "a" * 100_000}),
             await call(client, "batch_results", {"id": "abc", "cursor": "-1"}),
             await call(client, "batch_results", {"id": "abc", "limit": 0}),
             await call(client, "batch_status", {"id": "abc", "wait": 301}),
             await call(client, "no_such_tool", {}),
         ]
 
-    assert [True] * 5 == [failed for failed, _ in answers]
-    assert ["id", "cursor", "limit", "wait", "name"] == [a["field"] for _, a in answers]
+    assert [True] * 6 == [failed for failed, _ in answers]
+    assert ["id", "id", "cursor", "limit", "wait", "name"] == [a["field"] for _, a in answers]
     assert all(a["hint"] for _, a in answers)
 
 

@@ -119,6 +119,24 @@ class TestShapes:
         assert meta["metadata"] == {}
 
     @pytest.mark.parametrize(
+        ("formats", "data", "content_type"),
+        [
+            (("links",), DATA_JSON, "application/json"),
+            (("metadata",), DATA_JSON, "application/json"),
+            (("links", "metadata"), b"plain text", "text/plain"),
+        ],
+    )
+    def test_links_or_metadata_alone_on_a_page_that_is_not_html(
+        self, formats: tuple[str, ...], data: bytes, content_type: str
+    ) -> None:
+        """Links or metadata alone of a JSON or text page: empty content, empty lists, no
+        error (it answered 500: an index into no text format)."""
+        content, meta = page(Options(formats=formats), data, content_type)
+
+        assert "" == content
+        assert all(meta[name] in ([], {}) for name in formats)
+
+    @pytest.mark.parametrize(
         ("formats", "data", "content_type", "message"),
         [
             (("markdown",), DATA_JSON, "application/json", "the markdown format does not apply"),

@@ -170,9 +170,19 @@ def _check_names(tool: Tool, args: Mapping[str, JSONValue]) -> None:
         )
 
 
+# The longest job id the HTTP API takes (a job id is 32 hex digits; past 64 it answers 404).
+_MAX_ID_CHARS: Final = 64
+
+
 def _job_id(args: Mapping[str, JSONValue]) -> str:
     value = args.get("id")
-    if not isinstance(value, str) or not value or "/" in value or not value.isprintable():
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > _MAX_ID_CHARS
+        or "/" in value
+        or not value.isprintable()
+    ):
         raise bad_argument(
             "id",
             "id must be the job id string that batch_submit or batch_retry answered",

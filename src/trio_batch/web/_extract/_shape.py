@@ -455,7 +455,7 @@ def _shaped(
     meta: dict[str, object] = {}
     if kind == "html" and wanted.listed:
         return _html_formats(text, body.url, options.formats, options.main_content)
-    mode = wanted.texts[0]
+    mode = wanted.texts[0] if wanted.texts else ""  # formats of links or metadata alone
     if kind == "html" and mode in ("text", "markdown"):
         content, title = html_to_text(
             text,
