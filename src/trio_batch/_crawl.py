@@ -49,8 +49,10 @@ class CrawlSpec:
 
     ``prefix`` is the path prefix a ``scope="prefix"`` crawl stays under (empty: the start
     URL's directory). Patterns are globs on a URL's path and query (``*`` any characters but
-    ``/``, ``**`` any characters, ``?`` one character), matched from the path's start; a URL
-    must match one ``include`` (when there are any) and no ``exclude``. The start page and the
+    ``/``, ``**`` any characters, ``?`` one character but ``/``), matched against the whole of
+    the URL's canonical path, and its ``?query`` when it has one (``_crawl_rules``: ``/docs/**``
+    also matches ``/docs``); a URL must match one ``include`` (when there are any) and no
+    ``exclude``. The start page and the
     sitemaps' URLs obey the scope and patterns too.
     """
 
