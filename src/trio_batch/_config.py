@@ -60,6 +60,8 @@ class Config:
     retry_for: float = 600.0
     max_concurrency: int = 8
     """The most targets of one job a submit may ask to run at once (``concurrency``)."""
+    max_crawl_pages: int = 10_000
+    """The most pages a crawl may ask to store (its ``limit``)."""
     hooks: Hooks = Hooks()
     resume: bool = False
     """Resume the live jobs a process that is gone left in the store, instead of failing them

@@ -18,8 +18,9 @@ fetcher's ``links`` format), its final URL after redirects in ``meta["url"]`` an
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, final
 
@@ -37,6 +38,9 @@ MAX_PATTERN_CHARS: Final = 200
 """Longest pattern."""
 MAX_DEPTH: Final = 64
 """Deepest ``max_depth``."""
+CRAWL_WINDOW: Final = 256
+"""A crawl's pending targets an engine holds at once (it reads on as they run): the frontier
+lives in the store, whatever the crawl's size."""
 FRONTIER_FACTOR: Final = 4
 """A crawl admits at most this many times its ``limit`` of targets (at least ``limit + 1000``);
 what it finds past that is skipped as ``limit``: a bound on the store, whatever the site."""
@@ -159,3 +163,9 @@ class CrawlInfo:
             "done": self.done,
             "skipped": {reason: int(self.skipped.get(reason, 0)) for reason in SKIP_REASONS},
         }
+
+
+def crawl_key(caller: str, spec: CrawlSpec, seeds: Sequence[Found]) -> str:
+    """A crawl's idempotency key (SPEC §3.1's, for a crawl): the caller, the spec, the seeds."""
+    text = "\x00".join([caller, "crawl", spec.to_json(), *(seed.url for seed in seeds)])
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -135,10 +135,7 @@ async def test_a_second_resume_takes_nothing_more(store: Store) -> None:
     """Resume hands each left job over once, with its caller, workspace and class as admitted."""
     await left_by_a_dead_process(store)
     first = await store.resume(time.time())
-    assert [(j.id, list(j.pending), len(j.targets)) for j in first] == [
-        ("a", [1, 2], 3),
-        ("b", [0, 1], 2),
-    ]
+    assert [(j.id, sorted(j.targets)) for j in first] == [("a", [1, 2]), ("b", [0, 1])]
     assert (first[0].caller, first[0].workspace, first[0].caller_class) == (
         "alice",
         "lab",

@@ -6,7 +6,9 @@ outcomes the same way over every store. Where the turns come from is chosen once
 over ``_rotation``: jobs in turn order, passed over while their hosts are at their budget) or a
 fleet's claims (``_fleet_turns``: the claimer, ``_ahead`` how far it claims ahead, the fleet's
 budgets ``_fleet_budget`` with the gate ``_gate`` for requests outside the rotation). Around
-them: the engine's record of a live job (``_live``), the finisher's in-order group pipeline
+them: the engine's record of a live job (``_live``), what a crawl adds (``_crawling``: its
+pages' options, the links a page found, its limit), what a failure becomes (``_outcomes``),
+the finisher's in-order group pipeline
 (``_groups``), storing a group through a store outage (``_storing``), what a retry runs again
 (``_retry``) and the per-job watchers that followers wake on (``_watch``). Other rooms import
 these names from here (or from ``trio_batch``), never from the modules behind them.

@@ -15,6 +15,7 @@ job costs a deque or heap operation whatever the number of live jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import secrets
@@ -25,8 +26,9 @@ from typing import final
 
 import trio
 
-from .._budget import CURRENT_SLOT, HostBudget, HostSlot, Waiting
+from .._budget import CURRENT_SLOT, HostBudget, HostSlot
 from .._config import Config
+from .._crawl import CrawlSpec, Found, crawl_key
 from .._errors import NoTargets, RetryLater, TargetError, classify_failure
 from .._hooks import SafeHooks
 from .._model import (
@@ -57,6 +59,7 @@ from ..stores._protocol import (
     is_fleet,
 )
 from ._ahead import ClaimAhead
+from ._crawling import CrawlAllowed, crawled, page_options
 from ._fleet_turns import FleetTurns
 from ._groups import drain_in_groups
 from ._live import (
@@ -69,6 +72,7 @@ from ._live import (
     WaitingTarget,
 )
 from ._local_turns import CLEANUP_SECONDS, LocalTurns
+from ._outcomes import blocked, busy_too_long, failed
 from ._retry import failed_targets
 from ._rotation import Turn
 from ._storing import store_outcomes
@@ -99,8 +103,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
         log: logging.Logger,
         wall_clock: Callable[[], float],
         turns: Callable[[EngineParts], Turns],
+        crawl_allowed: CrawlAllowed | None = None,
     ) -> None:
         self._store = store
+        self._crawl_allowed = crawl_allowed  # robots.txt for a crawl's links, if given
         self._fetch = fetch
         self._config = config
         self._log = log
@@ -180,6 +186,68 @@ class BatchEngine(metaclass=NoPublicConstructor):
             caller, caller_class, checked, webhook=webhook, concurrency=concurrency
         )
 
+    async def crawl(
+        self,
+        caller: Caller,
+        caller_class: CallerClass,
+        spec: CrawlSpec,
+        seeds: Sequence[Found],
+        *,
+        webhook: Webhook | None = None,
+    ) -> Submitted:
+        """Admit a crawl: a job of ``seeds`` that grows by the links its pages find (issue 38).
+
+        ``seeds`` are the start page (depth 0) and any pages of the site's sitemaps, with their
+        canonical keys (``_crawl_rules.canonical_url``); the door that calls this reads the
+        sitemaps. Every page is fetched with ``spec.options`` plus what a crawl reads (links,
+        metadata) and robots.txt obeyed unless the options say otherwise. The job ends when it
+        has stored ``spec.limit`` pages done, or when nothing it found is left to fetch. The
+        rules, caps and idempotency of :meth:`submit` hold (its key is the caller, the spec and
+        the seeds); ``targets_per_job`` does not, the crawl's frontier is bounded instead
+        (``CrawlSpec.frontier_cap``).
+
+        Cancellation: as :meth:`submit`.
+
+        Raises:
+            NoTargets: no seeds.
+            TooManyTargets, CallerBusy, Busy: refused; nothing was stored.
+            ValueError: ``spec.limit`` over ``Config.max_crawl_pages``, or ``spec.concurrency``
+                over ``Config.max_concurrency``.
+            trio.ClosedResourceError: the engine is closed.
+        """
+        self._check_open()
+        checked_submission(caller, caller_class, [], webhook)
+        if spec.limit > self._config.max_crawl_pages:
+            raise ValueError(
+                f"limit must be at most {self._config.max_crawl_pages} "
+                f"(Config.max_crawl_pages; got {spec.limit})"
+            )
+        if spec.concurrency > self._config.max_concurrency:
+            raise ValueError(
+                f"concurrency must be from 1 to {self._config.max_concurrency} "
+                f"(Config.max_concurrency; got {spec.concurrency})"
+            )
+        if not seeds:
+            raise NoTargets("the crawl has no start page: send its URL")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        options = page_options(spec)
+        job = NewJob(
+            id=secrets.token_hex(16),
+            caller=caller.name,
+            caller_class=caller_class,
+            key=crawl_key(caller.name, spec, seeds),
+            targets=[Target(seed.url, options) for seed in seeds],
+            now=self._wall(),
+            workspace=caller.workspace,
+            webhook="" if webhook is None else webhook.to_json(),
+            scopes=self._turns.scopes([Target(seed.url, options) for seed in seeds]),
+            concurrency=spec.concurrency,
+            crawl=spec.to_json(),
+            seeds=seeds,
+        )
+        limits = dataclasses.replace(self._limits, targets_per_job=spec.frontier_cap)
+        return await self._admitted(job, caller, caller_class, webhook, limits)
+
     async def retry(
         self,
         caller: Caller,
@@ -233,7 +301,18 @@ class BatchEngine(metaclass=NoPublicConstructor):
             scopes=self._turns.scopes(targets),
             concurrency=concurrency,
         )
-        submitted = await self._store.admit(job, self._limits)
+        return await self._admitted(job, caller, caller_class, webhook, self._limits)
+
+    async def _admitted(
+        self,
+        job: NewJob,
+        caller: Caller,
+        caller_class: CallerClass,
+        webhook: Webhook | None,
+        limits: Limits,
+    ) -> Submitted:
+        """Store ``job`` (or reuse the caller's identical one) and run it."""
+        submitted = await self._store.admit(job, limits)
         if submitted.reused:
             self._call_job_hook("reused")
             return submitted
@@ -242,10 +321,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
             caller,
             caller_class,
             has_webhook=webhook is not None,
-            concurrency=concurrency,
+            concurrency=job.concurrency,
             closing=self._closing,
         )
-        if retry_of:
+        if job.retry_of:
             self._call_job_hook("retried")
         self._call_job_hook("created")
         return submitted
@@ -523,8 +602,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
         t0 = trio.current_time()
         try:
             if turn.blocked is not None:
+                since = live.busy_since.get(idx, trio.current_time())
                 fetched: tuple[Outcome | None, BaseException | None] = (
-                    self._blocked_outcome(live, idx, turn.blocked),
+                    blocked(turn.blocked, trio.current_time() - since, live.token(idx)),
                     None,
                 )
             else:
@@ -535,6 +615,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         outcome, error = fetched
         if outcome is None:  # busy: tried again later
             return
+        if live.crawl is not None and not outcome.crawl:  # a crawl's failed page
+            outcome = dataclasses.replace(outcome, crawl=True)
         seconds = trio.current_time() - t0
         self._pace.fetched(seconds)
         self._fetched_send.send_nowait((live, idx, outcome, error, seconds))
@@ -558,6 +640,9 @@ class BatchEngine(metaclass=NoPublicConstructor):
             CURRENT_SLOT.reset(held)
         if slot is not None:
             slot.release()
+        if live.crawl is not None:  # what the page found goes to the store with it
+            page = await crawled(live.crawl, live.caller, idx, result, self._crawl_allowed)
+            return dataclasses.replace(page, claim=live.token(idx)), None
         return Outcome(TargetState.DONE, result_json=result.to_json(), claim=live.token(idx)), None
 
     async def _failure(
@@ -578,43 +663,14 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 wait = 0.0 if budgeted else max(self._config.retry_wait, kind.after or 0.0)
                 await self._turns.busy(live, idx, wait)
                 return None, exc
-            hint = f"the target stayed busy for {busy_for:.0f} s; try it again later"
-            return (
-                Outcome(
-                    TargetState.FAILED, error=str(kind) or "busy", hint=hint, claim=live.token(idx)
-                ),
-                exc,
+            return busy_too_long(kind, busy_for, live.token(idx)), exc
+        if not isinstance(kind, TargetError):
+            self._log.error(
+                "fetch raised %s",
+                type(exc).__name__,
+                extra={"job_id": live.id, "idx": idx, "error_type": type(exc).__name__},
             )
-        if isinstance(kind, TargetError):  # hooks read its status, also when it came in a group
-            return Outcome(
-                TargetState.FAILED, error=kind.msg, hint=kind.hint, claim=live.token(idx)
-            ), kind
-        self._log.error(
-            "fetch raised %s",
-            type(exc).__name__,
-            extra={"job_id": live.id, "idx": idx, "error_type": type(exc).__name__},
-        )
-        return Outcome(TargetState.FAILED, error="internal error", claim=live.token(idx)), exc
-
-    def _blocked_outcome(self, live: LiveJob, idx: int, blocked: Waiting) -> Outcome:
-        """A target whose host stayed pushed back past the block limit fails, unfetched; so
-        does a busy one whose host would hold it back past ``Config.retry_for``."""
-        if not blocked.blocked:
-            busy_for = trio.current_time() - live.busy_since.get(idx, trio.current_time())
-            return Outcome(
-                TargetState.FAILED,
-                error="busy",
-                hint=f"the target stayed busy for {busy_for:.0f} s and its site asked for a "
-                "longer wait; try it again later",
-                claim=live.token(idx),
-            )
-        return Outcome(
-            TargetState.FAILED,
-            error=f"the host kept answering 429/503 for {blocked.blocked_for:.0f} s "
-            "(host_block_limit)",
-            hint="the site asked us to slow down; retry the job's failed targets later",
-            claim=live.token(idx),
-        )
+        return failed(kind, live.token(idx)), kind if isinstance(kind, TargetError) else exc
 
     def _requeue(self, live: LiveJob) -> None:
         """Back in the rotation if it has a target to start and room to start it.
@@ -659,6 +715,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
         ]
         for live in unfinished:
             await self._interrupt_unfinished(live)
+        crawls = {live.id: live for live, *_ in group if live.crawl is not None}
+        for live in crawls.values():
+            if live.id in self._live and not live.cancelled:
+                await self._turns.refill(live)
 
     def _acknowledge(self, fetched: Fetched, stored: Stored | Exception) -> LiveJob | None:
         """Hooks, then settle or requeue the job; return it if its last outcome was not stored."""
@@ -671,11 +731,15 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if stored.evicted and (evicted := self._hooks.evicted) is not None:
             evicted(stored.evicted)
         live.drop(idx)
+        if live.crawl is not None:
+            live.crawl.acknowledged(idx, outcome, stored.duplicate, stored.found)
         self._watchers.changed(live.id, has_webhook=live.has_webhook)
         if stored.terminal is not None:
             self._settle(live, stored.terminal)
         elif live.wants_turn():
             self._requeue(live)
+        elif live.crawl is not None and live.crawl.more:
+            pass  # its frontier is read on after the group (_acknowledge_group)
         elif self._holds_nothing(live) and self._turns.emptied(live) and not live.cancelled:
             # every target started and ended, yet the job did not end (an outcome was lost)
             return live if live.id in self._live else None
@@ -742,6 +806,7 @@ async def open_engine(
     wall_clock: Callable[[], float] = time.time,
     budget: HostBudget | None = None,
     scope: HostFunc | None = None,
+    crawl_allowed: CrawlAllowed | None = None,
 ) -> AsyncIterator[BatchEngine]:
     """Open a :class:`BatchEngine` whose workers live until the block exits.
 
@@ -760,7 +825,9 @@ async def open_engine(
 
     With ``budget`` (a :class:`HostBudget`) and ``scope`` (a target's scope, such as
     ``WebFetcher.scope``: its host and port), a job whose next target's scope is at its budget
-    is passed over and keeps its place in the round robin (docs/politeness.md).
+    is passed over and keeps its place in the round robin (docs/politeness.md). With
+    ``crawl_allowed`` (``WebFetcher.allows``), a crawl's links are checked against robots.txt
+    before they are admitted (those refused are counted skipped, ``robots``).
     """
     if not callable(fetch):
         raise TypeError("fetch must be an async function (caller, target) -> Result")
@@ -779,7 +846,7 @@ async def open_engine(
             return FleetTurns(parts, store, budget, scope)
         return LocalTurns(parts, budget, scope)
 
-    engine = BatchEngine._create(store, fetch, config, log, wall_clock, turns)
+    engine = BatchEngine._create(store, fetch, config, log, wall_clock, turns, crawl_allowed)
     await engine._turns.open()
     try:
         async with trio.open_nursery() as nursery:

@@ -20,9 +20,11 @@ from typing import final
 import trio
 
 from .._budget import HostBudget
+from .._crawl import CrawlSpec
 from .._model import Caller, CallerClass, Target
 from .._util import backoff
 from ..stores._protocol import Claim, FleetStore, NewJob
+from ._crawling import CrawlRun
 from ._fleet_budget import FleetBudget
 from ._live import HostFunc, LiveJob
 from ._local_turns import CLEANUP_SECONDS
@@ -106,6 +108,10 @@ class FleetTurns:
         assert self._tasks is not None
         self._tasks.start_soon(self._give_back_after, live, idx, wait)
 
+    async def refill(self, live: LiveJob) -> None:
+        """Nothing: a fleet claims a crawl's targets one by one, as any job's."""
+        await trio.lowlevel.checkpoint()
+
     def emptied(self, live: LiveJob) -> bool:
         """The job holds no claim here any more: it leaves this engine (False)."""
         self._parts.live.pop(live.id)
@@ -187,12 +193,16 @@ class FleetTurns:
                 caller = Caller(claim.caller, claim.workspace)
                 live = LiveJob(claim.job_id, caller, started, claim.caller_class, claim.concurrency)
                 live.has_webhook = claim.has_webhook
+                if claim.crawl:
+                    live.crawl = CrawlRun(CrawlSpec.from_json(claim.crawl))
                 self._parts.live.add(live)
             if claim.idx in live.targets:  # held here still, under a claim that lapsed (a late
                 stale.append(claim)  # renewal): the old fetch goes on, the new claim goes back
                 continue
             live.claims[claim.idx] = claim
             live.add(claim.idx, claim.target, claim.scope if self._budget is not None else None)
+            if live.crawl is not None:
+                live.crawl.hold(claim.idx, claim.depth, claim.parent)
             if claim.busy_since is not None:
                 live.busy_since[claim.idx] = now - max(0.0, wall - claim.busy_since)
             if self._budget is not None:

@@ -7,8 +7,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import final
 
+from .._crawl import CrawlSpec
 from .._model import Caller, Result, Target
 from ..stores._protocol import Claim, Outcome, ResumedJob
+from ._crawling import CrawlRun
 
 HostFunc = Callable[[Target], "str | None"]
 """The scope of a target (the web fetcher's: host and port), or None for no budget."""
@@ -79,6 +81,7 @@ class LiveJob:
         "cancelled",
         "claims",
         "concurrency",
+        "crawl",
         "has_webhook",
         "id",
         "in_flight",
@@ -114,6 +117,8 @@ class LiveJob:
         self.queued = False  # in the rotation (ready or waiting for a host)
         self.queued_at = started  # when it last entered the rotation (Trio's clock)
         self.park = 0  # the rotation's mark of its latest pass-over (stale marks are skipped)
+        self.crawl: CrawlRun | None = None
+        """A crawl's own state (its rules, pages done, frontier read); None for a batch."""
         self._scopes: dict[int, str | None] = {}
         self._heaps: dict[str | None, list[int]] = {}
         self._pending = 0
@@ -174,8 +179,10 @@ class LiveJob:
         return gone
 
     def wants_turn(self) -> bool:
-        """Whether the job has a target to start and room to start it."""
-        return self._pending > 0 and self.in_flight < self.concurrency and not self.queued
+        """Whether the job has a target to start and room to start it (a crawl's limit too)."""
+        if self._pending <= 0 or self.in_flight >= self.concurrency or self.queued:
+            return False
+        return self.crawl is None or self.crawl.room(self.in_flight)
 
     def token(self, idx: int) -> str:
         """The claim token of target ``idx`` for ``Outcome.claim``: empty without a claim."""
@@ -246,9 +253,13 @@ def resumed_live_jobs(
         started = now - max(0.0, wall - job.created_at)
         caller = Caller(job.caller, job.workspace)
         live = LiveJob(job.id, caller, started, job.caller_class, job.concurrency)
-        for idx in job.pending:
-            target = job.targets[idx]
+        if job.crawl:
+            live.crawl = CrawlRun(CrawlSpec.from_json(job.crawl), job.done)
+            live.crawl.more = True  # what lies past the window is read on as it runs
+        for idx, target in job.targets.items():
             live.add(idx, target, None if scope is None else scope(target))
+            if live.crawl is not None:
+                live.crawl.hold(idx, *job.depths.get(idx, (0, -1)))
         live.has_webhook = bool(job.webhook)
         jobs.append(live)
     return jobs

@@ -17,8 +17,10 @@ from typing import final
 import trio
 
 from .._budget import HostBudget
+from .._crawl import CRAWL_WINDOW, CrawlSpec
 from .._model import Caller, CallerClass, Target
 from ..stores._protocol import NewJob, ResumedJob
+from ._crawling import CrawlRun
 from ._live import HostFunc, LiveJob, resumed_live_jobs
 from ._rotation import Rotation, Turn
 from ._turns import EngineParts
@@ -93,8 +95,16 @@ class LocalTurns:
                 "this BatchEngine is closed; open a new one with open_engine()"
             )
         live = LiveJob(job.id, caller, trio.current_time(), caller_class, concurrency)
-        for idx, target in enumerate(job.targets):
+        held = job.targets
+        if job.crawl:  # a crawl holds a window of its frontier: the rest is read on later
+            live.crawl = CrawlRun(CrawlSpec.from_json(job.crawl))
+            held = job.targets[:CRAWL_WINDOW]
+            live.crawl.more = len(job.targets) > len(held)
+        for idx, target in enumerate(held):
             live.add(idx, target, None if self._scope is None else self._scope(target))
+            if live.crawl is not None:
+                seed = job.seeds[idx]
+                live.crawl.hold(idx, seed.depth, seed.parent)
         live.has_webhook = has_webhook
         self._parts.live.add(live)
         self.rotation.put(live)
@@ -123,6 +133,31 @@ class LocalTurns:
             hook(wait)
         assert self._timers is not None
         self._timers.start_soon(self._again_after, live, idx, wait)
+
+    async def refill(self, live: LiveJob) -> None:
+        """Read the crawl's frontier on from the store while it holds fewer than half a window
+        of pending targets (bounded, shielded: the finisher calls it, also while closing)."""
+        run = live.crawl
+        if run is None or not run.more or live.pending >= CRAWL_WINDOW // 2:
+            return
+        want = CRAWL_WINDOW - live.pending
+        rows: list[tuple[int, Target, int, int]] = []
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            try:
+                rows = await self._parts.store.crawl_frontier(live.id, run.loaded, want)
+            except Exception as exc:
+                self._parts.store_error("crawl_frontier", live.id, exc)
+                return
+        run.more = len(rows) == want
+        for idx, target, depth, parent in rows:
+            live.add(idx, target, None if self._scope is None else self._scope(target))
+            run.hold(idx, depth, parent)
+        if not rows and not live.targets and not live.cancelled:
+            # nothing left to read nor held: the store ends the job with its last outcome
+            if live.in_flight == 0 and not live.queued:
+                await self._parts.unfinished(live)
+            return
+        self._parts.requeue(live)
 
     def emptied(self, live: LiveJob) -> bool:
         """Every target of a local job was stored, so it should have ended: True."""

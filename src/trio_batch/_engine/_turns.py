@@ -119,6 +119,11 @@ class Turns(Protocol):
         host's backoff lets it), counting as in flight until then."""
         ...
 
+    async def refill(self, live: LiveJob) -> None:
+        """A crawl's held frontier ran low: read on from the store (local), or nothing (a
+        fleet claims its targets one by one)."""
+        ...
+
     def emptied(self, live: LiveJob) -> bool:
         """``live`` holds no target any more yet did not end: True if that means its last
         outcome was lost (the engine then fails it), False when it only left this engine."""

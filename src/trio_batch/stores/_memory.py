@@ -12,6 +12,7 @@ from typing import final
 
 import trio
 
+from .._crawl import CrawlInfo, CrawlSpec
 from .._model import (
     REUSABLE_STATUSES,
     Job,
@@ -37,7 +38,7 @@ from ._protocol import (
     ResumedJob,
     Stored,
 )
-from ._rules import check_caps, target_times, terminal_status
+from ._rules import CRAWL_WINDOW, check_caps, target_times, terminal_status
 
 
 @dataclass(slots=True)
@@ -50,6 +51,21 @@ class _TargetRow:
     hint: str = ""
     started_at: float | None = None
     finished_at: float | None = None
+    depth: int = 0  # a crawl's: how many links from its seeds
+    parent: int = -1  # a crawl's: the target whose page found it (-1: a seed)
+
+
+@dataclass(slots=True)
+class _Crawl:
+    """A crawl's own state: its spec's bounds, the keys it has seen, what it skipped."""
+
+    spec: CrawlSpec
+    keys: dict[str, int] = field(default_factory=dict)  # key -> the index of its target
+    skipped: Counter[str] = field(default_factory=Counter)
+    admitted: int = 0
+
+    def info(self, done: int) -> CrawlInfo:
+        return CrawlInfo(self.spec.limit, self.spec.max_depth, done, dict(self.skipped))
 
 
 @dataclass(slots=True)
@@ -62,7 +78,7 @@ class _JobRow:
     created_at: float
     updated_at: float
     lease: float
-    targets: list[_TargetRow] = field(default_factory=list)
+    targets: dict[int, _TargetRow] = field(default_factory=dict)
     error: str = ""
     done: int = 0
     bytes: int = 0
@@ -76,6 +92,9 @@ class _JobRow:
     hook_since: float = 0.0
     hook_next_at: float = 0.0
     concurrency: int = 1  # targets that may be fetched at once, as admitted
+    crawl: _Crawl | None = None
+    failed: int = 0  # targets stored failed
+    size: int = 0  # the next target's index (a crawl's removed targets leave holes)
 
     def view(self) -> Job:
         return Job(
@@ -182,13 +201,20 @@ class MemoryStore:
             created_at=job.now,
             updated_at=job.now,
             lease=job.now,
-            targets=[_TargetRow(t.url, t.options) for t in job.targets],
+            targets={
+                i: _TargetRow(t.url, t.options, depth=seed.depth if seed else 0)
+                for i, (t, seed) in enumerate(
+                    itertools.zip_longest(job.targets, job.seeds[: len(job.targets)])
+                )
+            },
+            size=len(job.targets),
             seq=next(self._seq),
             workspace=job.workspace,
             retry_of=job.retry_of,
             webhook=job.webhook,
             hook_open=bool(job.webhook),
             concurrency=job.concurrency,
+            crawl=_crawl_of(job),
         )
         if job.webhook:
             self._outbox.add(job.id)
@@ -210,23 +236,26 @@ class MemoryStore:
             return []
         resumed = []
         for row in sorted((j for j in self._jobs.values() if j.status.live), key=_by_seq):
-            for target in row.targets:
+            for target in row.targets.values():
                 if target.status is TargetState.RUNNING:
                     target.status = TargetState.PENDING
             row.updated_at = now
+            pending = [(i, t) for i, t in row.targets.items() if t.status is TargetState.PENDING][
+                : CRAWL_WINDOW if row.crawl is not None else None
+            ]
             resumed.append(
                 ResumedJob(
                     id=row.id,
                     caller=row.caller,
                     workspace=row.workspace,
                     caller_class=row.caller_class,
-                    targets=[Target(t.url, t.options) for t in row.targets],
-                    pending=[
-                        i for i, t in enumerate(row.targets) if t.status is TargetState.PENDING
-                    ],
+                    targets={i: Target(t.url, t.options) for i, t in pending},
                     created_at=row.created_at,
                     webhook=row.webhook,
                     concurrency=row.concurrency,
+                    crawl="" if row.crawl is None else row.crawl.spec.to_json(),
+                    depths={i: (t.depth, t.parent) for i, t in pending},
+                    done=row.done - row.failed,
                 )
             )
         return resumed
@@ -236,7 +265,9 @@ class MemoryStore:
         row = self._jobs.get(job_id)
         if row is None or not row.status.live:
             return False
-        target = row.targets[idx]
+        target = row.targets.get(idx)
+        if target is None:  # a crawl's duplicate, removed
+            return False
         target.status = TargetState.RUNNING
         target.started_at = now
         row.status = JobStatus.RUNNING
@@ -246,8 +277,9 @@ class MemoryStore:
     async def release_target(self, job_id: str, idx: int, now: float) -> None:
         await self._checkpoint()
         row = self._jobs.get(job_id)
-        if row is not None and row.targets[idx].status is TargetState.RUNNING:
-            row.targets[idx].status = TargetState.PENDING
+        target = None if row is None else row.targets.get(idx)
+        if row is not None and target is not None and target.status is TargetState.RUNNING:
+            target.status = TargetState.PENDING
             row.updated_at = now
 
     async def finish_targets(
@@ -268,11 +300,13 @@ class MemoryStore:
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
     ) -> Stored:
         row = self._jobs.get(job_id)
-        if row is None:
+        target = None if row is None else row.targets.get(idx)
+        if row is None or target is None:
             return Stored(None)
-        target = row.targets[idx]
         if target.status in (TargetState.DONE, TargetState.FAILED):
             return Stored(None)
+        if row.crawl is not None and self._duplicate(row, row.crawl, idx, outcome):
+            return Stored(self._crawl_ended(row, now), duplicate=True)
         size = outcome.size
         target.status = outcome.state
         target.result_json = outcome.result_json
@@ -280,14 +314,69 @@ class MemoryStore:
         target.hint = outcome.hint
         target.finished_at = now
         row.done += 1
+        row.failed += outcome.state is TargetState.FAILED
         row.bytes += size
         row.updated_at = now
         self._bytes += size
-        terminal = None
-        if row.status.live and row.done == len(row.targets):
-            terminal = terminal_status([t.status for t in row.targets])
+        found = 0 if row.crawl is None else self._admit_found(row, row.crawl, outcome)
+        if row.crawl is not None:
+            terminal = self._crawl_ended(row, now)
+        elif row.status.live and row.done == len(row.targets):
+            terminal = terminal_status([t.status for t in row.targets.values()])
             self._end(row, terminal, now)
-        return Stored(terminal, self._evict(max_bytes))
+        else:
+            terminal = None
+        return Stored(terminal, self._evict(max_bytes), found=found)
+
+    @staticmethod
+    def _duplicate(row: _JobRow, crawl: _Crawl, idx: int, outcome: Outcome) -> bool:
+        """Whether the page is another target's (one of its keys is): it is removed, counted."""
+        if any(crawl.keys.get(key, idx) != idx for key in outcome.keys):
+            del row.targets[idx]
+            crawl.skipped["duplicate"] += 1
+            return True
+        for key in outcome.keys:
+            crawl.keys[key] = idx
+        crawl.skipped.update(outcome.skipped)
+        return False
+
+    @staticmethod
+    def _admit_found(row: _JobRow, crawl: _Crawl, outcome: Outcome) -> int:
+        """Admit the page's links not seen yet, while the frontier has room."""
+        admitted = 0
+        for found in outcome.found:
+            if found.key in crawl.keys:
+                crawl.skipped["duplicate"] += 1
+            elif crawl.admitted >= crawl.spec.frontier_cap:
+                crawl.skipped["limit"] += 1
+            else:
+                idx = row.size
+                row.size += 1
+                row.targets[idx] = _TargetRow(
+                    found.url, crawl.spec.options, depth=found.depth, parent=found.parent
+                )
+                crawl.keys[found.key] = idx
+                crawl.admitted += 1
+                admitted += 1
+        return admitted
+
+    def _crawl_ended(self, row: _JobRow, now: float) -> JobStatus | None:
+        """End a live crawl that stored its limit of pages (what it had not started is
+        skipped, ``limit``) or has nothing left to run; its status, or None."""
+        assert row.crawl is not None
+        if not row.status.live:
+            return None
+        if row.done - row.failed >= row.crawl.spec.limit:
+            left = [i for i, t in row.targets.items() if t.status is TargetState.PENDING]
+            for i in left:
+                del row.targets[i]
+            row.crawl.skipped["limit"] += len(left)
+        if row.done < len(row.targets):
+            return None
+        stored = [t.status for t in row.targets.values()]
+        terminal = terminal_status(stored) if stored else JobStatus.DONE
+        self._end(row, terminal, now)
+        return terminal
 
     async def cancel(self, job_id: str, now: float) -> Job | None:
         await self._checkpoint()
@@ -308,7 +397,7 @@ class MemoryStore:
             row = self._jobs.get(job_id)
             if row is None or not row.status.live:
                 continue
-            for target in row.targets:
+            for target in row.targets.values():
                 if target.status is TargetState.RUNNING:
                     target.status = TargetState.PENDING
             row.error = "interrupted"
@@ -321,7 +410,7 @@ class MemoryStore:
         row = self._jobs.get(job_id)
         if row is None:
             return None
-        targets = [_target_status(i, t, results=True) for i, t in enumerate(row.targets)]
+        targets = [_target_status(i, t, results=True) for i, t in row.targets.items()]
         return Snapshot(row.view(), targets)
 
     async def read_job(self, job_id: str) -> Job | None:
@@ -372,16 +461,39 @@ class MemoryStore:
             return []
         wanted = None if states is None else set(states)
         found: list[TargetStatus] = []
-        for i in range(max(after + 1, 0), len(row.targets)):
+        for i in range(max(after + 1, 0), row.size):
             if len(found) >= limit:
                 break
-            t = row.targets[i]
-            if wanted is None or t.status in wanted:
+            t = row.targets.get(i)
+            if t is not None and (wanted is None or t.status in wanted):
                 found.append(_target_status(i, t, results=results))
         return found
 
+    async def crawl_frontier(
+        self, job_id: str, after: int, limit: int
+    ) -> list[tuple[int, Target, int, int]]:
+        await self._checkpoint()
+        row = self._jobs.get(job_id)
+        if row is None or row.crawl is None:
+            return []
+        found: list[tuple[int, Target, int, int]] = []
+        for i in range(max(after + 1, 0), row.size):
+            t = row.targets.get(i)
+            if t is not None and t.status is TargetState.PENDING:
+                found.append((i, Target(t.url, t.options), t.depth, t.parent))
+                if len(found) >= limit:
+                    break
+        return found
+
+    async def crawl_info(self, job_id: str) -> CrawlInfo | None:
+        await self._checkpoint()
+        row = self._jobs.get(job_id)
+        if row is None or row.crawl is None:
+            return None
+        return row.crawl.info(row.done - row.failed)
+
     def _summary(self, row: _JobRow) -> JobSummary:
-        counts = Counter(t.status for t in row.targets)
+        counts = Counter(t.status for t in row.targets.values())
         return JobSummary(
             row.view(),
             pending=counts[TargetState.PENDING],
@@ -522,3 +634,14 @@ class MemoryStore:
                 self._delete(row)
                 evicted += 1
         return evicted
+
+
+def _crawl_of(job: NewJob) -> _Crawl | None:
+    """A new crawl's state: its spec, and its seeds' keys seen."""
+    if not job.crawl:
+        return None
+    crawl = _Crawl(CrawlSpec.from_json(job.crawl))
+    for idx, seed in enumerate(job.seeds):
+        crawl.keys.setdefault(seed.key, idx)
+    crawl.admitted = len(job.targets)
+    return crawl

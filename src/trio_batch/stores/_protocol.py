@@ -12,10 +12,11 @@ the engine's wall clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, TypeGuard, final
 
+from .._crawl import CrawlInfo, Found
 from .._model import (
     Job,
     JobStatus,
@@ -49,6 +50,11 @@ class NewJob:
     concurrency: int = 1
     """Targets of the job that may be fetched at once (``BatchEngine.submit``): kept with the
     job, for a fleet's claims and for an engine that resumes it."""
+    crawl: str = ""
+    """A crawl's ``CrawlSpec`` as JSON (``CrawlSpec.to_json``), or empty for a batch. A crawl's
+    targets are its seeds, and grow as its pages' outcomes admit what they found."""
+    seeds: Sequence[Found] = ()
+    """A crawl's seeds, one per target in order (their keys and depths); empty for a batch."""
 
 
 @final
@@ -56,22 +62,28 @@ class NewJob:
 class ResumedJob:
     """A live job taken over from an engine that is gone (``Store.resume``): what it needs to run.
 
-    ``targets`` are all of the job's targets; ``pending`` the indices of those still to run,
-    in order (a target that was running is pending again and is fetched again; with
-    ``concurrency`` above 1 or host budgets, stored targets need not be a prefix).
+    ``targets`` are the job's targets still to run, by index (a target that was running is
+    pending again and is fetched again; with ``concurrency`` above 1 or host budgets, stored
+    targets need not be a prefix). For a crawl they are the first of its frontier (a window:
+    the engine reads on with :meth:`Store.crawl_frontier`) and ``depths`` their depths.
     """
 
     id: str
     caller: str
     workspace: str
     caller_class: str
-    targets: Sequence[Target]
-    pending: Sequence[int]
+    targets: Mapping[int, Target]
     created_at: float
     webhook: str = ""
     """The job's ``Webhook`` as JSON, or empty."""
     concurrency: int = 1
     """Targets of the job that may be fetched at once, as admitted."""
+    crawl: str = ""
+    """The crawl's spec as JSON, or empty for a batch."""
+    depths: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    """A crawl's targets' depths and parents (by index)."""
+    done: int = 0
+    """A crawl's pages stored ``done`` so far (its limit counts them)."""
 
 
 @final
@@ -97,10 +109,22 @@ class Outcome:
     claim: str = ""
     """The token of the claim the target was fetched under (a :class:`FleetStore`'s turn).
 
-    A fleet store stores the outcome only while that claim is still the job's, so an
+    A fleet store stores the outcome only while that claim is still the target's, so an
     instance whose claim expired and was taken over never stores a target twice. Empty on
     stores with an in-memory rotation, which ignore it.
     """
+    found: Sequence[Found] = ()
+    """A crawl page's links to admit, each once per job by its key, as long as the crawl's
+    frontier has room; the rest are counted skipped (``duplicate``, ``limit``)."""
+    keys: Sequence[str] = ()
+    """Other keys of this page (its final URL after redirects, its ``rel=canonical``): a page
+    one of whose keys another target of the crawl already has is a duplicate, removed from the
+    job and counted skipped (``duplicate``), not stored."""
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    """What the page's links were skipped for, counted by reason (``_crawl.SKIP_REASONS``)."""
+    crawl: bool = False
+    """The outcome of a crawl's page: the store keeps the crawl's books with it (its keys, what
+    it found, its pages done, its limit)."""
 
     @property
     def size(self) -> int:
@@ -121,6 +145,10 @@ class Stored:
     """The job's new terminal status if this write finished it, else None."""
     evicted: int = 0
     """Finished jobs evicted for the byte cap."""
+    found: int = 0
+    """A crawl's targets this outcome admitted."""
+    duplicate: bool = False
+    """A crawl page that was another's (its keys): removed from its job, not stored."""
 
 
 @final
@@ -358,6 +386,20 @@ class Store(Protocol):
         """
         ...
 
+    async def crawl_frontier(
+        self, job_id: str, after: int, limit: int
+    ) -> list[tuple[int, Target, int, int]]:
+        """Up to ``limit`` of a crawl's pending targets with ``idx > after``, in index order:
+        ``(idx, target, depth, parent)`` (``parent``: the index of the page that found it, -1
+        for a seed). What an engine reads its crawl's frontier on with, a window
+        at a time. An unknown job, or a batch, has none. Writes nothing."""
+        ...
+
+    async def crawl_info(self, job_id: str) -> CrawlInfo | None:
+        """A crawl's bounds, pages done and skipped counts; None for an unknown job or a batch.
+        Writes nothing."""
+        ...
+
 
 class ResponseCache(Protocol):
     """Where the web fetcher keeps its response cache (SPEC §6): ``web/_fetch/_cache`` uses it.
@@ -458,6 +500,12 @@ class Claim:
     scope_blocked_for: float | None = None
     """Seconds the scope has been pushed back without a success since (None: it is well).
     The engine gives both to its ``HostBudget`` (``hold``) before the target starts."""
+    crawl: str = ""
+    """The crawl's spec as JSON when the target is a crawl's page, else empty."""
+    depth: int = 0
+    """A crawl page's depth."""
+    parent: int = -1
+    """The index of the crawl page that found this one (-1: a seed)."""
 
 
 @final

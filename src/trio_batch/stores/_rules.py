@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from .._crawl import CRAWL_WINDOW as CRAWL_WINDOW
 from .._errors import Busy, CallerBusy, TooManyTargets
 from .._model import (
     LIVE_STATUSES,
@@ -114,20 +115,33 @@ RESUME_JOB_COLUMNS = "id, caller, workspace, caller_class, created_at, webhook, 
 """The job columns :func:`resumed_job` reads, in its order."""
 
 
-def resumed_job(row: Row, targets: Sequence[Row]) -> ResumedJob:
-    """A :class:`ResumedJob` from :data:`RESUME_JOB_COLUMNS` and its ``url, options JSON,
-    status`` target rows in input order (running ones already put back to pending)."""
+def resumed_job(
+    row: Row, targets: Sequence[Row], crawl: tuple[str, int] | None = None
+) -> ResumedJob:
+    """A :class:`ResumedJob` from :data:`RESUME_JOB_COLUMNS` and its pending targets' ``idx,
+    url, options JSON, depth, parent`` rows in index order (running ones already put back to
+    pending; a crawl's first :data:`CRAWL_WINDOW` only), with a crawl's spec JSON and pages
+    done."""
     return ResumedJob(
         id=str(row[0]),
         caller=str(row[1]),
         workspace=str(row[2]),
         caller_class=str(row[3]),
-        targets=[Target(str(t[0]), _options_from_json(str(t[1]))) for t in targets],
-        pending=[i for i, t in enumerate(targets) if t[2] == TargetState.PENDING],
+        targets={int(t[0]): Target(str(t[1]), _options_from_json(str(t[2]))) for t in targets},
         created_at=float(row[4]),
         webhook=str(row[5]),
         concurrency=int(row[6]),
+        crawl="" if crawl is None else crawl[0],
+        depths={int(t[0]): (int(t[3]), int(t[4])) for t in targets} if crawl else {},
+        done=0 if crawl is None else crawl[1],
     )
+
+
+PENDING_TARGETS_SQL = (
+    "SELECT idx, url, options, depth, parent FROM targets WHERE job_id = ? "
+    "AND status = 'pending' ORDER BY idx LIMIT ?"
+)
+"""A resumed job's pending targets (``?`` placeholders: the job, at most how many)."""
 
 
 TARGET_COLUMNS = "idx, url, status, result, error, hint, options, started_at, finished_at"

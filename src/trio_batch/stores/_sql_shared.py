@@ -1,5 +1,6 @@
 """What both SQL stores do the same way: SPEC §7's reads (``read_job``, ``job_summary``,
-``list_jobs``, ``read_targets``, the SQL of ``stores/_sql_reads``) and the webhook delivery state
+``list_jobs``, ``read_targets``, the SQL of ``stores/_sql_reads``; a crawl's frontier and answer,
+``stores/_sql_crawl``) and the webhook delivery state
 (``hooks_due``, ``hook_advance``, the SQL of ``stores/_outbox``; PostgreSQL's dispatchers
 claim the outboxes they read, SQLite's one needs no claim). One mixin for both.
 
@@ -15,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from .._model import Job, JobStatus, TargetState, TargetStatus
+from .._crawl import CrawlInfo
+from .._model import Job, JobStatus, Target, TargetState, TargetStatus
 from . import _sql_reads as q
 from ._outbox import advance_query, claim_query, due_from_row, due_query
 from ._protocol import HookDue, JobCursor, JobSummary
-from ._rules import job_from_row
+from ._rules import job_from_row, stored_target
+from ._sql_crawl import CrawlSQL
 
 T = TypeVar("T")
 
@@ -89,6 +92,17 @@ class SQLCommon:
         return await self._read(
             lambda conn: q.targets_from_rows(conn.execute(sql, params).fetchall())
         )
+
+    async def crawl_frontier(
+        self, job_id: str, after: int, limit: int
+    ) -> list[tuple[int, Target, int, int]]:
+        crawl = CrawlSQL(self._postgres)
+        rows = await self._read(lambda conn: crawl.frontier(conn, job_id, after, limit))
+        return [(i, stored_target(url, options), d, p) for i, url, options, d, p in rows]
+
+    async def crawl_info(self, job_id: str) -> CrawlInfo | None:
+        crawl = CrawlSQL(self._postgres)
+        return await self._read(lambda conn: crawl.info(conn, job_id))
 
     async def hooks_due(
         self, now: float, limit: int, *, claim_for: float | None = None

@@ -9,7 +9,13 @@ the database no commit while every instance is alive.
 from __future__ import annotations
 
 from .._protocol import ResumedJob
-from .._rules import LIVE_SQL, RESUME_JOB_COLUMNS, Row, resumed_job
+from .._rules import (
+    CRAWL_WINDOW,
+    LIVE_SQL,
+    PENDING_TARGETS_SQL,
+    RESUME_JOB_COLUMNS,
+    resumed_job,
+)
 from ._schema import Conn
 from ._sql import fold_shards
 
@@ -67,12 +73,14 @@ def adopt(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[Resu
         "claim_until = NULL WHERE job_id = ANY(%s) AND status = 'running'",
         (ids,),
     )
-    targets: dict[str, list[Row]] = {job_id: [] for job_id in ids}
-    for job_id, *row in conn.execute(
-        "SELECT job_id, url, options, status FROM targets WHERE job_id = ANY(%s) "
-        "ORDER BY job_id, idx",
-        (ids,),
-    ):
-        targets[str(job_id)].append(row)
+    pending = PENDING_TARGETS_SQL.replace("?", "%s")
+    resumed = []
     jobs.sort(key=lambda r: (float(r[4]), int(r[-1])))  # created_at, then seq
-    return [resumed_job(r, targets[str(r[0])]) for r in jobs]
+    for job in jobs:
+        crawl = conn.execute(
+            "SELECT spec, done FROM crawls WHERE job_id = %s", (job[0],)
+        ).fetchone()
+        window = CRAWL_WINDOW if crawl else None  # None: no limit (a batch's are few)
+        rows = conn.execute(pending, (job[0], window)).fetchall()
+        resumed.append(resumed_job(job, rows, None if crawl is None else (crawl[0], crawl[1])))
+    return resumed

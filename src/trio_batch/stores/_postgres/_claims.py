@@ -126,7 +126,7 @@ def claim(
 def _claim_of(row: Sequence[object]) -> Claim:
     job_id, idx, token, url, options, caller, workspace, created_at = row[:8]
     has_webhook, busy_since, taken_over, caller_class, concurrency = row[8:13]
-    scope, wait, blocked_for = row[13:16]
+    scope, wait, blocked_for, crawl, depth, parent = row[13:19]
     return Claim(
         job_id=str(job_id),
         idx=int(str(idx)),
@@ -143,6 +143,9 @@ def _claim_of(row: Sequence[object]) -> Claim:
         scope=None if scope is None else str(scope),
         scope_wait=0.0 if wait is None else float(str(wait)),
         scope_blocked_for=None if blocked_for is None else max(0.0, float(str(blocked_for))),
+        crawl="" if crawl is None else str(crawl),
+        depth=int(str(depth)),
+        parent=int(str(parent)),
     )
 
 

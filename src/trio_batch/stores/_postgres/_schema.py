@@ -21,6 +21,7 @@ from psycopg.rows import TupleRow
 
 from ..._errors import StoreError
 from .._rules import LIVE_SQL
+from .._sql_crawl import CRAWL_TABLES
 from ._scopes import held, lock_key, room
 
 Conn = psycopg.Connection[TupleRow]
@@ -358,7 +359,7 @@ _CLAIM_TARGETS = f"""
         workspace text, created_at double precision, has_webhook boolean,
         busy_since double precision, taken_over boolean, caller_class text,
         concurrency integer, scope text, scope_wait double precision,
-        scope_blocked_for double precision
+        scope_blocked_for double precision, crawl text, depth integer, parent integer
     ) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
     #variable_conflict use_column
     DECLARE
@@ -397,7 +398,7 @@ _CLAIM_TARGETS = f"""
         END IF;
         SELECT coalesce(array_agg(q.id), '{{}}'), coalesce(max(q.want), 0) INTO chosen, widest
         FROM (
-            SELECT jb.id, jb.concurrency - (
+            SELECT jb.id, least(jb.concurrency, cr.lim - cr.done) - (
                 SELECT count(*) FROM targets AS tc WHERE tc.job_id = jb.id
                     AND tc.claim IS NOT NULL AND tc.claim_until >= clock_timestamp()
             ) AS want
@@ -405,8 +406,8 @@ _CLAIM_TARGETS = f"""
                 SELECT tg.idx FROM targets AS tg WHERE tg.job_id = jb.id AND {CLAIMABLE}
                     AND (NOT p_scoped OR tg.scope IS NULL OR tg.scope = ANY(ok))
                 ORDER BY tg.idx LIMIT 1
-            ) AS startable
-            WHERE jb.status IN {LIVE_SQL} AND jb.concurrency > (
+            ) AS startable LEFT JOIN crawls AS cr ON cr.job_id = jb.id
+            WHERE jb.status IN {LIVE_SQL} AND least(jb.concurrency, cr.lim - cr.done) > (
                 SELECT count(*) FROM targets AS tc WHERE tc.job_id = jb.id
                     AND tc.claim IS NOT NULL AND tc.claim_until >= clock_timestamp()
             )
@@ -419,11 +420,12 @@ _CLAIM_TARGETS = f"""
             SELECT * FROM unnest(r_scope, r_free, r_blocked, r_spacing)
                 AS r (scope, free, blocked, spacing)
         ), c AS (
-            SELECT jb.id, jb.turn, jb.concurrency - (
+            SELECT jb.id, jb.turn, least(jb.concurrency, cr.lim - cr.done) - (
                 SELECT count(*) FROM targets AS tc WHERE tc.job_id = jb.id
                     AND tc.claim IS NOT NULL AND tc.claim_until >= clock_timestamp()
             ) AS want
-            FROM jobs AS jb WHERE jb.id = ANY(chosen) AND jb.status IN {LIVE_SQL}
+            FROM jobs AS jb LEFT JOIN crawls AS cr ON cr.job_id = jb.id
+            WHERE jb.id = ANY(chosen) AND jb.status IN {LIVE_SQL}
         ), x AS (
             SELECT c.id, c.turn, t.idx AS i, t.scope AS sc, t.taken_over, t.busy_since AS busy,
                 row_number() OVER (PARTITION BY c.id ORDER BY t.idx) AS k, c.want
@@ -462,7 +464,7 @@ _CLAIM_TARGETS = f"""
             FROM pick WHERE tg.job_id = pick.id AND tg.idx = pick.i AND {CLAIMABLE}
             RETURNING tg.job_id AS j, tg.idx AS i, tg.claim AS tok, tg.url AS u,
                 tg.options AS o, pick.taken_over AS over, pick.busy AS busy, pick.sc AS sc,
-                pick.k AS k, pick.turn AS turn
+                pick.k AS k, pick.turn AS turn, tg.depth AS dp, tg.parent AS pa
         ), nt AS (
             SELECT q.j, nextval('turns') AS turn FROM (
                 SELECT tk.j, max(tk.k) AS k, min(tk.turn) AS turn FROM tk GROUP BY tk.j
@@ -478,8 +480,10 @@ _CLAIM_TARGETS = f"""
             jj.cc, jj.conc, tk.sc,
             CASE WHEN s.blocked_until > clock_timestamp()
                 THEN extract(epoch FROM s.blocked_until - clock_timestamp())::float8 END,
-            extract(epoch FROM clock_timestamp() - s.blocked_since)::float8
+            extract(epoch FROM clock_timestamp() - s.blocked_since)::float8,
+            cw.spec, tk.dp, tk.pa
         FROM tk JOIN jj ON jj.id = tk.j LEFT JOIN scopes AS s ON s.scope = tk.sc
+            LEFT JOIN crawls AS cw ON cw.job_id = tk.j
         ORDER BY tk.k, tk.turn;
     END
     $$
@@ -518,6 +522,7 @@ MIGRATIONS.append(
         double precision, text, text[], text[], bigint, bigint, bigint, text, text, text,
         text[]);
     {_ADMIT_JOB_V4};
+    {CRAWL_TABLES};
     {_CLAIM_TARGETS}
     """
 )

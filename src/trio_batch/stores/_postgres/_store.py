@@ -27,7 +27,7 @@ import trio
 from psycopg_pool import ConnectionPool
 
 from ..._errors import StoreError
-from ..._model import Job, Snapshot, Submitted
+from ..._model import Job, JobStatus, Snapshot, Submitted, TargetState
 from ..._util import NoPublicConstructor, raise_single_exception_from_group
 from .._protocol import (
     CacheEntry,
@@ -41,7 +41,8 @@ from .._protocol import (
     ResumedJob,
     Stored,
 )
-from .._rules import check_caps, job_from_row, options_json
+from .._rules import LIVE_SQL, check_caps, job_from_row, options_json
+from .._sql_crawl import CrawlSQL
 from .._sql_shared import PostgresCommon
 from . import _adopt, _claims, _scopes, _sql
 from ._batch import AdmissionsFirst, WriteQueue
@@ -109,6 +110,9 @@ class PostgresOptions:
     def beat(self) -> float:
         """Seconds between heartbeats: ``heartbeat``, or a third of ``instance_timeout``."""
         return self.instance_timeout / 3 if self.heartbeat is None else self.heartbeat
+
+
+CRAWL = CrawlSQL(postgres=True)
 
 
 @final
@@ -456,13 +460,16 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             json.dumps(list(job.scopes)),
             job.concurrency,
         )
-        submitted = await self._admit_alone(params, handle)
+        submitted = await self._admit_alone(params, handle, job if job.crawl else None)
         if not submitted.reused:
             self._live.add(submitted.id)
         return submitted
 
     async def _admit_alone(
-        self, params: tuple[object, ...], handle: Callable[[Cursor], Submitted]
+        self,
+        params: tuple[object, ...],
+        handle: Callable[[Cursor], Submitted],
+        crawl: NewJob | None = None,
     ) -> Submitted:
         """Run the admission on a pooled connection of its own, not behind the writer's queue.
 
@@ -472,13 +479,20 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         instances by the function's advisory lock. As a queued write, it is not cancellable
         once begun (shielded, bounded by ``call_timeout``). A connection lost mid-call is
         tried once more with the same job id: ``admit_job`` answers a replay of an admission
-        that had committed as that admission, so nothing is stored twice.
+        that had committed as that admission, so nothing is stored twice. A crawl's books
+        (``stores/_sql_crawl``) are written in the same transaction.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
 
         def admit(conn: Conn) -> Submitted:
-            return handle(conn.execute(_sql.ADMIT.sql, params, prepare=True))
+            if crawl is None:
+                return handle(conn.execute(_sql.ADMIT.sql, params, prepare=True))
+            with conn.transaction():
+                submitted = handle(conn.execute(_sql.ADMIT.sql, params, prepare=True))
+                if submitted.id == crawl.id:
+                    CRAWL.admit(conn, crawl.id, crawl.crawl, crawl.seeds)
+            return submitted
 
         with trio.CancelScope(shield=True), self._admissions.admitting():
             try:
@@ -587,9 +601,36 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                         reply.results[-1] = Stored(last.terminal, evicted)
             return reply
 
-        reply = await self._queue.finish(list(items), now, after)
+        if any(o.crawl for _, _, o in items):
+            results = await self._finish_mixed(items, now, max_bytes)
+        else:
+            results = (await self._queue.finish(list(items), now, after)).results
         self._claims.difference_update(o.claim for _, _, o in items if o.claim)
-        return reply.results
+        return results
+
+    async def _finish_mixed(
+        self, items: Sequence[FinishItem], now: float, max_bytes: int
+    ) -> list[Stored | Exception]:
+        """A group with crawl pages: the batch items as one statement, the crawl pages with
+        their books (``stores/_sql_crawl``) in a transaction of their own, results in order."""
+        plain = [(n, item) for n, item in enumerate(items) if not item[2].crawl]
+        crawled = [(n, item) for n, item in enumerate(items) if item[2].crawl]
+        results: list[Stored | Exception] = [Stored(None)] * len(items)
+        if plain:
+            reply = await self._queue.finish([item for _, item in plain], now, _as_reply)
+            for (n, _), stored in zip(plain, reply.results, strict=True):
+                results[n] = stored
+        instance = self._instance
+        pages = [item for _, item in crawled]
+        try:
+            stored_pages = await self._queue.call(
+                lambda conn: _crawl_pages(conn, pages, now, instance)
+            )
+        except Exception as exc:
+            stored_pages = [exc] * len(pages)
+        for (n, _), stored in zip(crawled, stored_pages, strict=True):
+            results[n] = stored
+        return results
 
     async def finish_target(
         self, job_id: str, idx: int, outcome: Outcome, now: float, max_bytes: int
@@ -799,3 +840,64 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         """
         self._check_open()
         await self._run(lambda conn: _sql.cache_put(conn, self._locks, key, entry, max_bytes))
+
+
+def _crawl_pages(
+    conn: Conn, items: Sequence[FinishItem], now: float, instance: str
+) -> list[Stored | Exception]:
+    """Store crawl pages' outcomes with the crawl's books, in one transaction (the writer's).
+
+    Each page's job row is locked first, so two instances storing pages of one crawl keep its
+    books one after the other: a page that is another's (its keys) is removed; else what it
+    found is admitted (the job's total grows before the job could end), the outcome is stored
+    under its claim (``FINISH_MANY``), counted, and a crawl at its limit stops.
+    """
+    results: list[Stored | Exception] = []
+    for job_id, idx, outcome in items:
+        conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job_id,))
+        row = conn.execute(
+            "SELECT status, options, claim FROM targets WHERE job_id = %s AND idx = %s",
+            (job_id, idx),
+        ).fetchone()
+        lost = bool(outcome.claim) and row is not None and row[2] != outcome.claim
+        if row is None or row[0] in ("done", "failed") or lost:
+            results.append(Stored(None))
+            continue
+        if CRAWL.duplicate(conn, job_id, idx, outcome.keys):
+            results.append(Stored(_end_if_complete(conn, job_id, now), duplicate=True))
+            continue
+        CRAWL.count(conn, job_id, outcome.skipped)
+        found = CRAWL.admit_found(conn, job_id, str(row[1]), outcome.found)
+        params = _sql.finish_params([(job_id, idx, outcome)], now, {}, instance, False)
+        reply = _sql.finish_reply(conn.execute(_sql.FINISH_MANY.sql, params).fetchall(), 1)
+        stored = reply.results[0]
+        terminal = stored.terminal if isinstance(stored, Stored) else None
+        if outcome.state is TargetState.DONE:
+            CRAWL.count(conn, job_id, {}, done=1)
+        CRAWL.trim(conn, job_id)
+        if terminal is None:
+            terminal = _end_if_complete(conn, job_id, now)
+        results.append(Stored(terminal, found=found))
+    return results
+
+
+def _as_reply(conn: Conn, value: object) -> FinishReply:
+    return cast("FinishReply", value)
+
+
+def _end_if_complete(conn: Conn, job_id: str, now: float) -> JobStatus | None:
+    """End a live job whose every target now has an outcome (a crawl whose last targets were
+    removed): done, failed or partial from its counts; its status, or None."""
+    row = conn.execute(
+        f"""
+        UPDATE jobs SET status = CASE
+                WHEN targets_failed = 0 THEN 'done'
+                WHEN targets_failed >= targets_total THEN 'failed'
+                ELSE 'partial' END,
+            lease = %(now)s, updated_at = %(now)s
+        WHERE id = %(id)s AND status IN {LIVE_SQL} AND targets_done >= targets_total
+        RETURNING status
+        """,
+        {"now": now, "id": job_id},
+    ).fetchone()
+    return None if row is None else JobStatus(row[0])

@@ -12,8 +12,9 @@ import os
 import sqlite3
 
 from ..._errors import StoreError
+from .._sql_crawl import CRAWL_TABLES
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # The writer connection's own checkpoints (about 32 MiB of WAL): only if the checkpointer
 # thread (_checkpoint) falls far behind.
@@ -92,6 +93,8 @@ MIGRATIONS: list[str] = [
     """,
     # A job's concurrency, kept so that a resumed job runs as it was admitted.
     "ALTER TABLE jobs ADD COLUMN concurrency INTEGER NOT NULL DEFAULT 1",
+    # Crawls (issue 38): their books (stores/_sql_crawl), the same tables as PostgreSQL's.
+    CRAWL_TABLES,
 ]
 
 

@@ -19,8 +19,10 @@ from ..._model import (
 )
 from .._protocol import CacheEntry, FinishItem, Limits, NewJob, Outcome, ResumedJob, Stored
 from .._rules import (
+    CRAWL_WINDOW,
     JOB_COLUMNS,
     LIVE_SQL,
+    PENDING_TARGETS_SQL,
     RESUME_JOB_COLUMNS,
     TARGET_COLUMNS,
     check_caps,
@@ -30,6 +32,7 @@ from .._rules import (
     target_from_row,
     terminal_status,
 )
+from .._sql_crawl import CrawlSQL
 
 
 def admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | SubmitError:
@@ -76,6 +79,8 @@ def admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | 
         "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, 'pending')",
         [(job.id, i, t.url, options_json(t.options)) for i, t in enumerate(job.targets)],
     )
+    if job.crawl:
+        CRAWL.admit(conn, job.id, job.crawl, job.seeds)
     _add_live(conn, job.caller, 1)
     _sweep(conn, job.now - limits.ttl)
     return Submitted(job.id, False)
@@ -104,6 +109,8 @@ def _end(
 
 def _delete_jobs(conn: sqlite3.Connection, rows: Sequence[tuple[str, int]]) -> None:
     conn.executemany("DELETE FROM targets WHERE job_id = ?", [(r[0],) for r in rows])
+    conn.executemany("DELETE FROM crawl_keys WHERE job_id = ?", [(r[0],) for r in rows])
+    conn.executemany("DELETE FROM crawls WHERE job_id = ?", [(r[0],) for r in rows])
     conn.executemany("DELETE FROM jobs WHERE id = ?", [(r[0],) for r in rows])
     conn.execute(
         "UPDATE counters SET bytes = bytes - ? WHERE caller = ''", (sum(r[1] for r in rows),)
@@ -206,7 +213,7 @@ def finish_targets(
     its place while the others land.
     """
     stored = _stored_bytes(conn)
-    if not isolate and len(items) > 1:
+    if not isolate and len(items) > 1 and not any(o.crawl for _, _, o in items):
         sizes = [outcome.size for _, _, outcome in items]
         if stored + sum(sizes) <= max_bytes:  # else evictions may fall between items
             grouped = _finish_group(conn, items, sizes, now, marked)
@@ -220,7 +227,11 @@ def finish_targets(
             conn.execute("SAVEPOINT item")
         try:
             started = unmarked.pop((job_id, idx), None)
-            size, terminal = _finish_one(conn, job_id, idx, result, now, started)
+            if result.crawl:
+                size, terminal, crawled = _finish_crawl_one(conn, job_id, idx, result, now, started)
+            else:
+                size, terminal = _finish_one(conn, job_id, idx, result, now, started)
+                crawled = Stored(None)
             evicted = 0
             if size is not None:
                 stored += size
@@ -239,7 +250,7 @@ def finish_targets(
             added = 0
             stored = _stored_bytes(conn)
         else:
-            results.append(Stored(terminal, evicted))
+            results.append(Stored(terminal, evicted, crawled.found, crawled.duplicate))
         if isolate:
             conn.execute("RELEASE item")
     if added:
@@ -306,6 +317,7 @@ def _finish_group(
 
 
 _NOT_ENDED = Stored(None)
+CRAWL = CrawlSQL(postgres=False)
 
 
 def _end_job(conn: sqlite3.Connection, job_id: str, caller: str, now: float) -> JobStatus:
@@ -352,6 +364,46 @@ def _finish_one(
     if status not in LIVE_STATUSES or done != total:
         return size, None
     return size, _end_job(conn, job_id, caller, now)
+
+
+def _finish_crawl_one(
+    conn: sqlite3.Connection,
+    job_id: str,
+    idx: int,
+    result: Outcome,
+    now: float,
+    started: float | None,
+) -> tuple[int | None, JobStatus | None, Stored]:
+    """Store a crawl page's outcome with the crawl's books (``stores/_sql_crawl``): a page that
+    is another's is removed; else what it found is admitted first (its job's total grows before
+    the job could end), then it is stored, counted, and a crawl at its limit stops."""
+    row = conn.execute(
+        "SELECT status, options FROM targets WHERE job_id = ? AND idx = ?", (job_id, idx)
+    ).fetchone()
+    if row is None or row[0] in ("done", "failed"):
+        return None, None, Stored(None)
+    if CRAWL.duplicate(conn, job_id, idx, result.keys):
+        return None, _end_if_complete(conn, job_id, now), Stored(None, duplicate=True)
+    CRAWL.count(conn, job_id, result.skipped)
+    found = CRAWL.admit_found(conn, job_id, str(row[1]), result.found)
+    size, terminal = _finish_one(conn, job_id, idx, result, now, started)
+    if result.state is TargetState.DONE:
+        CRAWL.count(conn, job_id, {}, done=1)
+    CRAWL.trim(conn, job_id)
+    if terminal is None:
+        terminal = _end_if_complete(conn, job_id, now)
+    return size, terminal, Stored(None, found=found)
+
+
+def _end_if_complete(conn: sqlite3.Connection, job_id: str, now: float) -> JobStatus | None:
+    """End a live job whose every target now has an outcome (a crawl whose last targets were
+    removed); its status, or None."""
+    row = conn.execute(
+        f"SELECT caller FROM jobs WHERE id = ? AND status IN {LIVE_SQL} "
+        "AND targets_done >= targets_total",
+        (job_id,),
+    ).fetchone()
+    return None if row is None else _end_job(conn, job_id, row[0], now)
 
 
 def _stored_bytes(conn: sqlite3.Connection) -> int:
@@ -402,11 +454,11 @@ def resume(conn: sqlite3.Connection, now: float) -> list[ResumedJob]:
             "WHERE job_id = ? AND status = 'running'",
             (row[0],),
         )
-        targets = conn.execute(
-            "SELECT url, options, status FROM targets WHERE job_id = ? ORDER BY idx", (row[0],)
-        ).fetchall()
+        crawl = conn.execute("SELECT spec, done FROM crawls WHERE job_id = ?", (row[0],)).fetchone()
+        window = CRAWL_WINDOW if crawl else -1  # -1: no limit (a batch's are few)
+        targets = conn.execute(PENDING_TARGETS_SQL, (row[0], window)).fetchall()
         conn.execute("UPDATE jobs SET updated_at = ? WHERE id = ?", (now, row[0]))
-        resumed.append(resumed_job(row, targets))
+        resumed.append(resumed_job(row, targets, None if crawl is None else (crawl[0], crawl[1])))
     return resumed
 
 
