@@ -1,6 +1,6 @@
-"""What every test room shares: the callers, a movable wall clock, an event recorder, a
-site of hosts that records what it received (for the host budgets), and a real HTTP server
-that records each request's headers (for the headers a target sends)."""
+"""What every test room shares: the callers, a movable wall clock, an event recorder, waiting
+until a job ends, a site of hosts that records what it received (for the host budgets), and a
+real HTTP server that records each request's headers (for the headers a target sends)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
-from trio_batch import Caller, Hooks, Result, RetryLater, Target
+from trio_batch import BatchEngine, Caller, Hooks, JobStatus, Result, RetryLater, Target
 
 T = TypeVar("T")
 
@@ -68,6 +68,7 @@ class Recorder:
         self._changed = trio.Event()
 
     def terminal(self) -> int:
+        """How many jobs the hooks saw end (done, partial, failed or cancelled)."""
         return sum(e in ("done", "partial", "failed", "cancelled") for e in self.jobs)
 
     async def wait_until(self, condition: Callable[[], bool]) -> None:
@@ -75,8 +76,51 @@ class Recorder:
         while not condition():
             await self._changed.wait()
 
-    async def wait_terminal(self, count: int) -> None:
-        await self.wait_until(lambda: self.terminal() >= count)
+
+async def wait_ended(engine: BatchEngine, *job_ids: str) -> list[JobStatus]:
+    """The jobs' statuses once each has ended (is no longer live), in order: woken by the
+    engine's watch of each job, never by time, so it suits Trio's ``autojump_clock``.
+
+    The watch opens before each read, so an end between the read and the wait is not missed.
+    The engine reports a job's end before its hooks return, so a :class:`Recorder` has seen it
+    too. Unbounded: a test on the real clock bounds it with ``trio.fail_after``. On a fleet, a
+    job another instance runs ends unseen by this engine's watch: use
+    :func:`wait_ended_polling` there.
+    """
+    ended = []
+    for job_id in job_ids:
+        with engine.watch(job_id) as watch:
+            while (job := await engine.job(job_id)) is not None and job.status.live:
+                await watch.wait()
+        assert job is not None, f"no job {job_id}"
+        ended.append(job.status)
+    return ended
+
+
+POLL_SECONDS = 0.02
+"""How often :func:`wait_ended_polling` reads a shared store."""
+
+
+async def wait_ended_polling(
+    engine: BatchEngine, *job_ids: str, within: float = 60.0
+) -> list[JobStatus]:
+    """:func:`wait_ended` for a fleet (several engines on one store): the jobs' statuses once
+    each has ended, read from the shared store every ``POLL_SECONDS`` on the real clock.
+
+    Another instance's outcomes reach no watch or hook of ``engine``, so this polls; the wait
+    fails with :class:`trio.TooSlowError` past ``within`` seconds.
+    """
+    ended = []
+    with trio.fail_after(within):
+        for job_id in job_ids:
+            while True:
+                job = await engine.job(job_id)
+                assert job is not None, f"no job {job_id}"
+                if not job.status.live:
+                    break
+                await trio.sleep(POLL_SECONDS)  # other processes write it: poll the real clock
+            ended.append(job.status)
+    return ended
 
 
 def targets(prefix: str, n: int) -> list[Target]:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import trio
 
-from trio_batch import Caller, Config, Hooks, Target, open_engine
+from tests.support import wait_ended
+from trio_batch import Caller, Config, Target, open_engine
 from trio_batch.stores import SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
@@ -23,9 +24,6 @@ CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
 """This environment without its ``TRIO_BATCH_*`` variables, which ``serve`` would read."""
-
-TERMINAL = {"done", "partial", "failed", "cancelled"}
-"""The job hook's events for a job that has ended."""
 
 
 def cli_without(*modules: str) -> list[str]:
@@ -37,20 +35,13 @@ def cli_without(*modules: str) -> list[str]:
 
 async def make_jobs(db: Path, n: int) -> list[str]:
     """``n`` finished jobs of one target each, in one store."""
-    finished = trio.Semaphore(0, max_value=n)
-
-    def on_job(event: str) -> None:
-        if event in TERMINAL:
-            finished.release()
-
-    config = Config(jobs_per_caller=n, jobs_total=n, hooks=Hooks(job=on_job))
+    config = Config(jobs_per_caller=n, jobs_total=n)
     async with SQLiteStore.open(db) as store, open_engine(store, ScriptedFetch(), config) as engine:
         subs = [
             await engine.submit(Caller("cli"), "fleet", [Target(f"https://a.example/{i}")])
             for i in range(n)
         ]
-        for _ in subs:
-            await finished.acquire()
+        await wait_ended(engine, *(sub.id for sub in subs))
 
     return [sub.id for sub in subs]
 

@@ -27,7 +27,7 @@ from trio_batch import (
 )
 from trio_batch.stores import MemoryStore
 
-from ..support import Recorder, Site, WallClock, host_of, targets
+from ..support import Recorder, Site, WallClock, host_of, targets, wait_ended
 
 
 @asynccontextmanager
@@ -56,11 +56,13 @@ async def test_five_callers_one_host_see_its_budget_and_another_host_runs_free(
     rec = Recorder()
     budget = HostBudget(concurrency=1, interval=0.2)
     async with polite_engine(site, budget, rec, workers=8, max_workers=8) as engine:
-        for i in range(5):
-            await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 4))
+        ids = [
+            (await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 4))).id
+            for i in range(5)
+        ]
         t0 = trio.current_time()
-        await engine.submit(Caller("solo"), "fleet", targets("other", 5))
-        await rec.wait_terminal(6)
+        solo = await engine.submit(Caller("solo"), "fleet", targets("other", 5))
+        await wait_ended(engine, *ids, solo.id)
     assert 1 == site.most["shared.example.test"]
     starts = site.starts["shared.example.test"]
     assert 20 == len(starts)
@@ -76,10 +78,10 @@ async def test_a_passed_over_job_keeps_its_place(autojump_clock: object) -> None
     rec = Recorder()
     budget = HostBudget(concurrency=1)
     async with polite_engine(site, budget, rec, workers=2, max_workers=2) as engine:
-        await engine.submit(Caller("a"), "fleet", targets("x", 2))
-        await engine.submit(Caller("b"), "fleet", targets("x", 1)[:1])
-        await engine.submit(Caller("c"), "fleet", targets("y", 3))
-        await rec.wait_terminal(3)
+        j1 = await engine.submit(Caller("a"), "fleet", targets("x", 2))
+        j2 = await engine.submit(Caller("b"), "fleet", targets("x", 1)[:1])
+        j3 = await engine.submit(Caller("c"), "fleet", targets("y", 3))
+        await wait_ended(engine, j1.id, j2.id, j3.id)
     x = site.order["x.example.test"]
     assert 3 == len(x)
     assert x[0].endswith("/0") and x[2].endswith("/1"), x  # J1 0, J2 0, J1 1
@@ -98,7 +100,7 @@ async def test_a_429_with_retry_after_holds_the_whole_host_back(autojump_clock: 
     budget = HostBudget(concurrency=2)
     async with polite_engine(site, budget, rec, workers=4, max_workers=4) as engine:
         subs = [await engine.submit(Caller(f"c{i}"), "fleet", targets("x", 2)) for i in range(3)]
-        await rec.wait_terminal(3)
+        await wait_ended(engine, *(s.id for s in subs))
         jobs = [await engine.job(s.id) for s in subs]
     starts = site.starts["x.example.test"]
     while_busy = [t for t in starts if t < 5.0]
@@ -117,8 +119,8 @@ async def test_a_host_blocked_past_the_limit_fails_its_targets_and_holds_no_work
         site, budget, rec, workers=1, max_workers=1, retry_for=3600.0
     ) as engine:
         blocked = await engine.submit(Caller("a"), "fleet", targets("x", 3))
-        await engine.submit(Caller("b"), "fleet", targets("y", 3))
-        await rec.wait_terminal(2)
+        other = await engine.submit(Caller("b"), "fleet", targets("y", 3))
+        await wait_ended(engine, blocked.id, other.id)
         snap = await engine.status(blocked.id)
     assert snap is not None
     assert JobStatus.FAILED == snap.job.status
@@ -151,7 +153,7 @@ class TestConcurrencyWithinAJob:
         ) as engine:
             t0 = trio.current_time()
             sub = await engine.submit(Caller("a"), "fleet", job, concurrency=4)
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             took = trio.current_time() - t0
             snap = await engine.status(sub.id)
         assert snap is not None
@@ -167,9 +169,9 @@ class TestConcurrencyWithinAJob:
         async with polite_engine(
             site, HostBudget(concurrency=8), rec, workers=1, max_workers=1
         ) as engine:
-            await engine.submit(Caller("a"), "fleet", targets("a", 2))
-            await engine.submit(Caller("b"), "fleet", targets("b", 2))
-            await rec.wait_terminal(2)
+            a = await engine.submit(Caller("a"), "fleet", targets("a", 2))
+            b = await engine.submit(Caller("b"), "fleet", targets("b", 2))
+            await wait_ended(engine, a.id, b.id)
         starts = sorted(
             (t, host[0] + url[-1])
             for host in ("a.example.test", "b.example.test")

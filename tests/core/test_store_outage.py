@@ -26,7 +26,7 @@ from trio_batch import (
 from trio_batch.stores import FinishItem, MemoryStore, Stored
 from trio_batch.testing import ScriptedFetch
 
-from ..support import ALICE, Recorder, targets, url
+from ..support import ALICE, Recorder, targets, url, wait_ended
 
 
 class Flaky:
@@ -84,7 +84,7 @@ async def test_an_outage_delays_the_outcome_and_loses_nothing(
             await engine.submit(ALICE, "fleet", targets("b", 1))
         store.down = False
         with trio.fail_after(60):
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
         snap = await engine.status(sub.id)
 
     assert 1 == live
@@ -109,7 +109,7 @@ async def test_an_outcome_the_store_refuses_is_stored_as_a_failure(
     async with open_engine(store.store, fetch, Config(ttl=3600, hooks=rec.hooks())) as engine:
         sub = await engine.submit(ALICE, "fleet", targets("a", 3))
         with trio.fail_after(60):
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
         snap = await engine.status(sub.id)
 
     assert snap is not None

@@ -434,7 +434,12 @@ class Server:
             self.log += chunk
 
 
-async def until_all_end(client: httpx.AsyncClient, job_ids: list[str]) -> list[dict[str, object]]:
+async def wait_ended_over_http(
+    client: httpx.AsyncClient, job_ids: list[str]
+) -> list[dict[str, object]]:
+    """The jobs' summaries once each has ended, for a service in another process (no engine
+    here to watch): each job's ``/events`` stream is followed to its ``end`` event, the HTTP
+    face of the engine's watch that ``tests.support.wait_ended`` waits on."""
     summaries = []
     with trio.fail_after(120):
         for job_id in job_ids:

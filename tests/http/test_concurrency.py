@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support import wait_ended
 from trio_batch import Caller, Config, HostBudget, Result, Target
 from trio_batch.testing import ScriptedFetch
 
@@ -80,9 +81,7 @@ async def test_a_target_waiting_for_its_host_says_so_and_stays_pending() -> None
         waiting = (await api.get(f"/v1/batch/{second['id']}", results="true")).json()
         one = (await api.get(f"/v1/batch/{second['id']}/0")).json()
         gate.set()
-        with api.engine.watch(str(second["id"])) as watch:
-            while (job := await api.engine.job(str(second["id"]))) and job.status.live:
-                await watch.wait()
+        await wait_ended(api.engine, str(second["id"]))
         after = (await api.get(f"/v1/batch/{second['id']}", results="true")).json()
 
     target = waiting["targets"][0]

@@ -23,7 +23,7 @@ import trio
 from trio_batch.http import add_key
 
 from ..pg_support import PG_DSN, SKIP_REASON, open_test_schema
-from .support import Server, local_site, until_all_end
+from .support import Server, local_site, wait_ended_over_http
 
 JOBS = 3
 TARGETS = 20
@@ -98,7 +98,7 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
             a.running() as _,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", headers=headers) as client,
         ):
-            summaries = await until_all_end(client, job_ids)
+            summaries = await wait_ended_over_http(client, job_ids)
             results = [
                 (await client.get(f"/v1/batch/{i}", params={"results": 1})).json() for i in job_ids
             ]

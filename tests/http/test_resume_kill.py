@@ -23,7 +23,7 @@ import trio
 from trio_batch.http import add_key
 
 from ..pg_support import PG_DSN, SKIP_REASON, open_test_schema
-from .support import Server, local_site, until_all_end
+from .support import Server, local_site, wait_ended_over_http
 
 KILLS = int(os.environ.get("TRIO_BATCH_KILL_POINTS", "20"))
 JOBS = 3
@@ -77,7 +77,7 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
                         proc.send_signal(signal.SIGKILL)
                         live_at_kill.append(len(live.json()["jobs"]))
                         continue
-                    summaries = await until_all_end(client, job_ids)
+                    summaries = await wait_ended_over_http(client, job_ids)
                     results = [
                         (await client.get(f"/v1/batch/{i}", params={"results": 1})).json()
                         for i in job_ids

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import trio.testing
 
+from tests.support import wait_ended
 from trio_batch import Caller, TargetError, Webhook, open_engine
 from trio_batch.client import open_client
 from trio_batch.stores import MemoryStore
@@ -54,11 +55,8 @@ async def test_a_retry_without_a_body_has_no_webhook(io_clock: Clock) -> None:
         old = await ended_with_a_failure(svc)
         r = await svc.client.post(f"/v1/batch/{old}/retry", headers=auth())
         new = r.json()["id"]
+        await wait_ended(svc.engine, new)
         snap = await svc.engine.status(new)
-        with svc.engine.watch(new) as watch:
-            while snap is not None and snap.job.status.live:
-                await watch.wait()
-                snap = await svc.engine.status(new)
         due = await store.hooks_due(float("inf"), 10)
 
     assert 202 == r.status_code
@@ -101,9 +99,7 @@ async def test_a_caller_without_a_secret_cannot_give_a_retry_a_webhook(io_clock:
             await svc.client.post("/v1/batch", json={"targets": [{"url": BAD}]}, headers=auth(BOB))
         ).json()["id"]
         body = {"webhook": {"url": svc.receiver.url()}}
-        with svc.engine.watch(old) as watch:
-            while (job := await svc.engine.job(old)) is not None and job.status.live:
-                await watch.wait()
+        await wait_ended(svc.engine, old)
         r = await svc.client.post(f"/v1/batch/{old}/retry", json=body, headers=auth(BOB))
 
     assert (400, "webhook") == (r.status_code, r.json()["field"])

@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support import wait_ended
 from trio_batch import Caller, JobStatus, Target, TargetError, Webhook, open_engine
 from trio_batch.http import DeliveryPolicy, hash_key, open_deliveries
 from trio_batch.metrics import PrometheusMetrics
@@ -304,9 +305,8 @@ async def test_deliveries_left_in_the_store_are_sent_after_a_restart(
                 [_target(), _target()],
                 webhook=Webhook(receiver.url(), ("target", "end")),
             )
-            with engine.watch(sub.id) as watch:
-                while (snap := await engine.status(sub.id)) is not None and snap.job.status.live:
-                    await watch.wait()
+            await wait_ended(engine, sub.id)
+            snap = await engine.status(sub.id)
         assert snap is not None
         assert JobStatus.DONE == snap.job.status
         async with (
@@ -347,9 +347,7 @@ async def test_jobs_without_a_webhook_never_wake_the_deliveries(io_clock: Clock)
         for i in range(5):
             body = {"targets": [{"url": f"https://example.org/{i}/{j}"} for j in range(3)]}
             job = (await svc.client.post("/v1/batch", json=body, headers=auth())).json()["id"]
-            with svc.engine.watch(job) as watch:
-                while (state := await svc.engine.job(job)) is None or state.status.live:
-                    await watch.wait()
+            await wait_ended(svc.engine, job)
         quiet_reads = svc.reads() - before
         hooked = await svc.submit(1)
         await svc.receiver.wait_for(1)

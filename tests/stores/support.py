@@ -17,7 +17,7 @@ import trio
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from trio_batch import BatchEngine, JobStatus, Options, Result, SubmitError, Target, TargetState
+from trio_batch import BatchEngine, Options, Result, SubmitError, Target, TargetState
 from trio_batch.stores import (
     CacheEntry,
     Limits,
@@ -211,22 +211,13 @@ class StoreAgreement(RuleBasedStateMachine):
         self.tmp.cleanup()
 
 
-async def wait_status(engine: BatchEngine, job_id: str, *statuses: JobStatus) -> None:
-    """Read the job until it has one of ``statuses`` (30 s at most).
-
-    For a fleet, where another instance's outcomes reach no hook of this engine: a bounded
-    poll of the shared database on the real clock.
-    """
-    with trio.fail_after(30):
-        while True:
-            job = await engine.job(job_id)
-            if job is not None and job.status in statuses:
-                return
-            await trio.sleep(0.02)
-
-
 async def wait_target(engine: BatchEngine, job_id: str, idx: int, state: TargetState) -> None:
-    """Read the job's target ``idx`` until it is in ``state`` (30 s at most; as above)."""
+    """Read the job's target ``idx`` until it is in ``state`` (30 s at most).
+
+    For a fleet, where another instance's outcomes reach no watch of this engine: a bounded
+    poll of the shared database on the real clock (``wait_ended_polling`` waits for a job's
+    end the same way).
+    """
     with trio.fail_after(30):
         while True:
             (target,) = await engine.targets(job_id, after=idx - 1, limit=1)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from tests.support import Recorder
+from tests.support import wait_ended
 from tests.web.support import CALLER, LOOPBACK, TEXT, LocalServer, Reply, mock_transport
 from trio_batch import (
     Caller,
@@ -87,8 +87,7 @@ async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
     host all end done, one request at a time (a second acquire would wait for ever)."""
     host = Host()
     budget = HostBudget(concurrency=1)
-    rec = Recorder()
-    config = Config(workers=4, max_workers=4, jobs_total=4, hooks=rec.hooks())
+    config = Config(workers=4, max_workers=4, jobs_total=4)
     async with (
         WebFetcher(allow=LOOPBACK, transport=mock_transport(host.handle), budget=budget) as fetch,
         open_engine(
@@ -106,7 +105,7 @@ async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
             for i in range(3)
         ]
         with trio.fail_after(20):
-            await rec.wait_terminal(3)
+            await wait_ended(engine, *(sub.id for sub in subs))
         snaps = [await engine.status(sub.id) for sub in subs]
     assert 1 == host.most
     assert 9 == len(host.starts)
@@ -145,8 +144,7 @@ async def test_five_callers_on_a_real_socket_keep_the_spacing(nursery: trio.Nurs
     for i in range(2):
         site.route(f"/p{i}", Reply(body=b"page", headers=TEXT))
     budget = HostBudget(concurrency=1, interval=0.2)
-    rec = Recorder()
-    config = Config(workers=8, max_workers=8, jobs_per_caller=1, jobs_total=8, hooks=rec.hooks())
+    config = Config(workers=8, max_workers=8, jobs_per_caller=1, jobs_total=8)
     async with (
         WebFetcher(allow=LOOPBACK, budget=budget) as fetch,
         open_engine(MemoryStore(), fetch, config, budget=budget, scope=fetch.scope) as engine,
@@ -158,7 +156,7 @@ async def test_five_callers_on_a_real_socket_keep_the_spacing(nursery: trio.Nurs
             for c in range(5)
         ]
         with trio.fail_after(30):
-            await rec.wait_terminal(5)
+            await wait_ended(engine, *(s.id for s in subs))
         snaps = [await engine.status(s.id) for s in subs]
     assert 10 == len(site.arrivals)
     # Starts are 0.2 s apart; an arrival may be late by the machine's scheduling, which can

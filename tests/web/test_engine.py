@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from tests.support import Recorder
+from tests.support import Recorder, wait_ended
 from tests.web.support import (
     ARTICLE_HTML,
     DATA_JSON,
@@ -56,7 +56,7 @@ class TestMixedBatch:
         ):
             submitted = await engine.submit(Caller("agent"), "fleet", targets)
             with trio.fail_after(20):
-                await recorder.wait_terminal(1)
+                await wait_ended(engine, submitted.id)
             snapshot = await engine.status(submitted.id)
 
         assert snapshot is not None

@@ -22,9 +22,9 @@ import httpx
 import pytest
 import trio
 
-from tests.support import Recorder
+from tests.support import wait_ended
 from tests.web.support import JSON, LOOPBACK, TEXT, LocalServer, Reply
-from trio_batch import Config, open_engine
+from trio_batch import BatchEngine, Config, open_engine
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key, serve
 from trio_batch.stores import MemoryStore
 from trio_batch.web import WebFetcher, precheck
@@ -73,7 +73,7 @@ class Service:
 
     client: httpx.AsyncClient
     site: LocalServer
-    recorder: Recorder
+    engine: BatchEngine
     worst_probe: float = 0.0
     probes: int = 0
     probed: trio.Event = field(default_factory=trio.Event)
@@ -92,9 +92,9 @@ class Service:
     async def batch(self, *targets: object, key: str = ALICE) -> httpx.Response:
         return await self.client.post("/v1/batch", json={"targets": targets}, headers=_auth(key))
 
-    async def finished(self, job_id: str, terminal_before: int) -> list[dict[str, object]]:
-        """The job's targets once it is terminal (waiting on the engine's hooks, not time)."""
-        await self.recorder.wait_terminal(terminal_before + 1)
+    async def finished(self, job_id: str) -> list[dict[str, object]]:
+        """The job's targets once it has ended (woken by the engine's watch, not by time)."""
+        await wait_ended(self.engine, job_id)
         r = await self.client.get(f"/v1/batch/{job_id}?results=1", headers=_auth(ALICE))
         targets: list[dict[str, object]] = r.json()["targets"]
         return targets
@@ -132,14 +132,13 @@ def _descendants() -> list[int]:
 async def hostile_service() -> AsyncIterator[Service]:
     """The service on 127.0.0.1 with its site; both stop when the block ends."""
     site = _site()
-    recorder = Recorder()
     keys = KeyRing(
         [
             KeyRecord("alice", "", "fleet", hash_key(ALICE)),
             KeyRecord("bob", "", "fleet", hash_key(BOB)),
         ]
     )
-    config = Config(workers=4, jobs_per_caller=8, jobs_total=32, hooks=recorder.hooks())
+    config = Config(workers=4, jobs_per_caller=8, jobs_total=32)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         listeners: list[trio.SocketListener] = await nursery.start(
@@ -168,7 +167,7 @@ async def hostile_service() -> AsyncIterator[Service]:
                 )
             )
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
-                yield Service(c, site, recorder)
+                yield Service(c, site, engine)
             stop.set()
         nursery.cancel_scope.cancel()
 
@@ -268,12 +267,11 @@ class TestJq:
         """The same program in a batch: the target fails with the limit and a hint."""
 
         async def attack() -> None:
-            terminal = service.recorder.terminal()
             r = await service.batch(
                 {"url": service.url("/data.json"), "options": {"jq": "def f: f; f"}}
             )
             assert 202 == r.status_code
-            (target,) = await service.finished(r.json()["id"], terminal)
+            (target,) = await service.finished(r.json()["id"])
             assert "failed" == target["status"]
             assert "CPU time" in str(target["error"])
             assert "ask for less" in str(target["hint"])
@@ -406,10 +404,9 @@ class TestRedirects:
 
         async def attack() -> None:
             names = [*REDIRECTS, "loop"]
-            terminal = service.recorder.terminal()
             r = await service.batch(*[{"url": service.url(f"/r/{n}")} for n in names])
             assert 202 == r.status_code
-            targets = await service.finished(r.json()["id"], terminal)
+            targets = await service.finished(r.json()["id"])
             for target in targets:
                 assert "failed" == target["status"]
                 assert "internal error" != target["error"]

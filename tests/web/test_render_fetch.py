@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.support import Recorder
+from tests.support import wait_ended
 from tests.web.render_support import ALLOW, Page, serve_counter, serve_site
 from tests.web.support import CALLER
 from trio_batch import Config, JobStatus, Options, Target, TargetError, TargetState, open_engine
@@ -141,17 +141,16 @@ class TestRenderedTargets:
 
     async def test_a_job_of_rendered_targets_ends_done(self) -> None:
         """Through the engine: a job with render ends done with the rendered content."""
-        recorder = Recorder()
         store = MemoryStore()
         async with (
             serve_site() as site,
             WebFetcher(store=store, allow=ALLOW, render_workers=1) as fetch,
-            open_engine(store, fetch, Config(hooks=recorder.hooks())) as engine,
+            open_engine(store, fetch, Config()) as engine,
         ):
             site.pages["/"] = Page(SPA)
             submitted = await engine.submit(CALLER, "fleet", [rendered(site.url("/"))])
             with trio.fail_after(60):
-                await recorder.wait_terminal(1)
+                await wait_ended(engine, submitted.id)
             snapshot = await engine.status(submitted.id)
 
         assert snapshot is not None

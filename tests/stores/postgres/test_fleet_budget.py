@@ -27,7 +27,7 @@ from trio_batch import (
 )
 from trio_batch.stores import PostgresStore
 
-from ...support import Recorder, Site, host_of, targets
+from ...support import Recorder, Site, host_of, targets, wait_ended_polling
 
 
 @asynccontextmanager
@@ -53,21 +53,6 @@ async def polite_fleet(
         yield engines, rec
 
 
-async def wait_jobs(engine: BatchEngine, ids: list[str]) -> list[JobStatus]:
-    """The jobs' terminal statuses, waited for on the store (any instance may run them)."""
-    statuses: list[JobStatus] = []
-    for job_id in ids:
-        with trio.fail_after(60):
-            while True:
-                job = await engine.job(job_id)
-                assert job is not None
-                if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
-                    statuses.append(job.status)
-                    break
-                await trio.sleep(0.05)
-    return statuses
-
-
 async def test_one_budget_for_five_callers_on_two_instances(pg_dsn: str, pg_schema: str) -> None:
     """Budget 1 in flight and 0.2 s between starts, jobs admitted by both instances of eight
     workers in all: the host never sees two requests at once, nor two starts < 0.19 s apart,
@@ -81,9 +66,9 @@ async def test_one_budget_for_five_callers_on_two_instances(pg_dsn: str, pg_sche
             ids.append((await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 3))).id)
         t0 = trio.current_time()
         solo = await a.submit(Caller("solo"), "fleet", targets("other", 3))
-        assert [JobStatus.DONE] == await wait_jobs(b, [solo.id])
+        assert [JobStatus.DONE] == await wait_ended_polling(b, solo.id)
         solo_seconds = trio.current_time() - t0
-        assert [JobStatus.DONE] * 5 == await wait_jobs(b, ids)
+        assert [JobStatus.DONE] * 5 == await wait_ended_polling(b, *ids)
         shared_seconds = trio.current_time() - t0
     assert 1 == site.most["shared.example.test"]
     starts = site.starts["shared.example.test"]
@@ -104,7 +89,7 @@ async def test_a_429_seen_by_one_instance_holds_back_the_fleet(pg_dsn: str, pg_s
         for i in range(4):
             engine = a if i % 2 else b
             ids.append((await engine.submit(Caller(f"c{i}"), "fleet", targets("x", 2))).id)
-        assert [JobStatus.DONE] * 4 == await wait_jobs(a, ids)
+        assert [JobStatus.DONE] * 4 == await wait_ended_polling(a, *ids)
     busy_end = site.busy_until["x.example.test"]
     starts = site.starts["x.example.test"]
     # Requests started before the first 429 came back are one event; after it, one per 2 s.
@@ -128,8 +113,8 @@ async def test_a_host_blocked_past_the_limit_fails_on_every_instance(
             (await b.submit(Caller("b"), "fleet", targets("x", 3))).id,
         ]
         fine = await b.submit(Caller("c"), "fleet", targets("y", 3))
-        assert [JobStatus.DONE] == await wait_jobs(a, [fine.id])
-        assert [JobStatus.FAILED] * 2 == await wait_jobs(a, blocked)
+        assert [JobStatus.DONE] == await wait_ended_polling(a, fine.id)
+        assert [JobStatus.FAILED] * 2 == await wait_ended_polling(a, *blocked)
         snaps = [await a.status(job_id) for job_id in blocked]
     for snap in snaps:
         assert snap is not None
@@ -163,6 +148,6 @@ async def test_requests_outside_the_rotation_share_the_fleets_budget(
         async with trio.open_nursery() as nursery:
             for i in range(6):
                 nursery.start_soon(outside, budgets[i % 2])
-        assert [JobStatus.DONE] * 2 == await wait_jobs(a, ids)
+        assert [JobStatus.DONE] * 2 == await wait_ended_polling(a, *ids)
     assert 1 == site.most["x.example.test"]
     assert 14 == len(site.starts["x.example.test"])

@@ -58,6 +58,7 @@ from trio_batch.testing import ScriptedFetch
 
 from ...pg_support import PG_DSN, open_test_schema
 from ...support import Recorder, targets
+from ..support import wait_target
 
 pytestmark = pytest.mark.slow
 
@@ -623,19 +624,9 @@ async def test_a_dead_claim_of_a_cancelled_job_gives_its_target_back(
             open_engine(second, ScriptedFetch(), Config()) as engine,
         ):
             assert await engine.cancel(job.id)
-            with trio.move_on_after(5.0):  # past the deadline, a poll and a heartbeat or two
-                while True:
-                    snap = await wait_for_snapshot(engine, job.id)
-                    if snap.targets[0].status is TargetState.PENDING:
-                        break
-                    await trio.sleep(0.05)
-            snap = await wait_for_snapshot(engine, job.id)
+            await wait_target(engine, job.id, 0, TargetState.PENDING)  # once the claim expired
+            snap = await engine.status(job.id)
 
+    assert snap is not None
     assert JobStatus.CANCELLED == snap.job.status
     assert [TargetState.PENDING, TargetState.PENDING] == [t.status for t in snap.targets]
-
-
-async def wait_for_snapshot(engine: BatchEngine, job_id: str) -> Snapshot:
-    snap = await engine.status(job_id)
-    assert snap is not None
-    return snap
