@@ -1,11 +1,15 @@
 """What every test room shares: the callers, a movable wall clock, an event recorder, waiting
-until a job ends, a site of hosts that records what it received (for the host budgets), and a
-real HTTP server that records each request's headers (for the headers a target sends)."""
+until a job ends, fake hosts behind a fetch function that record what they received (for the
+host budgets), and a local HTTP site that answers as a test routes it and records every request
+(for the web fetcher, the headers a target sends, the browser)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import TypeVar
 from urllib.parse import urlsplit
 
@@ -135,7 +139,7 @@ def host_of(target: Target) -> str:
     return urlsplit(target.url).netloc
 
 
-class Site:
+class FakeHosts:
     """A fetch function over hosts that record when each request started, in which order, and
     how many were in flight at once; a host answers 429 until its ``busy_until``."""
 
@@ -163,70 +167,173 @@ class Site:
             self.in_flight[host] -= 1
 
 
-Route = tuple[int, list[tuple[str, str]], bytes]
-"""An answer of :class:`RecordingSite`: status, headers, body."""
+# -- a local HTTP site -----------------------------------------------------------------------------
 
 
-class RecordingSite:
-    """A local HTTP/1.1 server (h11, keep-alive) that records each request's path and headers
-    (lower-case names) and answers from its routes; a path with no route gets ``unrouted``."""
+@dataclass(frozen=True)
+class Reply:
+    """What the local site answers to one request."""
 
-    def __init__(self, host: str, unrouted: Route = (404, [], b"not found")) -> None:
+    status: int = 200
+    body: bytes = b""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    chunks: list[bytes] | None = None
+    """Send these chunked, without a Content-Length."""
+    stall: bool = False
+    """Send the headers and the first chunk, then hang."""
+    silent: bool = False
+    """Send nothing, ever (a request that never ends)."""
+    hold: trio.Event | None = None
+    """Wait for this event before answering."""
+
+
+NOT_FOUND = Reply(404, b"not found", [("content-type", "text/plain")])
+"""What the site answers a path with no route."""
+
+
+def redirect(to: str, status: int = 302) -> Reply:
+    """A redirect to ``to``."""
+    return Reply(status, headers=[("location", to)])
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request the site received."""
+
+    path: str
+    """The request target without its query."""
+    headers: dict[str, str]
+    """Its headers, by lower-case name."""
+    at: float
+    """When it arrived (Trio's clock)."""
+
+
+class LocalSite:
+    """A small HTTP/1.1 site (h11 over Trio, keep-alive) on a loopback address: it answers each
+    path with the replies a test routed there, and records every request it received."""
+
+    def __init__(self, host: str = "127.0.0.1", unrouted: Reply = NOT_FOUND) -> None:
         self.host = host
         self.port = 0
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self.routes: dict[str, Route] = {}
         self.unrouted = unrouted
+        self.seen: list[Seen] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.arrived = trio.Event()
+        """Set once a request has arrived."""
+        self._routes: dict[str, list[Reply]] = {}
+
+    @property
+    def origin(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
-        return f"http://{self.host}:{self.port}{path}"
+        return self.origin + path
 
-    def route(self, path: str, body: bytes = b"ok", *, to: str = "", status: int = 200) -> None:
-        """Answer ``path`` with ``status`` and ``body`` (plain text), or with a 302 to ``to``."""
-        self.routes[path] = (302, [("location", to)], b"") if to else (status, [], body)
+    def route(self, path: str, *replies: Reply) -> None:
+        """Answer ``path`` with ``replies`` in turn; the last one repeats."""
+        self._routes[path] = list(replies)
+
+    def paths(self) -> list[str]:
+        """The path of every request, in order."""
+        return [seen.path for seen in self.seen]
+
+    @property
+    def hits(self) -> Counter[str]:
+        """Requests per path."""
+        return Counter(self.paths())
 
     def headers_of(self, path: str) -> list[dict[str, str]]:
-        return [headers for p, headers in self.requests if p == path]
+        """The headers of each request for ``path``, in order."""
+        return [seen.headers for seen in self.seen if seen.path == path]
 
-    async def handle(self, stream: trio.SocketStream) -> None:
+    def header(self, name: str) -> list[str]:
+        """Header ``name`` of every request, in order ("" where it was not sent)."""
+        return [seen.headers.get(name, "") for seen in self.seen]
+
+    async def handle(self, stream: trio.abc.Stream) -> None:
+        """Serve one connection (what ``trio.serve_tcp`` calls)."""
         conn = h11.Connection(h11.SERVER)
         try:
             while True:
-                request: h11.Request | None = None
-                while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-                    if event is h11.NEED_DATA:
-                        conn.receive_data(bytes(await stream.receive_some(65536)))
-                    elif isinstance(event, h11.Request):
-                        request = event
-                    elif isinstance(event, h11.ConnectionClosed):
-                        return
-                assert request is not None
-                await self._answer(stream, conn, request)
+                request = await _next_request(conn, stream)
+                if request is None:
+                    return
+                await self._answer(conn, stream, self._record(request))
+                if conn.our_state is h11.MUST_CLOSE:
+                    return
                 conn.start_next_cycle()
-        except (trio.BrokenResourceError, h11.ProtocolError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             return
         finally:
-            await stream.aclose()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
 
-    async def _answer(
-        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request
-    ) -> None:
-        path = request.target.decode()
-        self.requests.append((path, {k.decode(): v.decode() for k, v in request.headers}))
-        status, headers, body = self.routes.get(path, self.unrouted)
-        headers = [*headers, ("content-type", "text/plain"), ("content-length", str(len(body)))]
-        await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
-        await stream.send_all(conn.send(h11.Data(data=body)))
-        await stream.send_all(conn.send(h11.EndOfMessage()))
+    def _record(self, request: h11.Request) -> Reply:
+        path = request.target.decode().split("?", 1)[0]
+        headers = {k.decode().lower(): v.decode() for k, v in request.headers}
+        self.seen.append(Seen(path, headers, trio.current_time()))
+        self.arrived.set()
+        replies = self._routes.get(path)
+        if not replies:
+            return self.unrouted
+        return replies.pop(0) if len(replies) > 1 else replies[0]
+
+    async def _answer(self, conn: h11.Connection, stream: trio.abc.Stream, reply: Reply) -> None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if reply.silent:
+                await trio.sleep_forever()
+            if reply.hold is not None:
+                await reply.hold.wait()
+            headers = list(reply.headers)
+            if reply.chunks is None:
+                headers.append(("content-length", str(len(reply.body))))
+            response = h11.Response(status_code=reply.status, headers=headers)
+            await stream.send_all(conn.send(response))
+            for chunk in reply.chunks if reply.chunks is not None else [reply.body]:
+                if chunk:
+                    await stream.send_all(conn.send(h11.Data(data=chunk)))
+                if reply.stall:
+                    await trio.sleep_forever()
+            await stream.send_all(conn.send(h11.EndOfMessage()))
+        finally:
+            self.in_flight -= 1
 
 
-async def serve_recording_site(
-    nursery: trio.Nursery, host: str, unrouted: Route = (404, [], b"not found")
-) -> RecordingSite:
-    """A :class:`RecordingSite` on ``host`` (any free port), served by ``nursery``."""
-    site = RecordingSite(host, unrouted)
+async def _next_request(conn: h11.Connection, stream: trio.abc.Stream) -> h11.Request | None:
+    """The next whole request on ``conn`` (None: the client closed or wants to switch)."""
+    request = None
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(bytes(await stream.receive_some(65536)))
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None
+
+
+async def serve_site(
+    nursery: trio.Nursery, host: str = "127.0.0.1", unrouted: Reply = NOT_FOUND
+) -> LocalSite:
+    """A :class:`LocalSite` on ``host`` (any free port), served until ``nursery`` ends."""
+    site = LocalSite(host, unrouted)
     listeners: list[trio.SocketListener] = await nursery.start(
         functools.partial(trio.serve_tcp, site.handle, 0, host=host)
     )
     site.port = listeners[0].socket.getsockname()[1]
     return site
+
+
+@asynccontextmanager
+async def open_site(
+    host: str = "127.0.0.1", unrouted: Reply = NOT_FOUND
+) -> AsyncIterator[LocalSite]:
+    """A :class:`LocalSite` on ``host`` (any free port) for the block's life."""
+    async with trio.open_nursery() as nursery:
+        yield await serve_site(nursery, host, unrouted)
+        nursery.cancel_scope.cancel()

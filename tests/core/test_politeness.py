@@ -27,12 +27,12 @@ from trio_batch import (
 )
 from trio_batch.stores import MemoryStore
 
-from ..support import Recorder, Site, WallClock, host_of, targets, wait_ended
+from ..support import FakeHosts, Recorder, WallClock, host_of, targets, wait_ended
 
 
 @asynccontextmanager
 async def polite_engine(
-    site: Site, budget: HostBudget, rec: Recorder, **config: Any
+    site: FakeHosts, budget: HostBudget, rec: Recorder, **config: Any
 ) -> AsyncIterator[BatchEngine]:
     settings: dict[str, Any] = {"jobs_per_caller": 4, "jobs_total": 16, "retry_wait": 0.5}
     settings.update(config)
@@ -52,7 +52,7 @@ async def test_five_callers_one_host_see_its_budget_and_another_host_runs_free(
 ) -> None:
     """A budget of 1 in flight and 0.2 s between starts holds for five callers and eight
     workers; a sixth caller on another host finishes in its solo time meanwhile."""
-    site = Site(seconds=0.1)
+    site = FakeHosts(seconds=0.1)
     rec = Recorder()
     budget = HostBudget(concurrency=1, interval=0.2)
     async with polite_engine(site, budget, rec, workers=8, max_workers=8) as engine:
@@ -74,7 +74,7 @@ async def test_five_callers_one_host_see_its_budget_and_another_host_runs_free(
 async def test_a_passed_over_job_keeps_its_place(autojump_clock: object) -> None:
     """Host x is busy with J1 when J2's turn comes: J2 waits aside, and x serves it before
     J1's next target, which entered the rotation after J2."""
-    site = Site(seconds=1.0)
+    site = FakeHosts(seconds=1.0)
     rec = Recorder()
     budget = HostBudget(concurrency=1)
     async with polite_engine(site, budget, rec, workers=2, max_workers=2) as engine:
@@ -94,7 +94,7 @@ async def test_a_passed_over_job_keeps_its_place(autojump_clock: object) -> None
 async def test_a_429_with_retry_after_holds_the_whole_host_back(autojump_clock: object) -> None:
     """Three callers on a host answering 429 (Retry-After: 2) for 5 s: the host gets at most
     one request per 2 s from all of them together, then every job ends done."""
-    site = Site(seconds=0.1)
+    site = FakeHosts(seconds=0.1)
     site.busy_until["x.example.test"] = 5.0
     rec = Recorder()
     budget = HostBudget(concurrency=2)
@@ -111,7 +111,7 @@ async def test_a_429_with_retry_after_holds_the_whole_host_back(autojump_clock: 
 async def test_a_host_blocked_past_the_limit_fails_its_targets_and_holds_no_worker(
     autojump_clock: object,
 ) -> None:
-    site = Site(seconds=0.1)
+    site = FakeHosts(seconds=0.1)
     site.busy_until["x.example.test"] = 10_000.0
     rec = Recorder()
     budget = HostBudget(concurrency=1, block_limit=20.0, max_backoff=4.0)
@@ -137,7 +137,7 @@ class TestConcurrencyWithinAJob:
     ) -> None:
         """40 targets of 0.5 s over four hosts: serial 20 s, at concurrency 4 about 5 s; the
         targets still start in index order."""
-        site = Site(seconds=0.5)
+        site = FakeHosts(seconds=0.5)
         rec = Recorder()
         job = [Target(f"https://h{i % 4}.example.test/{i}") for i in range(40)]
         started: list[int] = []
@@ -164,7 +164,7 @@ class TestConcurrencyWithinAJob:
 
     async def test_concurrency_one_keeps_the_serial_order(self, autojump_clock: object) -> None:
         """The default: one target of a job at a time, a1 b1 a2 b2 across two jobs."""
-        site = Site(seconds=1.0)
+        site = FakeHosts(seconds=1.0)
         rec = Recorder()
         async with polite_engine(
             site, HostBudget(concurrency=8), rec, workers=1, max_workers=1
@@ -180,7 +180,7 @@ class TestConcurrencyWithinAJob:
         assert ["a0", "b0", "a1", "b1"] == [name for _, name in starts]
 
     async def test_concurrency_is_part_of_the_request(self, autojump_clock: object) -> None:
-        site = Site(seconds=1.0)
+        site = FakeHosts(seconds=1.0)
         rec = Recorder()
         async with polite_engine(site, HostBudget(), rec, workers=2, max_workers=2) as engine:
             job = targets("a", 2)
@@ -191,7 +191,7 @@ class TestConcurrencyWithinAJob:
         assert not other.reused and other.id != first.id
 
     async def test_a_concurrency_past_the_limit_is_refused(self, autojump_clock: object) -> None:
-        site = Site()
+        site = FakeHosts()
         rec = Recorder()
         async with polite_engine(site, HostBudget(), rec, max_concurrency=4) as engine:
             with pytest.raises(ValueError, match=r"from 1 to 4 \(Config.max_concurrency"):
@@ -202,10 +202,10 @@ class TestConcurrencyWithinAJob:
 
 class TestWorkConservingWithinAJob:
     @staticmethod
-    async def _others_end(first_busy: bool) -> tuple[float, Site]:
+    async def _others_end(first_busy: bool) -> tuple[float, FakeHosts]:
         """When the last of six targets on hosts y and z ends, in a serial job that starts
         (or not) with a target on host x answering 429 for 6 s (Retry-After: 2)."""
-        site = Site(seconds=0.5)
+        site = FakeHosts(seconds=0.5)
         site.busy_until["x.example.test"] = 6.0
         rec = Recorder()
         others = [Target(f"https://{'yz'[i % 2]}.example.test/{i + 1}") for i in range(6)]
@@ -238,7 +238,7 @@ class TestWorkConservingWithinAJob:
     async def test_a_file_sorted_by_host_runs_its_concurrency(self, autojump_clock: object) -> None:
         """40 targets sorted by host (ten each of four hosts), one at a time per host, at
         concurrency 4: four at once (about 5 s), not one host after another (20 s)."""
-        site = Site(seconds=0.5)
+        site = FakeHosts(seconds=0.5)
         rec = Recorder()
         job = [Target(f"https://h{i // 10}.example.test/{i}") for i in range(40)]
         async with polite_engine(

@@ -26,7 +26,8 @@ import trio
 from prometheus_client import generate_latest
 
 from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
-from tests.support import RecordingSite, serve_recording_site
+from tests.support import LocalSite, Reply, serve_site
+from tests.web.support import TEXT
 from trio_batch import Caller, Config, Result, Target, open_engine
 from trio_batch._headers import SECRETS
 from trio_batch._sealing import add_key, read_key_file
@@ -111,13 +112,13 @@ def database_text(schema: str) -> str:
     return "\n".join(rows)
 
 
-async def report_site(nursery: trio.Nursery) -> tuple[RecordingSite, list[dict[str, object]]]:
+async def report_site(nursery: trio.Nursery) -> tuple[LocalSite, list[dict[str, object]]]:
     """A site of ``TARGETS`` reports on 127.0.0.1, and a job's targets for them, each with the
     Authorization header."""
-    site = await serve_recording_site(nursery, "127.0.0.1")
+    site = await serve_site(nursery, "127.0.0.1")
     targets: list[dict[str, object]] = []
     for i in range(TARGETS):
-        site.route(f"/report/{i}", f"report {i}".encode())
+        site.route(f"/report/{i}", Reply(body=f"report {i}".encode(), headers=TEXT))
         headers = {"Authorization": TOKEN}
         targets.append({"url": site.url(f"/report/{i}"), "options": {"headers": headers}})
     return site, targets
@@ -172,8 +173,8 @@ async def test_any_instance_sends_the_credential_and_none_stores_it(
 
     assert again.json()["id"] == job_id
     assert ["done"] * TARGETS == [t["status"] for t in job.json()["targets"]]
-    assert {f"/report/{i}" for i in range(TARGETS)} == {path for path, _ in site.requests}
-    assert all(TOKEN == headers.get("authorization") for _, headers in site.requests)
+    assert {f"/report/{i}" for i in range(TARGETS)} == set(site.paths())
+    assert all(TOKEN == seen.headers.get("authorization") for seen in site.seen)
     assert set(fetched_by) - {1}, fetched_by  # the other instances fetched
     assert 0 == len(SECRETS)  # nothing waited in memory: every fetch opened the stored value
     assert "<sealed " in stored
@@ -227,8 +228,8 @@ async def test_three_serve_processes_with_one_key_file(
 
     logs = [server.log.decode() for server in (first, second, third)]
     assert ["done"] * TARGETS == [t["status"] for t in job.json()["targets"]]
-    assert {f"/report/{i}" for i in range(TARGETS)} == {path for path, _ in site.requests}
-    assert all(TOKEN == headers.get("authorization") for _, headers in site.requests)
+    assert {f"/report/{i}" for i in range(TARGETS)} == set(site.paths())
+    assert all(TOKEN == seen.headers.get("authorization") for seen in site.seen)
     assert "<sealed " in stored
     assert "credentials are stored sealed (AES-SIV)" in logs[0]
     assert [] == [text[:200] for text in [job.text, stored, *logs] if VALUE in text]

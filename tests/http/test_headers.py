@@ -23,7 +23,8 @@ import trio
 from starlette.types import ASGIApp
 
 from tests.http.support import ALICE, auth, lifespan, make_keys
-from tests.support import RecordingSite as Site, Route, serve_recording_site, wait_ended
+from tests.support import LocalSite, Reply, redirect, serve_site, wait_ended
+from tests.web.support import TEXT
 from trio_batch import BatchEngine, Config, Options, Target, open_engine
 from trio_batch.client import open_client
 from trio_batch.http import create_app
@@ -34,18 +35,18 @@ COOKIE = "sid=cookie-value-0b7d4"
 BEARER = "Bearer token-value-91ac3"
 VALUES = ("cookie-value", "token-value")
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
-PAGE: Route = (200, [], b"page text")
+PAGE = Reply(body=b"page text", headers=TEXT)
 """What the sites answer a path with no route of its own."""
 
 
 @pytest.fixture
-async def site(nursery: trio.Nursery) -> Site:
-    return await serve_recording_site(nursery, "127.0.0.1", PAGE)
+async def site(nursery: trio.Nursery) -> LocalSite:
+    return await serve_site(nursery, "127.0.0.1", PAGE)
 
 
 @pytest.fixture
-async def other(nursery: trio.Nursery) -> Site:
-    return await serve_recording_site(nursery, "127.0.0.2", PAGE)
+async def other(nursery: trio.Nursery) -> LocalSite:
+    return await serve_site(nursery, "127.0.0.2", PAGE)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def target(url: str, **headers: str) -> dict[str, object]:
 
 
 class TestSent:
-    async def test_allowed_headers_reach_the_site(self, web_api: WebApi, site: Site) -> None:
+    async def test_allowed_headers_reach_the_site(self, web_api: WebApi, site: LocalSite) -> None:
         """Every allowed header arrives, names in any case; User-Agent after ours."""
         headers = {
             "accept-language": "fr",
@@ -132,10 +133,10 @@ class TestSent:
         assert BEARER == got["authorization"]
 
     async def test_not_after_a_redirect_to_another_origin(
-        self, web_api: WebApi, site: Site, other: Site
+        self, web_api: WebApi, site: LocalSite, other: LocalSite
     ) -> None:
         """The site on 127.0.0.2 a redirect leads to records no credential."""
-        site.route("/page", to=other.url("/landing"))
+        site.route("/page", redirect(other.url("/landing")))
         await web_api.run(target(site.url("/page"), Cookie=COOKIE, Authorization=BEARER))
         [there] = other.headers_of("/landing")
 
@@ -144,7 +145,7 @@ class TestSent:
         assert "authorization" not in there
 
     async def test_a_target_with_a_cookie_bypasses_the_cache(
-        self, web_api: WebApi, site: Site
+        self, web_api: WebApi, site: LocalSite
     ) -> None:
         """Two jobs with the same URL and cookie both reach the site."""
         await web_api.run(target(site.url("/page"), Cookie=COOKIE))
@@ -153,7 +154,7 @@ class TestSent:
         assert 2 == len(site.headers_of("/page"))
 
     async def test_a_single_fetch_sends_them_and_echoes_none(
-        self, web_api: WebApi, site: Site
+        self, web_api: WebApi, site: LocalSite
     ) -> None:
         """POST /v1/fetch sends the cookie; its answer does not hold it."""
         answer = await web_api.client.post(
@@ -167,12 +168,12 @@ class TestSent:
 
 class TestNeverShown:
     async def test_not_in_the_store_nor_any_answer(
-        self, web_api: WebApi, site: Site, caplog: pytest.LogCaptureFixture
+        self, web_api: WebApi, site: LocalSite, caplog: pytest.LogCaptureFixture
     ) -> None:
         """Status, results, a target, the listing, the NDJSON and SSE streams and a retry show
         ``<secret>``; the store's bytes and every log record (DEBUG) hold no value."""
         caplog.set_level(logging.DEBUG)
-        site.route("/gone", b"", status=500)
+        site.route("/gone", Reply(500, headers=TEXT))
         job = await web_api.run(
             target(site.url("/page"), Cookie=COOKIE, Accept_Language="de"),
             target(site.url("/gone"), Authorization=BEARER),
@@ -208,7 +209,7 @@ class TestNeverShown:
 
 class TestIdempotency:
     async def test_the_same_cookie_reuses_the_job_another_does_not(
-        self, web_api: WebApi, site: Site
+        self, web_api: WebApi, site: LocalSite
     ) -> None:
         """A repeat with the same cookie is the same job; with another cookie, a new one."""
         first = await web_api.submit(target(site.url("/page"), Cookie=COOKIE))
@@ -237,7 +238,7 @@ class TestRefused:
     async def test_a_400_naming_the_header_with_a_hint(
         self,
         web_api: WebApi,
-        site: Site,
+        site: LocalSite,
         headers: dict[str, object],
         field: str,
         words: str,
@@ -253,7 +254,7 @@ class TestRefused:
         assert words in body["error"]
         assert body["hint"]
         assert "X-Evil" not in answer.text
-        assert [] == site.requests
+        assert [] == site.seen
         assert 200 == health.status_code
 
     async def test_a_refused_name_hints_at_the_allowed_ones(self, web_api: WebApi) -> None:
@@ -283,7 +284,7 @@ async def test_the_openapi_document_describes_headers(web_api: WebApi) -> None:
     assert "Cookie" in headers["description"]
 
 
-async def test_the_client_passes_headers_through(web_api: WebApi, site: Site) -> None:
+async def test_the_client_passes_headers_through(web_api: WebApi, site: LocalSite) -> None:
     """``BatchClient.submit`` with ``Options(headers=...)``: they reach the site; the status
     the client reads shows ``<secret>``."""
     transport = httpx.ASGITransport(app=web_api.app)

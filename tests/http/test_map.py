@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from tests.http.support import auth, open_api
-from tests.web.support import HTML, LOOPBACK, LocalServer, Reply
+from tests.support import LocalSite, Reply, serve_site
+from tests.web.support import HTML, LOOPBACK
 from trio_batch import Caller, HostBudget
 from trio_batch.web import WebFetcher, precheck
 from trio_batch.web._fetch._sitemap import site_map
@@ -22,13 +23,9 @@ XML = [("content-type", "application/xml")]
 
 
 @pytest.fixture
-async def site(nursery: trio.Nursery) -> LocalServer:
+async def site(nursery: trio.Nursery) -> LocalSite:
     """A home page linking /about, and a sitemap.xml of /a and /b."""
-    local = LocalServer()
-    listeners = await nursery.start(
-        functools.partial(trio.serve_tcp, local.handle, 0, host="127.0.0.1")
-    )
-    local.port = listeners[0].socket.getsockname()[1]
+    local = await serve_site(nursery)
     u = local.url
     local.route("/", Reply(body=b'<a href="/about">About</a>', headers=HTML))
     body = f"<urlset><url><loc>{u('/a')}</loc></url><url><loc>{u('/b')}</loc></url></urlset>"
@@ -55,7 +52,7 @@ def mapping(fetch: WebFetcher):  # type: ignore[no-untyped-def]
 LOCAL_PRECHECK = functools.partial(precheck, allow=LOOPBACK)
 
 
-async def test_a_site_map(site: LocalServer, fetcher: WebFetcher) -> None:
+async def test_a_site_map(site: LocalSite, fetcher: WebFetcher) -> None:
     """The start page, the sitemap's URLs, the page's links."""
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:
         answer = await api.client.post("/v1/map", json={"url": site.url("/")}, headers=auth())
@@ -67,7 +64,7 @@ async def test_a_site_map(site: LocalServer, fetcher: WebFetcher) -> None:
     )
 
 
-async def test_the_limit(site: LocalServer, fetcher: WebFetcher) -> None:
+async def test_the_limit(site: LocalSite, fetcher: WebFetcher) -> None:
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:
         answer = await api.client.post(
             "/v1/map", json={"url": site.url("/"), "limit": 2}, headers=auth()
@@ -112,7 +109,7 @@ async def test_a_key_is_needed(fetcher: WebFetcher) -> None:
 
 
 async def test_a_start_page_that_fails_with_nothing_found_answers_its_status(
-    site: LocalServer, fetcher: WebFetcher
+    site: LocalSite, fetcher: WebFetcher
 ) -> None:
     site.route("/sitemap.xml", Reply(404))
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:

@@ -22,8 +22,8 @@ import httpx
 import pytest
 import trio
 
-from tests.support import wait_ended
-from tests.web.support import JSON, LOOPBACK, TEXT, LocalServer, Reply
+from tests.support import LocalSite, Reply, redirect, serve_site, wait_ended
+from tests.web.support import JSON, LOOPBACK, TEXT
 from trio_batch import BatchEngine, Config, open_engine
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key, serve
 from trio_batch.stores import MemoryStore
@@ -43,8 +43,8 @@ HTML = [("content-type", "text/html")]
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _site() -> LocalServer:
-    site = LocalServer()
+def _route(site: LocalSite) -> None:
+    """The site's pages: small ones for bob, big and hostile ones for the attacks."""
     site.route("/small.txt", Reply(body=b"hello world", headers=TEXT))
     site.route("/data.json", Reply(body=b'{"items": [{"name": "a"}, {"name": "b"}]}', headers=JSON))
     site.route("/words-8k.txt", Reply(body=b"word\n\n" * 8_000, headers=TEXT))
@@ -52,9 +52,8 @@ def _site() -> LocalServer:
     site.route("/aaa.txt", Reply(body=b"a" * 30_000 + b"!", headers=TEXT))
     site.route("/hostile.html", Reply(body=b"<div>" * 200_000, headers=HTML))
     for name, location in REDIRECTS.items():
-        site.route(f"/r/{name}", Reply(302, headers=[("location", location)]))
-    site.route("/r/loop", Reply(302, headers=[("location", "/r/loop")]))
-    return site
+        site.route(f"/r/{name}", redirect(location))
+    site.route("/r/loop", redirect("/r/loop"))
 
 
 REDIRECTS = {
@@ -72,7 +71,7 @@ class Service:
     """The served app and what the probes and the sampler saw."""
 
     client: httpx.AsyncClient
-    site: LocalServer
+    site: LocalSite
     engine: BatchEngine
     worst_probe: float = 0.0
     probes: int = 0
@@ -131,7 +130,6 @@ def _descendants() -> list[int]:
 @asynccontextmanager
 async def hostile_service() -> AsyncIterator[Service]:
     """The service on 127.0.0.1 with its site; both stop when the block ends."""
-    site = _site()
     keys = KeyRing(
         [
             KeyRecord("alice", "", "fleet", hash_key(ALICE)),
@@ -141,10 +139,8 @@ async def hostile_service() -> AsyncIterator[Service]:
     config = Config(workers=4, jobs_per_caller=8, jobs_total=32)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        listeners: list[trio.SocketListener] = await nursery.start(
-            functools.partial(trio.serve_tcp, site.handle, 0, host="127.0.0.1")
-        )
-        site.port = listeners[0].socket.getsockname()[1]
+        site = await serve_site(nursery)
+        _route(site)
         async with (
             WebFetcher(
                 allow=LOOPBACK,

@@ -1,12 +1,11 @@
 """site_map: a site's URLs from robots.txt's sitemaps (or /sitemap.xml), index files, gzip and
 the start page's links; bounded against hostile sitemaps, through the fetcher's guard.
 
-A local site on 127.0.0.1 answers each path as a test scripts it (``LocalServer``).
+A local site on 127.0.0.1 answers each path as a test scripts it (``LocalSite``).
 """
 
 from __future__ import annotations
 
-import functools
 import gzip
 import ipaddress
 import zlib
@@ -14,7 +13,8 @@ import zlib
 import pytest
 import trio
 
-from tests.web.support import CALLER, HTML, LOOPBACK, LocalServer, Reply
+from tests.support import LocalSite, Reply, serve_site
+from tests.web.support import CALLER, HTML, LOOPBACK
 from trio_batch import HostBudget, TargetError
 from trio_batch.web import WebFetcher
 from trio_batch.web._fetch._sitemap import MAX_LIMIT, MapBounds, site_map
@@ -43,7 +43,7 @@ def fetcher(**settings: object) -> WebFetcher:
     return WebFetcher(allow=LOOPBACK, budget=HostBudget(), **settings)  # type: ignore[arg-type]
 
 
-def the_site(server: LocalServer) -> None:
+def the_site(server: LocalSite) -> None:
     """robots.txt names an index of a plain sitemap and a gzip one; the home page links."""
     u = server.url
     server.route(
@@ -69,7 +69,7 @@ def the_site(server: LocalServer) -> None:
 
 
 class TestSources:
-    async def test_robots_sitemap_index_gzip_and_links(self, server: LocalServer) -> None:
+    async def test_robots_sitemap_index_gzip_and_links(self, server: LocalSite) -> None:
         """The start page, the sitemaps robots.txt names (through their index, gzip too), then
         the page's same-host links: deduplicated, without fragments."""
         the_site(server)
@@ -81,7 +81,7 @@ class TestSources:
         assert found.complete
         assert 0 == server.hits["/sitemap.xml"]
 
-    async def test_sitemap_xml_when_robots_names_none(self, server: LocalServer) -> None:
+    async def test_sitemap_xml_when_robots_names_none(self, server: LocalSite) -> None:
         """Without a robots.txt, /sitemap.xml is read; a gzip Content-Encoding is undone."""
         u = server.url
         server.route("/", Reply(body=b"<p>no links</p>", headers=HTML))
@@ -97,7 +97,7 @@ class TestSources:
         assert [u("/"), u("/x")] == list(found.urls)
         assert 1 == server.hits["/robots.txt"]
 
-    async def test_a_plain_text_sitemap(self, server: LocalServer) -> None:
+    async def test_a_plain_text_sitemap(self, server: LocalSite) -> None:
         """A text sitemap (a URL a line, as the sitemaps protocol allows) is read too."""
         u = server.url
         server.route("/sitemap.xml", Reply(body=f"{u('/t1')}\n\n{u('/t2')}".encode()))
@@ -107,7 +107,7 @@ class TestSources:
         assert [u("/t1"), u("/t2")] == list(found.urls)  # the start page is a 404: left out
         assert not found.complete
 
-    async def test_other_hosts_are_left_out_unless_asked(self, server: LocalServer) -> None:
+    async def test_other_hosts_are_left_out_unless_asked(self, server: LocalSite) -> None:
         the_site(server)
         u = server.url
         async with fetcher() as fetch:
@@ -117,7 +117,7 @@ class TestSources:
         assert "https://elsewhere.example/" not in same.urls
         assert "https://elsewhere.example/" == every.urls[-1]
 
-    async def test_the_limit_cuts_the_list_and_says_so(self, server: LocalServer) -> None:
+    async def test_the_limit_cuts_the_list_and_says_so(self, server: LocalSite) -> None:
         u = server.url
         server.route("/sitemap.xml", Reply(body=urlset(*(u(f"/n{i}") for i in range(500)))))
         async with fetcher() as fetch:
@@ -128,7 +128,7 @@ class TestSources:
         assert any("limit of 10" in note for note in found.notes)
 
     @pytest.mark.parametrize("limit", [0, MAX_LIMIT + 1, True, "5"])
-    async def test_a_bad_limit_is_refused(self, limit: object, server: LocalServer) -> None:
+    async def test_a_bad_limit_is_refused(self, limit: object, server: LocalSite) -> None:
         async with fetcher() as fetch:
             with pytest.raises(ValueError, match=r"^limit must be a whole number from 1 to 10,000"):
                 await site_map(fetch, CALLER, server.url("/"), limit=limit)  # type: ignore[arg-type]
@@ -143,15 +143,12 @@ class TestGuard:
         assert 400 == refused.value.status
 
     async def test_a_sitemap_on_a_private_host_is_never_reached(
-        self, server: LocalServer, nursery: trio.Nursery
+        self, server: LocalSite, nursery: trio.Nursery
     ) -> None:
         """With every host allowed by the caller, the guard still refuses a private address
         the fetcher does not allow: nothing connects to it."""
-        other = LocalServer()
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, other.handle, 0, host="127.0.0.2")
-        )
-        port = listeners[0].socket.getsockname()[1]
+        other = await serve_site(nursery, "127.0.0.2")
+        port = other.port
         u = server.url
         server.route("/", Reply(body=b"<p>home</p>", headers=HTML))
         server.route("/sitemap.xml", Reply(body=index(f"http://127.0.0.2:{port}/private.xml")))
@@ -164,12 +161,12 @@ class TestGuard:
         assert 0 == sum(other.hits.values())
 
 
-def home(server: LocalServer) -> None:
+def home(server: LocalSite) -> None:
     server.route("/", Reply(body=b"<p>home</p>", headers=HTML))
 
 
 class TestHostile:
-    async def test_an_index_that_lists_itself_is_read_once(self, server: LocalServer) -> None:
+    async def test_an_index_that_lists_itself_is_read_once(self, server: LocalSite) -> None:
         home(server)
         u = server.url
         server.route("/sitemap.xml", Reply(body=index(u("/sitemap.xml"), u("/s.xml"))))
@@ -181,7 +178,7 @@ class TestHostile:
         assert 1 == server.hits["/s.xml"]
         assert (u("/"),) == found.urls
 
-    async def test_indexes_nested_past_the_depth_stop(self, server: LocalServer) -> None:
+    async def test_indexes_nested_past_the_depth_stop(self, server: LocalSite) -> None:
         home(server)
         u = server.url
         server.route("/sitemap.xml", Reply(body=index(u("/i1.xml"))))
@@ -194,7 +191,7 @@ class TestHostile:
         assert any("deeper than 3 levels" in note for note in found.notes)
         assert not found.complete
 
-    async def test_documents_are_counted(self, server: LocalServer) -> None:
+    async def test_documents_are_counted(self, server: LocalSite) -> None:
         home(server)
         u = server.url
         server.route("/sitemap.xml", Reply(body=index(*(u(f"/s{i}.xml") for i in range(100)))))
@@ -206,7 +203,7 @@ class TestHostile:
         )
         assert any("at most 5 documents" in note for note in found.notes)
 
-    async def test_billion_laughs_is_refused_at_its_doctype(self, server: LocalServer) -> None:
+    async def test_billion_laughs_is_refused_at_its_doctype(self, server: LocalSite) -> None:
         home(server)
         laughs = "".join(f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 10))
         body = (
@@ -221,7 +218,7 @@ class TestHostile:
         assert (server.url("/"),) == found.urls
         assert any("declares a DTD" in note for note in found.notes)
 
-    async def test_a_gzip_bomb_is_read_up_to_the_cap(self, server: LocalServer) -> None:
+    async def test_a_gzip_bomb_is_read_up_to_the_cap(self, server: LocalSite) -> None:
         """64 MiB of XML in 64 KiB of gzip: inflated a piece at a time, only the first MiB."""
         home(server)
         u = server.url
@@ -241,7 +238,7 @@ class TestHostile:
         assert any("over 1 MiB (decompressed)" in note for note in found.notes)
 
     async def test_deep_nesting_and_malformed_xml_keep_what_was_read(
-        self, server: LocalServer
+        self, server: LocalSite
     ) -> None:
         home(server)
         u = server.url
@@ -256,7 +253,7 @@ class TestHostile:
         assert any("deeper than 16" in note for note in found.notes)
         assert any("not well-formed" in note for note in found.notes)
 
-    async def test_the_map_ends_at_its_time(self, server: LocalServer) -> None:
+    async def test_the_map_ends_at_its_time(self, server: LocalSite) -> None:
         home(server)
         u = server.url
         server.route("/sitemap.xml", Reply(chunks=[urlset(u("/a"))[:-9]], stall=True))
