@@ -1,24 +1,40 @@
-"""What every test room shares: the callers, a movable wall clock, an event recorder, waiting
-until a job ends, fake hosts behind a fetch function that record what they received (for the
-host budgets), and a local HTTP site that answers as a test routes it and records every request
-(for the web fetcher, the headers a target sends, the browser)."""
+"""What every test room shares.
+
+- The callers ``ALICE`` and ``BOB``, a movable :class:`WallClock`, a :class:`Recorder` of the
+  engine's hooks, ``CLEAN_ENV`` for a command in a child process.
+- Waiting until a job ends: :func:`wait_ended` on the engine's watch, :func:`wait_ended_polling`
+  for a fleet.
+- :class:`FakeHosts`, a fetch function over hosts that record what they received (for the host
+  budgets).
+- :class:`LocalSite`, a local HTTP site that answers as a test routes it and records every
+  request (for the web fetcher, the headers a target sends, the browser, the served kill tests).
+- :class:`TrioGuestDriver`, Trio driven from synchronous Hypothesis rules (the state machines).
+"""
 
 from __future__ import annotations
 
 import functools
+import os
+import queue
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import h11
+import outcome
 import trio
+import trio.testing
 
 from trio_batch import BatchEngine, Caller, Hooks, JobStatus, Result, RetryLater, Target
 
 T = TypeVar("T")
+
+CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
+"""This environment without its ``TRIO_BATCH_*`` variables, the settings a ``trio-batch``
+command in a child process would read (pass it as ``env``; never change it)."""
 
 ALICE = Caller("alice")
 BOB = Caller("bob")
@@ -167,7 +183,7 @@ class FakeHosts:
             self.in_flight[host] -= 1
 
 
-# -- a local HTTP site -----------------------------------------------------------------------------
+# -- a local HTTP site ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -185,6 +201,8 @@ class Reply:
     """Send nothing, ever (a request that never ends)."""
     hold: trio.Event | None = None
     """Wait for this event before answering."""
+    delay: float = 0.0
+    """Wait this long (Trio's clock) before answering."""
 
 
 NOT_FOUND = Reply(404, b"not found", [("content-type", "text/plain")])
@@ -287,6 +305,8 @@ class LocalSite:
                 await trio.sleep_forever()
             if reply.hold is not None:
                 await reply.hold.wait()
+            if reply.delay:
+                await trio.sleep(reply.delay)
             headers = list(reply.headers)
             if reply.chunks is None:
                 headers.append(("content-length", str(len(reply.body))))
@@ -337,3 +357,102 @@ async def open_site(
     async with trio.open_nursery() as nursery:
         yield await serve_site(nursery, host, unrouted)
         nursery.cancel_scope.cancel()
+
+
+# -- Trio from synchronous Hypothesis rules -------------------------------------------------------
+
+
+class TrioGuestDriver:
+    """One Trio guest run, hosted by the calling thread, for the life of one Hypothesis example.
+
+    Drive a long-lived Trio run from synchronous Hypothesis rules, via Trio's guest mode.
+
+    Hypothesis runs the rules of a ``RuleBasedStateMachine`` as plain synchronous calls, and a
+    ``trio.run`` per rule would close every nursery (an engine's, a store's) when the rule returns.
+    So one run per example is started with ``trio.lowlevel.start_guest_run`` as the guest of a tiny
+    host loop: a ``queue.SimpleQueue`` of callbacks that the test thread pumps until the rule's call
+    has an answer. Trio thus runs in the test's own thread (plain tracebacks, nothing shared across
+    threads), an engine opened in one rule stays open across rules, and a crash of the run is
+    re-raised at the next step. A nursery must be exited by the task that entered it, so
+    :meth:`TrioGuestDriver.enter` holds each ``async with`` open in one holder task. (The
+    ``hypothesis-trio`` package would do this, but it no longer imports with current Hypothesis and
+    fails under Trio's strict exception groups.)
+    """
+
+    def __init__(self, clock: trio.abc.Clock | None = None) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._done: outcome.Outcome[None] | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stop: trio.Event | None = None
+        self._exits: list[trio.Event] = []
+        trio.lowlevel.start_guest_run(
+            self._main,
+            run_sync_soon_threadsafe=self._queue.put,
+            done_callback=self._on_done,
+            clock=clock,
+        )
+        self._pump_until(lambda: self._nursery is not None)
+
+    def _on_done(self, result: outcome.Outcome[None]) -> None:
+        self._done = result
+
+    async def _main(self) -> None:
+        self._stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    def _pump_until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            if self._done is not None:
+                self._done.unwrap()
+                raise RuntimeError("the trio run ended unexpectedly")
+            self._queue.get()()
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` inside the guest run and return its result."""
+        box: list[outcome.Outcome[T]] = []
+
+        async def runner() -> None:
+            box.append(await outcome.acapture(fn, *args))
+
+        nursery = self._nursery
+        assert nursery is not None
+        self._queue.put(lambda: nursery.start_soon(runner))
+        self._pump_until(lambda: bool(box))
+        return box[0].unwrap()
+
+    def enter(self, manager: AbstractAsyncContextManager[T]) -> T:
+        """Hold ``async with manager`` open in one task until :meth:`close`."""
+
+        async def start() -> T:
+            async def holder(task_status: trio.TaskStatus[tuple[T, trio.Event]]) -> None:
+                leave = trio.Event()
+                async with manager as value:
+                    task_status.started((value, leave))
+                    await leave.wait()
+
+            assert self._nursery is not None
+            value: T
+            value, leave = await self._nursery.start(holder)
+            self._exits.append(leave)
+            return value
+
+        return self.call(start)
+
+    def close(self) -> None:
+        """Leave every :meth:`enter` block (the last entered first), then end the run."""
+        while self._exits:
+            leave = self._exits.pop()
+
+            async def fire(leave: trio.Event = leave) -> None:
+                leave.set()
+                await trio.testing.wait_all_tasks_blocked()
+
+            self.call(fire)
+        assert self._stop is not None
+        self._queue.put(self._stop.set)
+        self._pump_until(lambda: self._done is not None)
+        assert self._done is not None
+        self._done.unwrap()

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import trio
 
+from tests.support import CLEAN_ENV
 from trio_batch._cli._demo_site import DemoSite
 
-from .support import CLI, ENV
+from .support import CLI
 
 
 async def run_map(*args: str) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
-        [*CLI, "map", *args], env=ENV, capture_stdout=True, capture_stderr=True, check=False
+        [*CLI, "map", *args], env=CLEAN_ENV, capture_stdout=True, capture_stderr=True, check=False
     )
 
 
@@ -47,7 +48,7 @@ async def test_map_into_run(site: DemoSite, tmp_path: Path) -> None:
             str(tmp_path / "db.sqlite"),
         ],
         stdin=mapped.stdout,
-        env=ENV,
+        env=CLEAN_ENV,
         capture_stdout=True,
         capture_stderr=True,
         check=False,

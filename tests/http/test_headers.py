@@ -22,7 +22,7 @@ import pytest
 import trio
 from starlette.types import ASGIApp
 
-from tests.http.support import ALICE, auth, lifespan, make_keys
+from tests.http.support import ALICE_KEY, auth, lifespan, make_keys
 from tests.support import LocalSite, Reply, redirect, serve_site, wait_ended
 from tests.web.support import TEXT
 from trio_batch import BatchEngine, Config, Options, Target, open_engine
@@ -289,7 +289,7 @@ async def test_the_client_passes_headers_through(web_api: WebApi, site: LocalSit
     the client reads shows ``<secret>``."""
     transport = httpx.ASGITransport(app=web_api.app)
     headers = {"Cookie": COOKIE, "Accept-Language": "it"}
-    async with open_client("http://api.test", ALICE, transport=transport) as client:
+    async with open_client("http://api.test", ALICE_KEY, transport=transport) as client:
         sub = await client.submit([Target(site.url("/page"), Options(headers=headers))])
         await wait_ended(web_api.engine, sub.id)
         answer = await web_api.client.get(f"/v1/batch/{sub.id}/0", headers=auth())

@@ -8,7 +8,7 @@ import trio.testing
 from tests.support import wait_ended
 from trio_batch import Config, TargetError, TargetState
 
-from .support import BOB, Api, auth, open_api
+from .support import BOB_KEY, Api, auth, open_api
 
 OK = "https://ok.example.test/"
 BAD = "https://bad.example.test/"
@@ -77,7 +77,7 @@ async def test_another_callers_job_or_an_unknown_one_is_404(api: Api) -> None:
     job = (await api.submit(BAD)).json()["id"]
     await wait_ended(api.engine, job)
 
-    other, _ = await retry(api, job, key=BOB)
+    other, _ = await retry(api, job, key=BOB_KEY)
     unknown, _ = await retry(api, "0" * 32)
 
     assert (404, 404) == (other, unknown)

@@ -24,8 +24,8 @@ from trio_batch.stores import MemoryStore, ServiceStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
 from .support import (
-    ALICE,
-    BOB,
+    ALICE_KEY,
+    BOB_KEY,
     FAST,
     LOOPBACK,
     SECRET,
@@ -149,7 +149,7 @@ class TestDeliveries:
             metrics = PrometheusMetrics()
             async with open_engine(store, ScriptedFetch()) as engine:
                 await engine.submit(
-                    Caller("alice", "lab", hash_key(ALICE)),
+                    Caller("alice", "lab", hash_key(ALICE_KEY)),
                     "fleet",
                     [_target(), _target()],
                     webhook=Webhook(receiver.url(), ("target", "end")),
@@ -245,7 +245,7 @@ class TestSubmit:
     async def test_a_caller_without_a_secret_gets_400_naming_webhook(self, io_clock: Clock) -> None:
         """A webhook from a caller with no secret cannot be signed: 400 naming webhook."""
         async with open_service() as svc:
-            r = await svc.submit(1, key=BOB)
+            r = await svc.submit(1, key=BOB_KEY)
 
         assert (400, "webhook") == (r.status_code, r.json()["field"])
         assert "trio-batch keys secret bob --keys" in r.json()["hint"]
@@ -300,7 +300,7 @@ async def test_deliveries_left_in_the_store_are_sent_after_a_restart(
     async with open_receiver() as receiver:
         async with SQLiteStore.open(path) as store, open_engine(store, ScriptedFetch()) as engine:
             sub = await engine.submit(
-                Caller("alice", "lab", hash_key(ALICE)),
+                Caller("alice", "lab", hash_key(ALICE_KEY)),
                 "fleet",
                 [_target(), _target()],
                 webhook=Webhook(receiver.url(), ("target", "end")),
@@ -327,7 +327,7 @@ async def test_the_python_client_submits_a_webhook(io_clock: Clock) -> None:
 
     async with (
         open_service() as svc,
-        open_client("http://api.test", ALICE, transport=svc.transport) as client,
+        open_client("http://api.test", ALICE_KEY, transport=svc.transport) as client,
     ):
         sub = await client.submit(
             ["https://example.org/a"],

@@ -17,6 +17,7 @@ import trio
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
+from tests.stores.postgres.support import PG_DSN
 from trio_batch import BatchEngine, Options, Result, SubmitError, Target, TargetState
 from trio_batch.stores import (
     CacheEntry,
@@ -28,8 +29,7 @@ from trio_batch.stores import (
     SQLiteStore,
 )
 
-from ..pg_support import PG_DSN
-from ..trio_guest import TrioGuestDriver
+from ..support import TrioGuestDriver
 
 NOW = 1000.0
 """The unix time jobs are admitted at, unless a test says otherwise."""
@@ -110,7 +110,7 @@ class StoreAgreement(RuleBasedStateMachine):
         if self.backend == "sqlite":
             opened = SQLiteStore.open(os.path.join(self.tmp.name, "s.sqlite"))
         else:
-            from tests.pg_support import open_test_store
+            from tests.stores.postgres.support import open_test_store
 
             opened = open_test_store(PG_DSN)
         self.store = cast("ServiceStore", self.trio.enter(opened))

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON
 from trio_batch import (
     Caller,
     CallerBusy,
@@ -29,7 +30,6 @@ from trio_batch.stores import Store
 from trio_batch.stores._protocol import Limits, NewJob, Outcome
 from trio_batch.testing import ScriptedFetch
 
-from ..pg_support import PG_DSN, SKIP_REASON
 from ..support import wait_ended
 from . import support
 
@@ -173,9 +173,8 @@ async def test_a_live_postgres_instance_adopts_a_gone_one(tmp_path: object) -> N
     fleet the jobs are everyone's; ``resume`` changes nothing there)."""
     if not PG_DSN:
         pytest.skip(SKIP_REASON)
+    from tests.stores.postgres.support import open_test_schema
     from trio_batch.stores import PostgresStore
-
-    from ..pg_support import open_test_schema
 
     fetch = ScriptedFetch()
     config = Config(workers=1, jobs_per_caller=2, resume=True)

@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import httpcore
 import httpx
-import pytest
 import trio
 
 from tests.support import LocalSite, Reply as Reply
-from trio_batch import Caller
+from trio_batch import Caller, Options
 from trio_batch.stores import CacheEntry, ResponseCache
-from trio_batch.web import WebFetcher
+from trio_batch.web import WebFetcher, shape
 from trio_batch.web._render._browser import find_chromium
+
+Marked = TypeVar("Marked", bound=Callable[..., object])
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 PUBLIC_IP = "93.184.216.34"
@@ -270,10 +273,16 @@ FORBIDDEN_HOST = "127.0.0.3"
 """The "private" address: a listener there must never see a connection."""
 ALLOW = [ipaddress.ip_network(f"{ALLOWED_HOST}/32")]
 
-needs_chromium = pytest.mark.skipif(
-    find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"
-)
-"""Skips a test that starts a real Chromium where Debian's is not installed."""
+
+def needs_chromium(test: Marked) -> Marked:
+    """Skip ``test`` (a function or a class) where Debian's Chromium is not installed."""
+    import pytest  # here, not above: the benchmarks import this module without pytest
+
+    skip = pytest.mark.skipif(
+        find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"
+    )
+    return cast("Marked", skip(test))
+
 
 SPA = b"""<!doctype html><html><head><title>App</title></head><body>
 <div id="app">Loading...</div>
@@ -335,3 +344,46 @@ async def open_counting_listener(host: str = FORBIDDEN_HOST) -> AsyncIterator[Co
             nursery.start_soon(count_datagrams)
             yield counter
             nursery.cancel_scope.cancel()
+
+
+# -- the fixture pages -----------------------------------------------------------------------------
+# The pages of tests/web/fixtures/pages and their expected outputs: the main content (the
+# default) in NAME.txt and NAME.md, the whole page (main_content: false) of each HTML page in
+# NAME.whole.txt and NAME.whole.md; ``python -m tests.web.pages`` writes the outputs again after
+# a deliberate change to the extractor.
+
+FIXTURE_PAGES = Path(__file__).parent / "fixtures" / "pages"
+MODES = ("text", "markdown")
+"""The shapes every fixture page is compared in."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """A fixture page: its file, the URL and content type it is shaped as."""
+
+    name: str
+    url: str
+    content_type: str
+
+    @property
+    def body(self) -> bytes:
+        return (FIXTURE_PAGES / self.name).read_bytes()
+
+    def expected_path(self, mode: str, *, whole: bool = False) -> Path:
+        """The file holding this page's expected output in ``mode`` (``whole``: of the whole
+        page, not its main content)."""
+        kind = ".whole" if whole else ""
+        return FIXTURE_PAGES / f"{self.name}{kind}.{'md' if mode == 'markdown' else 'txt'}"
+
+    def shaped(self, mode: str, *, whole: bool = False) -> tuple[str, dict[str, object]]:
+        """The page shaped in ``mode`` now (``whole``: ``main_content=False``): its content and
+        meta."""
+        options = Options(mode=mode, main_content=not whole)
+        result = shape(self.body, url=self.url, content_type=self.content_type, options=options)
+        return result.content, result.meta
+
+
+def pages() -> list[Page]:
+    """Every fixture page, as ``pages.json`` lists them."""
+    manifest = json.loads((FIXTURE_PAGES / "pages.json").read_text(encoding="utf-8"))
+    return [Page(name, **entry) for name, entry in manifest.items()]

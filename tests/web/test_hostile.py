@@ -29,7 +29,7 @@ from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key, serve
 from trio_batch.stores import MemoryStore
 from trio_batch.web import WebFetcher, precheck
 
-ALICE, BOB = "tb_hostile-alice", "tb_hostile-bob"
+ALICE_KEY, BOB_KEY = "tb_hostile-alice", "tb_hostile-bob"
 CPU_SECONDS = 1.0
 MEMORY = 512 * 2**20
 WORKERS = 2
@@ -84,17 +84,17 @@ class Service:
     def url(self, path: str) -> str:
         return self.site.url(path)
 
-    async def fetch(self, url: str, key: str = ALICE, **options: object) -> httpx.Response:
+    async def fetch(self, url: str, key: str = ALICE_KEY, **options: object) -> httpx.Response:
         body = {"url": url, "options": options} if options else {"url": url}
         return await self.client.post("/v1/fetch", json=body, headers=_auth(key))
 
-    async def batch(self, *targets: object, key: str = ALICE) -> httpx.Response:
+    async def batch(self, *targets: object, key: str = ALICE_KEY) -> httpx.Response:
         return await self.client.post("/v1/batch", json={"targets": targets}, headers=_auth(key))
 
     async def finished(self, job_id: str) -> list[dict[str, object]]:
         """The job's targets once it has ended (woken by the engine's watch, not by time)."""
         await wait_ended(self.engine, job_id)
-        r = await self.client.get(f"/v1/batch/{job_id}?results=1", headers=_auth(ALICE))
+        r = await self.client.get(f"/v1/batch/{job_id}?results=1", headers=_auth(ALICE_KEY))
         targets: list[dict[str, object]] = r.json()["targets"]
         return targets
 
@@ -132,8 +132,8 @@ async def hostile_service() -> AsyncIterator[Service]:
     """The service on 127.0.0.1 with its site; both stop when the block ends."""
     keys = KeyRing(
         [
-            KeyRecord("alice", "", "fleet", hash_key(ALICE)),
-            KeyRecord("bob", "", "fleet", hash_key(BOB)),
+            KeyRecord("alice", "", "fleet", hash_key(ALICE_KEY)),
+            KeyRecord("bob", "", "fleet", hash_key(BOB_KEY)),
         ]
     )
     config = Config(workers=4, jobs_per_caller=8, jobs_total=32)
@@ -178,7 +178,7 @@ async def _probe(service: Service) -> None:
                 if name == "healthz":
                     r = await bob.get("/healthz")
                 else:
-                    r = await bob.post("/v1/fetch", json={"url": small}, headers=_auth(BOB))
+                    r = await bob.post("/v1/fetch", json={"url": small}, headers=_auth(BOB_KEY))
                 took = trio.current_time() - start
                 service.worst_probe = max(service.worst_probe, took)
                 if r.status_code != 200 or (name == "fetch" and "hello" not in r.text):
@@ -374,7 +374,9 @@ class TestUnicode:
         raw = json.dumps({"targets": [body]}).replace("URL", service.url("/small.txt"))
 
         async def attack() -> None:
-            r = await service.client.post("/v1/batch", content=raw.encode(), headers=_auth(ALICE))
+            r = await service.client.post(
+                "/v1/batch", content=raw.encode(), headers=_auth(ALICE_KEY)
+            )
             assert (400, field) == (r.status_code, r.json()["field"])
 
         await under_watch(service, attack)
@@ -425,7 +427,9 @@ class TestBodies:
         async def attack() -> None:
             for _ in range(5):
                 content = chunks() if chunked else b"x" * 300 * 1024
-                r = await service.client.post("/v1/batch", content=content, headers=_auth(ALICE))
+                r = await service.client.post(
+                    "/v1/batch", content=content, headers=_auth(ALICE_KEY)
+                )
                 assert (413, "body") == (r.status_code, r.json()["field"])
 
         await under_watch(service, attack)

@@ -134,7 +134,7 @@ class TestOneRotation:
 @asynccontextmanager
 async def open_schema_copy(dsn: str) -> AsyncIterator[str]:
     """A fresh schema of its own for one repetition of a test."""
-    from tests.pg_support import open_test_schema
+    from .support import open_test_schema
 
     async with open_test_schema(dsn) as schema:
         yield schema

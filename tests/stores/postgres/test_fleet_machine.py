@@ -56,9 +56,9 @@ from trio_batch import (
 from trio_batch.stores import Limits, MemoryStore, NewJob, PostgresStore
 from trio_batch.testing import ScriptedFetch
 
-from ...pg_support import PG_DSN, open_test_schema
 from ...support import Recorder, targets
 from ..support import wait_target
+from .support import PG_DSN, open_test_schema
 
 pytestmark = pytest.mark.slow
 
@@ -92,9 +92,9 @@ class Held:
 class TrioThread:
     """One Trio run in a thread of its own for the life of one Hypothesis example.
 
-    Unlike the guest run of ``tests/trio_guest.py``, which moves only while a rule calls into
-    it, this run keeps going between rules: on a real clock, claims are renewed and expire,
-    and fetches end, whatever Hypothesis does meanwhile. Rules call in with
+    Unlike the guest run of ``tests.support.TrioGuestDriver``, which moves only while a rule
+    calls into it, this run keeps going between rules: on a real clock, claims are renewed and
+    expire, and fetches end, whatever Hypothesis does meanwhile. Rules call in with
     ``trio.from_thread.run``; each ``async with`` is held open by a task of its own, since a
     nursery must be exited by the task that entered it.
     """

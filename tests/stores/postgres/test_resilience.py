@@ -31,9 +31,9 @@ from trio_batch.stores import PostgresStore
 from trio_batch.stores._postgres import _sql
 from trio_batch.stores._protocol import Limits, Outcome, Stored
 
-from ...pg_support import table_locked
 from ...support import Recorder, wait_ended
 from ..support import new_job
+from .support import table_locked
 
 LIMITS = Limits(ttl=3600.0, targets_per_job=50, jobs_per_caller=100, jobs_total=100)
 NOW = 1_800_000_000.0
