@@ -111,6 +111,8 @@ async def test_a_429_with_retry_after_holds_the_whole_host_back(autojump_clock: 
 async def test_a_host_blocked_past_the_limit_fails_its_targets_and_holds_no_worker(
     autojump_clock: object,
 ) -> None:
+    """A host that answers 429 past ``block_limit`` fails its job's targets, saying why, while
+    the one worker serves another host meanwhile."""
     site = FakeHosts(seconds=0.1)
     site.busy_until["x.example.test"] = 10_000.0
     rec = Recorder()
@@ -180,6 +182,8 @@ class TestConcurrencyWithinAJob:
         assert ["a0", "b0", "a1", "b1"] == [name for _, name in starts]
 
     async def test_concurrency_is_part_of_the_request(self, autojump_clock: object) -> None:
+        """The same targets with another ``concurrency`` are another job; with the same, the job
+        is reused."""
         site = FakeHosts(seconds=1.0)
         rec = Recorder()
         async with polite_engine(site, HostBudget(), rec, workers=2, max_workers=2) as engine:
@@ -191,6 +195,8 @@ class TestConcurrencyWithinAJob:
         assert not other.reused and other.id != first.id
 
     async def test_a_concurrency_past_the_limit_is_refused(self, autojump_clock: object) -> None:
+        """A ``concurrency`` outside 1 to ``Config.max_concurrency`` is a ValueError naming the
+        limit."""
         site = FakeHosts()
         rec = Recorder()
         async with polite_engine(site, HostBudget(), rec, max_concurrency=4) as engine:

@@ -65,6 +65,7 @@ async def test_a_site_map(site: LocalSite, fetcher: WebFetcher) -> None:
 
 
 async def test_the_limit(site: LocalSite, fetcher: WebFetcher) -> None:
+    """``limit`` cuts the map's URLs and the answer says it is not complete."""
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:
         answer = await api.client.post(
             "/v1/map", json={"url": site.url("/"), "limit": 2}, headers=auth()
@@ -92,6 +93,7 @@ async def test_the_limit(site: LocalSite, fetcher: WebFetcher) -> None:
 async def test_bad_input_is_a_400_naming_the_field(
     body: object, field: str, words: str, fetcher: WebFetcher
 ) -> None:
+    """A malformed map request is a 400 naming the field, with a hint."""
     async with open_api(site_map=mapping(fetcher)) as api:
         answer = await api.client.post("/v1/map", json=body, headers=auth())
 
@@ -102,6 +104,7 @@ async def test_bad_input_is_a_400_naming_the_field(
 
 
 async def test_a_key_is_needed(fetcher: WebFetcher) -> None:
+    """``POST /v1/map`` without a key is a 401."""
     async with open_api(site_map=mapping(fetcher)) as api:
         answer = await api.client.post("/v1/map", json={"url": "https://example.org/"})
 
@@ -111,6 +114,8 @@ async def test_a_key_is_needed(fetcher: WebFetcher) -> None:
 async def test_a_start_page_that_fails_with_nothing_found_answers_its_status(
     site: LocalSite, fetcher: WebFetcher
 ) -> None:
+    """A start page that fails, with no sitemap either, answers its own status (404,
+    ``fetch_failed``)."""
     site.route("/sitemap.xml", Reply(404))
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:
         answer = await api.client.post("/v1/map", json={"url": site.url("/gone")}, headers=auth())

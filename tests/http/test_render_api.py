@@ -58,6 +58,7 @@ async def open_api() -> AsyncIterator[httpx.AsyncClient]:
 async def test_a_bad_render_option_is_a_400(
     options: dict[str, object], field: str | None, words: str
 ) -> None:
+    """A bad render option in a submit is a 400 naming the field where there is one."""
     async with open_api() as client:
         answer = await client.post(
             "/v1/batch",
@@ -73,6 +74,7 @@ async def test_a_bad_render_option_is_a_400(
 
 
 async def test_the_openapi_options_describe_render() -> None:
+    """The OpenAPI document describes ``render`` (a boolean) and ``wait_for`` (a string)."""
     async with open_api() as client:
         document = (await client.get("/openapi.json")).json()
 
@@ -84,6 +86,7 @@ async def test_the_openapi_options_describe_render() -> None:
 @pytest.mark.slow
 @needs_chromium
 async def test_a_rendered_job_gives_the_rendered_text() -> None:
+    """A job with ``render`` through the API ends done with the text a script wrote."""
     async with open_site(ALLOWED_HOST) as site, open_api() as client:
         site.route("/", html_page(SPA))
         target = {"url": site.url("/"), "options": {"render": True}}

@@ -53,6 +53,8 @@ class Host:
 
 
 async def test_fetch_one_calls_share_the_budget() -> None:
+    """Concurrent ``fetch_one`` calls share the fetcher's budget: one at a time, ``interval``
+    apart."""
     host = Host()
     budget = HostBudget(concurrency=1, interval=0.1)
     async with (
@@ -114,6 +116,8 @@ async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
 
 
 def test_the_scope_is_the_host_and_port_a_refused_url_has_none() -> None:
+    """A target's scope is its host and port (the default port filled in); a refused URL has
+    none."""
     fetch = WebFetcher(allow=LOOPBACK)
     assert "127.0.0.1:8" == fetch.scope(Target("http://127.0.0.1:8/x"))
     assert "example.com:443" == fetch.scope(Target("https://EXAMPLE.com/x"))

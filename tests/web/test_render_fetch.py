@@ -192,6 +192,7 @@ class TestWithoutChromium:
 
 class TestSubmitChecks:
     def test_render_must_be_a_bool(self) -> None:
+        """``Options.render`` is a bool; anything else is a TypeError naming the type."""
         with pytest.raises(TypeError, match=r"^Options.render must be a bool \(got str\)$"):
             Options(render="yes")  # type: ignore[arg-type]
 
@@ -211,6 +212,7 @@ class TestSubmitChecks:
         ],
     )
     def test_a_bad_render_option_is_a_400_with_a_hint(self, options: Options, message: str) -> None:
+        """A render option out of its range is a 400 TargetError with a hint."""
         with pytest.raises(TargetError, match=message) as info:
             validate_options(options)
 
@@ -218,6 +220,7 @@ class TestSubmitChecks:
         assert info.value.hint
 
     def test_good_render_options_pass(self) -> None:
+        """``render`` with a CSS ``wait_for`` and any mode passes the checks."""
         validate_options(Options(render=True))
         validate_options(Options(render=True, wait_for="main article > h1", mode="markdown"))
 

@@ -41,6 +41,7 @@ def robots_txt(text: str) -> httpx.Response:
 
 
 async def test_a_disallowed_url_fails_without_a_request_and_quotes_the_rule() -> None:
+    """A URL robots.txt disallows is a 403 quoting the rule, and the site never sees the request."""
     site = MockSite(robots_txt("User-agent: *\nDisallow: /private/\n"))
     async with WebFetcher(
         allow=LOOPBACK, transport=mock_transport(site.handle), robots=True
@@ -57,6 +58,7 @@ async def test_a_disallowed_url_fails_without_a_request_and_quotes_the_rule() ->
 
 
 async def test_without_robots_the_file_is_never_read() -> None:
+    """Without ``robots=True`` the fetcher never asks for robots.txt."""
     site = MockSite(robots_txt("User-agent: *\nDisallow: /\n"))
     async with WebFetcher(allow=LOOPBACK, transport=mock_transport(site.handle)) as fetch:
         await fetch(CALLER, Target(SITE + "/x"))
@@ -84,6 +86,7 @@ async def test_an_unreachable_robots_txt_backs_off_then_fails() -> None:
 
 
 async def test_crawl_delay_spaces_the_host() -> None:
+    """robots.txt's Crawl-delay spaces the fetches to the host, whatever its budget allows."""
     site = MockSite(robots_txt("User-agent: *\nCrawl-delay: 1\n"))
     budget = HostBudget(concurrency=4)
     async with WebFetcher(

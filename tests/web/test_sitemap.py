@@ -108,6 +108,7 @@ class TestSources:
         assert not found.complete
 
     async def test_other_hosts_are_left_out_unless_asked(self, server: LocalSite) -> None:
+        """Links to other hosts are left out of the map unless ``same_host=False`` asks for them."""
         the_site(server)
         u = server.url
         async with fetcher() as fetch:
@@ -118,6 +119,8 @@ class TestSources:
         assert "https://elsewhere.example/" == every.urls[-1]
 
     async def test_the_limit_cuts_the_list_and_says_so(self, server: LocalSite) -> None:
+        """Past ``limit`` URLs the map stops, in the sitemap's order, is marked incomplete and
+        says why."""
         u = server.url
         server.route("/sitemap.xml", Reply(body=urlset(*(u(f"/n{i}") for i in range(500)))))
         async with fetcher() as fetch:
@@ -129,6 +132,7 @@ class TestSources:
 
     @pytest.mark.parametrize("limit", [0, MAX_LIMIT + 1, True, "5"])
     async def test_a_bad_limit_is_refused(self, limit: object, server: LocalSite) -> None:
+        """A limit that is not a whole number from 1 to 10,000 is a ValueError saying so."""
         async with fetcher() as fetch:
             with pytest.raises(ValueError, match=r"^limit must be a whole number from 1 to 10,000"):
                 await site_map(fetch, CALLER, server.url("/"), limit=limit)  # type: ignore[arg-type]
@@ -136,6 +140,8 @@ class TestSources:
 
 class TestGuard:
     async def test_a_private_start_page_is_refused(self) -> None:
+        """A start page the fetcher may not reach (loopback here) is a 400 before anything is
+        read."""
         async with WebFetcher() as fetch:  # loopback not allowed
             with pytest.raises(TargetError) as refused:
                 await site_map(fetch, CALLER, "http://127.0.0.1:9/")
@@ -167,6 +173,7 @@ def home(server: LocalSite) -> None:
 
 class TestHostile:
     async def test_an_index_that_lists_itself_is_read_once(self, server: LocalSite) -> None:
+        """A sitemap index that lists itself (or loops through another) reads each document once."""
         home(server)
         u = server.url
         server.route("/sitemap.xml", Reply(body=index(u("/sitemap.xml"), u("/s.xml"))))
@@ -179,6 +186,7 @@ class TestHostile:
         assert (u("/"),) == found.urls
 
     async def test_indexes_nested_past_the_depth_stop(self, server: LocalSite) -> None:
+        """Indexes nested deeper than ``MapBounds.depth`` are not read, and the map says so."""
         home(server)
         u = server.url
         server.route("/sitemap.xml", Reply(body=index(u("/i1.xml"))))
@@ -192,6 +200,8 @@ class TestHostile:
         assert not found.complete
 
     async def test_documents_are_counted(self, server: LocalSite) -> None:
+        """At most ``MapBounds.documents`` documents are fetched, the start page and robots.txt
+        counted."""
         home(server)
         u = server.url
         server.route("/sitemap.xml", Reply(body=index(*(u(f"/s{i}.xml") for i in range(100)))))
@@ -204,6 +214,7 @@ class TestHostile:
         assert any("at most 5 documents" in note for note in found.notes)
 
     async def test_billion_laughs_is_refused_at_its_doctype(self, server: LocalSite) -> None:
+        """A sitemap declaring a DTD (billion laughs) is refused at once, keeping the start page."""
         home(server)
         laughs = "".join(f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 10))
         body = (
@@ -240,6 +251,8 @@ class TestHostile:
     async def test_deep_nesting_and_malformed_xml_keep_what_was_read(
         self, server: LocalSite
     ) -> None:
+        """Elements nested too deep or XML that breaks off: the URLs read before it are kept,
+        noted."""
         home(server)
         u = server.url
         deep = urlset(u("/ok"))[:-9] + b"<a>" * 100_000
@@ -254,6 +267,8 @@ class TestHostile:
         assert any("not well-formed" in note for note in found.notes)
 
     async def test_the_map_ends_at_its_time(self, server: LocalSite) -> None:
+        """A sitemap that stalls mid-body ends the map at ``MapBounds.seconds`` with what was
+        read."""
         home(server)
         u = server.url
         server.route("/sitemap.xml", Reply(chunks=[urlset(u("/a"))[:-9]], stall=True))
