@@ -3,9 +3,10 @@
 The service is the real thing on 127.0.0.1: ``create_app`` + ``serve`` over an engine and a
 ``WebFetcher`` (shaping workers with 1 s of CPU time and 512 MiB each), fetching from a local
 site. For each attack, while it runs, a second caller (bob) polls ``/healthz`` and fetches an
-11-byte page over and over; each of those answers must come within 1 s. The RSS of the test
-process and of every process it started is sampled the whole time and must stay bounded, and
-the service must still answer afterwards.
+11-byte page over and over; each of those answers must come within RESPONSIVE seconds, or
+within SLOWDOWN times bob's slowest answer just before the attack when the machine is so loaded
+that this is more. The RSS of the test process and of every process it started is sampled the
+whole time and must stay bounded, and the service must still answer afterwards.
 """
 
 from __future__ import annotations
@@ -34,9 +35,17 @@ CPU_SECONDS = 1.0
 MEMORY = 512 * 2**20
 WORKERS = 2
 RESPONSIVE = 2.0
-"""Seconds within which bob's /healthz and small fetch must answer while an attack runs (an
-attack that blocked the service would hold bob for its whole CPU_SECONDS and more; on this
-2-core VM, 2.5x slower on some days, a fair answer took up to 1.2 s)."""
+"""Seconds within which bob's /healthz and small fetch must answer while an attack runs, on a
+machine that answers bob at once without it (an attack that blocked the service would hold bob
+for its whole CPU_SECONDS and more; on this 2-core VM a fair answer took up to 1.2 s)."""
+CALM_ROUNDS = 3
+"""Probe rounds measured before each attack, with nothing else running in the service."""
+SLOWDOWN = 10.0
+"""How many times his slowest answer without an attack bob may wait while one runs, when that
+is more than RESPONSIVE: the bound grows with the machine's load, measured in the same test.
+A fair service stayed within 8.1 times over 190 attacks at load 6-17 (a probe's worst is
+heavy-tailed on a loaded machine); a blocked one holds bob for the attack's whole CPU time
+(1 s of CPU: 200 calm answers on an idle machine)."""
 SERVICE_GROWTH = 200 * 2**20
 """Most the test process (client, service and site in one) may grow during an attack."""
 HTML = [("content-type", "text/html")]
@@ -199,21 +208,35 @@ async def _sample(service: Service) -> None:
 
 async def under_watch(service: Service, attack: Callable[[], Awaitable[None]]) -> None:
     """Run ``attack`` while bob probes and memory is sampled, then check both, and that the
-    service still answers."""
+    service still answers.
+
+    Bob's answers are timed first without an attack (after a round that warms the service
+    up), on the same machine under the same load, and the bound scales with that when the
+    machine is slow: a loaded machine slows every answer, an attack that blocks the service
+    holds bob for all its CPU time.
+    """
     baseline = _rss(os.getpid())
     service.worst_probe, service.probes, service.peak_self, service.peak_total = 0.0, 0, 0, 0
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_sample, service)
         nursery.start_soon(_probe, service)
-        await service.probed.wait()
+        await service.probed.wait()  # the first round warms the service up
+        service.worst_probe = 0.0
+        while service.probes < 1 + CALM_ROUNDS:
+            await service.probed.wait()
+        calm, service.worst_probe = service.worst_probe, 0.0
         before = service.probes
         await attack()
         while service.probes < before + 2:  # a probe round overlapped the attack, one followed
             await service.probed.wait()
         nursery.cancel_scope.cancel()
 
+    bound = max(RESPONSIVE, SLOWDOWN * calm)
     assert [] == service.probe_failures
-    assert service.worst_probe < RESPONSIVE, f"bob waited {service.worst_probe:.2f} s"
+    assert service.worst_probe < bound, (
+        f"bob waited {service.worst_probe:.2f} s while the attack ran; without it, at most "
+        f"{calm:.2f} s (bound {bound:.2f} s)"
+    )
     assert service.peak_self - baseline < SERVICE_GROWTH, service.peak_self - baseline
     assert service.peak_total < baseline + SERVICE_GROWTH + WORKERS * MEMORY
     after = await service.client.get("/healthz")
