@@ -102,7 +102,7 @@ async def wait_ended(engine: BatchEngine, *job_ids: str) -> list[JobStatus]:
     engine's watch of each job, never by time, so it suits Trio's ``autojump_clock``.
 
     The watch opens before each read, so an end between the read and the wait is not missed.
-    The engine reports a job's end before its hooks return, so a :class:`Recorder` has seen it
+    The engine runs its hooks before a watcher wakes, so a :class:`Recorder` has seen the end
     too. Unbounded: a test on the real clock bounds it with ``trio.fail_after``. On a fleet, a
     job another instance runs ends unseen by this engine's watch: use
     :func:`wait_ended_polling` there.

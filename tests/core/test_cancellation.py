@@ -146,8 +146,7 @@ class TestExceptionGroups:
                 await raise_in_child(RetryLater("slow down"))
             return Result("ok")
 
-        recorder = Recorder()
-        async with engine_on(MemoryStore(), fetch, recorder) as engine:
+        async with engine_on(MemoryStore(), fetch) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
             await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)

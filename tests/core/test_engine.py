@@ -140,8 +140,8 @@ class TestIdempotency:
 
     async def test_finished_job_is_reused_within_ttl_only(self, store: Store) -> None:
         """A done job is reused while its lease is within ttl, and a new job is made after."""
-        rec, wall = Recorder(), WallClock()
-        async with engine_on(store, ScriptedFetch(), rec, wall, ttl=100) as engine:
+        wall = WallClock()
+        async with engine_on(store, ScriptedFetch(), wall=wall, ttl=100) as engine:
             first = await engine.submit(ALICE, "fleet", targets("a", 1))
             await wait_ended(engine, first.id)
             wall.advance(100)
@@ -237,8 +237,7 @@ class TestRotation:
     async def test_rotation_is_fair_across_three_jobs(self, autojump_clock: trio.abc.Clock) -> None:
         """A one-target job submitted behind a big one runs within one rotation."""
         fetch = ScriptedFetch(duration=1.0)
-        rec = Recorder()
-        async with engine_on(MemoryStore(), fetch, rec, jobs_per_caller=3) as engine:
+        async with engine_on(MemoryStore(), fetch, jobs_per_caller=3) as engine:
             await engine.submit(ALICE, "fleet", targets("big", 30))
             await trio.sleep(5.5)
             small = await engine.submit(BOB, "fleet", targets("small", 1))
@@ -259,8 +258,7 @@ class TestRotation:
     async def test_two_workers_run_two_jobs_at_once(self, autojump_clock: trio.abc.Clock) -> None:
         """Two workers and two jobs take half the time of one worker."""
         fetch = ScriptedFetch(duration=1.0)
-        rec = Recorder()
-        async with engine_on(MemoryStore(), fetch, rec, workers=2, jobs_per_caller=2) as engine:
+        async with engine_on(MemoryStore(), fetch, workers=2, jobs_per_caller=2) as engine:
             start = trio.current_time()
             a = await engine.submit(ALICE, "fleet", targets("a", 3))
             b = await engine.submit(ALICE, "fleet", targets("b", 3))
@@ -303,12 +301,11 @@ class TestRotation:
 class TestOutcomes:
     async def test_result_error_and_crash_are_stored(self, store: Store) -> None:
         """A Result is done, a TargetError failed with msg and hint, a crash 'internal error'."""
-        rec = Recorder()
         fetch = ScriptedFetch()
         fetch.script(url("a", 0), Result("hello", {"status": 200}))
         fetch.script(url("a", 1), TargetError("not found", hint="check the URL", status=404))
         fetch.script(url("a", 2), KeyError("secret https://a.example.test/page/2"))
-        async with engine_on(store, fetch, rec) as engine:
+        async with engine_on(store, fetch) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 3))
             await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
@@ -360,13 +357,12 @@ class TestOutcomes:
 
     async def test_non_result_return_is_internal_error(self) -> None:
         """A fetch function returning something else than a Result fails the target."""
-        rec = Recorder()
 
         async def fetch(caller: Caller, target: Target) -> Result:
             await trio.lowlevel.checkpoint()
             return "text"  # type: ignore[return-value]
 
-        async with open_engine(MemoryStore(), fetch, Config(hooks=rec.hooks())) as engine:
+        async with open_engine(MemoryStore(), fetch, Config()) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
             await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
@@ -377,8 +373,7 @@ class TestOutcomes:
         """The fetch function is called with the caller that submitted the job."""
         fetch = ScriptedFetch()
         caller = Caller("alice", workspace="ws", key_sha256="ab" * 32)
-        rec = Recorder()
-        async with engine_on(MemoryStore(), fetch, rec) as engine:
+        async with engine_on(MemoryStore(), fetch) as engine:
             sub = await engine.submit(caller, "restricted", targets("a", 1))
             await wait_ended(engine, sub.id)
 
@@ -411,14 +406,13 @@ class TestRetry:
 
     async def test_chained_retry_later_counts_as_busy(self, autojump_clock: trio.abc.Clock) -> None:
         """An exception raised from a RetryLater is a busy target, not a failure."""
-        rec = Recorder()
         fetch = ScriptedFetch()
         try:
             raise ValueError("wrapped") from RetryLater()
         except ValueError as exc:
             wrapped = exc
         fetch.script(url("a", 0), wrapped)
-        async with engine_on(MemoryStore(), fetch, rec) as engine:
+        async with engine_on(MemoryStore(), fetch) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
             await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
@@ -441,10 +435,9 @@ class TestRetry:
 
     async def test_gives_up_after_retry_for(self, autojump_clock: trio.abc.Clock) -> None:
         """A target busy for longer than retry_for is failed with the error's text."""
-        rec = Recorder()
         fetch = ScriptedFetch()
         fetch.script(url("a", 0), *[RetryLater("upstream said 429") for _ in range(20)])
-        async with engine_on(MemoryStore(), fetch, rec, retry_wait=10.0, retry_for=35.0) as engine:
+        async with engine_on(MemoryStore(), fetch, retry_wait=10.0, retry_for=35.0) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
             await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
@@ -601,8 +594,8 @@ class TestClose:
 class TestStatusTouchExpiry:
     async def test_status_writes_nothing(self, store: Store) -> None:
         """Reading status moves neither the lease nor updated_at."""
-        rec, wall = Recorder(), WallClock()
-        async with engine_on(store, ScriptedFetch(), rec, wall) as engine:
+        wall = WallClock()
+        async with engine_on(store, ScriptedFetch(), wall=wall) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
             await wait_ended(engine, sub.id)
             before = await engine.status(sub.id)
@@ -615,8 +608,8 @@ class TestStatusTouchExpiry:
 
     async def test_touch_moves_the_lease(self, store: Store) -> None:
         """touch() sets the lease to now; unknown ids return False."""
-        rec, wall = Recorder(), WallClock()
-        async with engine_on(store, ScriptedFetch(), rec, wall) as engine:
+        wall = WallClock()
+        async with engine_on(store, ScriptedFetch(), wall=wall) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
             await wait_ended(engine, sub.id)
             wall.advance(42)
@@ -628,9 +621,9 @@ class TestStatusTouchExpiry:
 
     async def test_expired_jobs_are_swept_on_submit(self, store: Store) -> None:
         """A finished job untouched for ttl is gone after the next submit; a touched one stays."""
-        rec, wall = Recorder(), WallClock()
+        wall = WallClock()
         async with engine_on(
-            store, ScriptedFetch(), rec, wall, ttl=100, jobs_per_caller=3
+            store, ScriptedFetch(), wall=wall, ttl=100, jobs_per_caller=3
         ) as engine:
             old = await engine.submit(ALICE, "fleet", targets("old", 1))
             kept = await engine.submit(ALICE, "fleet", targets("kept", 1))

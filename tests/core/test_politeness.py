@@ -27,19 +27,19 @@ from trio_batch import (
 )
 from trio_batch.stores import MemoryStore
 
-from ..support import FakeHosts, Recorder, WallClock, host_of, targets, wait_ended
+from ..support import FakeHosts, WallClock, host_of, targets, wait_ended
 
 
 @asynccontextmanager
 async def polite_engine(
-    site: FakeHosts, budget: HostBudget, rec: Recorder, **config: Any
+    site: FakeHosts, budget: HostBudget, **config: Any
 ) -> AsyncIterator[BatchEngine]:
     settings: dict[str, Any] = {"jobs_per_caller": 4, "jobs_total": 16, "retry_wait": 0.5}
     settings.update(config)
     async with open_engine(
         MemoryStore(),
         site.fetch,
-        Config(hooks=rec.hooks(), **settings),
+        Config(**settings),
         wall_clock=WallClock(),
         budget=budget,
         scope=host_of,
@@ -53,9 +53,8 @@ async def test_five_callers_one_host_see_its_budget_and_another_host_runs_free(
     """A budget of 1 in flight and 0.2 s between starts holds for five callers and eight
     workers; a sixth caller on another host finishes in its solo time meanwhile."""
     site = FakeHosts(seconds=0.1)
-    rec = Recorder()
     budget = HostBudget(concurrency=1, interval=0.2)
-    async with polite_engine(site, budget, rec, workers=8, max_workers=8) as engine:
+    async with polite_engine(site, budget, workers=8, max_workers=8) as engine:
         ids = [
             (await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 4))).id
             for i in range(5)
@@ -75,9 +74,8 @@ async def test_a_passed_over_job_keeps_its_place(autojump_clock: object) -> None
     """Host x is busy with J1 when J2's turn comes: J2 waits aside, and x serves it before
     J1's next target, which entered the rotation after J2."""
     site = FakeHosts(seconds=1.0)
-    rec = Recorder()
     budget = HostBudget(concurrency=1)
-    async with polite_engine(site, budget, rec, workers=2, max_workers=2) as engine:
+    async with polite_engine(site, budget, workers=2, max_workers=2) as engine:
         j1 = await engine.submit(Caller("a"), "fleet", targets("x", 2))
         j2 = await engine.submit(Caller("b"), "fleet", targets("x", 1)[:1])
         j3 = await engine.submit(Caller("c"), "fleet", targets("y", 3))
@@ -96,9 +94,8 @@ async def test_a_429_with_retry_after_holds_the_whole_host_back(autojump_clock: 
     one request per 2 s from all of them together, then every job ends done."""
     site = FakeHosts(seconds=0.1)
     site.busy_until["x.example.test"] = 5.0
-    rec = Recorder()
     budget = HostBudget(concurrency=2)
-    async with polite_engine(site, budget, rec, workers=4, max_workers=4) as engine:
+    async with polite_engine(site, budget, workers=4, max_workers=4) as engine:
         subs = [await engine.submit(Caller(f"c{i}"), "fleet", targets("x", 2)) for i in range(3)]
         await wait_ended(engine, *(s.id for s in subs))
         jobs = [await engine.job(s.id) for s in subs]
@@ -115,11 +112,8 @@ async def test_a_host_blocked_past_the_limit_fails_its_targets_and_holds_no_work
     the one worker serves another host meanwhile."""
     site = FakeHosts(seconds=0.1)
     site.busy_until["x.example.test"] = 10_000.0
-    rec = Recorder()
     budget = HostBudget(concurrency=1, block_limit=20.0, max_backoff=4.0)
-    async with polite_engine(
-        site, budget, rec, workers=1, max_workers=1, retry_for=3600.0
-    ) as engine:
+    async with polite_engine(site, budget, workers=1, max_workers=1, retry_for=3600.0) as engine:
         blocked = await engine.submit(Caller("a"), "fleet", targets("x", 3))
         other = await engine.submit(Caller("b"), "fleet", targets("y", 3))
         await wait_ended(engine, blocked.id, other.id)
@@ -140,7 +134,6 @@ class TestConcurrencyWithinAJob:
         """40 targets of 0.5 s over four hosts: serial 20 s, at concurrency 4 about 5 s; the
         targets still start in index order."""
         site = FakeHosts(seconds=0.5)
-        rec = Recorder()
         job = [Target(f"https://h{i % 4}.example.test/{i}") for i in range(40)]
         started: list[int] = []
         fetch = site.fetch
@@ -151,7 +144,7 @@ class TestConcurrencyWithinAJob:
 
         site.fetch = recording  # type: ignore[method-assign]
         async with polite_engine(
-            site, HostBudget(), rec, workers=4, max_workers=4, targets_per_job=40
+            site, HostBudget(), workers=4, max_workers=4, targets_per_job=40
         ) as engine:
             t0 = trio.current_time()
             sub = await engine.submit(Caller("a"), "fleet", job, concurrency=4)
@@ -167,9 +160,8 @@ class TestConcurrencyWithinAJob:
     async def test_concurrency_one_keeps_the_serial_order(self, autojump_clock: object) -> None:
         """The default: one target of a job at a time, a1 b1 a2 b2 across two jobs."""
         site = FakeHosts(seconds=1.0)
-        rec = Recorder()
         async with polite_engine(
-            site, HostBudget(concurrency=8), rec, workers=1, max_workers=1
+            site, HostBudget(concurrency=8), workers=1, max_workers=1
         ) as engine:
             a = await engine.submit(Caller("a"), "fleet", targets("a", 2))
             b = await engine.submit(Caller("b"), "fleet", targets("b", 2))
@@ -185,8 +177,7 @@ class TestConcurrencyWithinAJob:
         """The same targets with another ``concurrency`` are another job; with the same, the job
         is reused."""
         site = FakeHosts(seconds=1.0)
-        rec = Recorder()
-        async with polite_engine(site, HostBudget(), rec, workers=2, max_workers=2) as engine:
+        async with polite_engine(site, HostBudget(), workers=2, max_workers=2) as engine:
             job = targets("a", 2)
             first = await engine.submit(Caller("a"), "fleet", job)
             again = await engine.submit(Caller("a"), "fleet", job)
@@ -198,8 +189,7 @@ class TestConcurrencyWithinAJob:
         """A ``concurrency`` outside 1 to ``Config.max_concurrency`` is a ValueError naming the
         limit."""
         site = FakeHosts()
-        rec = Recorder()
-        async with polite_engine(site, HostBudget(), rec, max_concurrency=4) as engine:
+        async with polite_engine(site, HostBudget(), max_concurrency=4) as engine:
             with pytest.raises(ValueError, match=r"from 1 to 4 \(Config.max_concurrency"):
                 await engine.submit(Caller("a"), "fleet", targets("a", 2), concurrency=5)
             with pytest.raises(ValueError, match="from 1 to 4"):
