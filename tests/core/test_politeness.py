@@ -203,15 +203,14 @@ class TestWorkConservingWithinAJob:
         (or not) with a target on host x answering 429 for 6 s (Retry-After: 2)."""
         site = FakeHosts(seconds=0.5)
         site.busy_until["x.example.test"] = 6.0
-        rec = Recorder()
         others = [Target(f"https://{'yz'[i % 2]}.example.test/{i + 1}") for i in range(6)]
         job = [Target("https://x.example.test/0"), *others] if first_busy else others
         async with polite_engine(
-            site, HostBudget(concurrency=2), rec, workers=2, max_workers=2
+            site, HostBudget(concurrency=2), workers=2, max_workers=2
         ) as engine:
             t0 = trio.current_time()
             sub = await engine.submit(Caller("a"), "fleet", job)
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
         assert snap is not None
         assert JobStatus.DONE == snap.job.status
@@ -235,14 +234,13 @@ class TestWorkConservingWithinAJob:
         """40 targets sorted by host (ten each of four hosts), one at a time per host, at
         concurrency 4: four at once (about 5 s), not one host after another (20 s)."""
         site = FakeHosts(seconds=0.5)
-        rec = Recorder()
         job = [Target(f"https://h{i // 10}.example.test/{i}") for i in range(40)]
         async with polite_engine(
-            site, HostBudget(concurrency=1), rec, workers=4, max_workers=4, targets_per_job=40
+            site, HostBudget(concurrency=1), workers=4, max_workers=4, targets_per_job=40
         ) as engine:
             t0 = trio.current_time()
             sub = await engine.submit(Caller("a"), "fleet", job, concurrency=4)
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             took = trio.current_time() - t0
             snap = await engine.status(sub.id)
         assert snap is not None
@@ -257,7 +255,6 @@ class TestWorkConservingWithinAJob:
         self, autojump_clock: object
     ) -> None:
         """With no host budget there is nothing to wait for: SPEC's order, target i+1 after i."""
-        rec = Recorder()
         started: list[str] = []
 
         async def recording(caller: Caller, target: Target) -> Result:
@@ -265,9 +262,7 @@ class TestWorkConservingWithinAJob:
             return Result("ok")
 
         job = [Target(f"https://h{i % 3}.example.test/{i}") for i in range(9)]
-        async with open_engine(
-            MemoryStore(), recording, Config(hooks=rec.hooks(), workers=2)
-        ) as engine:
-            await engine.submit(Caller("a"), "fleet", job)
-            await rec.wait_terminal(1)
+        async with open_engine(MemoryStore(), recording, Config(workers=2)) as engine:
+            sub = await engine.submit(Caller("a"), "fleet", job)
+            await wait_ended(engine, sub.id)
         assert [t.url for t in job] == started

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import secrets
 import signal
 from collections.abc import AsyncIterator
@@ -25,8 +24,8 @@ import pytest
 import trio
 from prometheus_client import generate_latest
 
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
-from tests.support import LocalSite, Reply, serve_site
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.support import CLEAN_ENV, LocalSite, Reply, serve_site
 from tests.web.support import TEXT
 from trio_batch import Caller, Config, Result, Target, open_engine
 from trio_batch._headers import SECRETS
@@ -195,7 +194,6 @@ async def test_three_serve_processes_with_one_key_file(
     site, targets = await report_site(nursery)
     _, key = add_api_key(tmp_path / "keys.toml", "alice")
     add_key(str(tmp_path / "secrets.key"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
 
     async with open_test_schema(PG_DSN) as schema:
         args = [
@@ -207,7 +205,7 @@ async def test_three_serve_processes_with_one_key_file(
             "--allow-net=127.0.0.0/8",
             "--log-level=debug",
         ]
-        first, second, third = (Server(args, env) for _ in range(3))
+        first, second, third = (Server(args, CLEAN_ENV) for _ in range(3))
         async with second.running() as (_, port), third.running():
             async with first.running() as (proc, first_port):
                 async with httpx.AsyncClient(

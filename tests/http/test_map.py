@@ -141,9 +141,7 @@ async def test_the_route_and_its_document_follow_the_web_fetcher(fetcher: WebFet
     assert "MapIn" in document["components"]["schemas"]
 
 
-async def test_robots_true_checks_the_maps_documents(
-    site: LocalServer, fetcher: WebFetcher
-) -> None:
+async def test_robots_true_checks_the_maps_documents(site: LocalSite, fetcher: WebFetcher) -> None:
     """robots: true in the body: a sitemap robots.txt disallows is not read, and a note says so."""
     site.route("/robots.txt", Reply(body=b"User-agent: *\nDisallow: /sitemap.xml\n"))
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:

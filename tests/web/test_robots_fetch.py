@@ -221,7 +221,7 @@ class TestTheFormSent:
         self, rule: str, path: str
     ) -> None:
         """The page is never requested, however the rule or the URL escapes its characters."""
-        site = Site(robots_txt(f"User-agent: *\nDisallow: {rule}\n"))
+        site = MockSite(robots_txt(f"User-agent: *\nDisallow: {rule}\n"))
         async with WebFetcher(
             allow=LOOPBACK, transport=mock_transport(site.handle), robots=True
         ) as fetch:

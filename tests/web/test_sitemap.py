@@ -279,15 +279,12 @@ class TestHostile:
         assert any("took its 0.5 s" in note for note in found.notes), found.notes
 
 
-async def second_server(nursery: trio.Nursery, host: str = "127.0.0.2") -> LocalServer:
+async def second_server(nursery: trio.Nursery, host: str = "127.0.0.2") -> LocalSite:
     """Another local site, on ``host``."""
-    other = LocalServer()
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, other.handle, 0, host=host))
-    other.port = listeners[0].socket.getsockname()[1]
-    return other
+    return await serve_site(nursery, host)
 
 
-def on(server: LocalServer, host: str, path: str) -> str:
+def on(server: LocalSite, host: str, path: str) -> str:
     return f"http://{host}:{server.port}{path}"
 
 
@@ -296,7 +293,7 @@ class TestCrossSubmission:
     without a note."""
 
     async def test_a_sitemap_robots_txt_names_on_another_host_is_read(
-        self, server: LocalServer, nursery: trio.Nursery
+        self, server: LocalSite, nursery: trio.Nursery
     ) -> None:
         """robots.txt names a sitemap kept on another host: it is read, and this host's URLs
         in it are kept (the other host's are not)."""
@@ -318,7 +315,7 @@ class TestCrossSubmission:
         assert 1 == cdn.hits["/s.xml"]
 
     async def test_an_index_naming_another_hosts_sitemap_says_so(
-        self, server: LocalServer, nursery: trio.Nursery
+        self, server: LocalSite, nursery: trio.Nursery
     ) -> None:
         """An index may list its own host's sitemaps only: another host's is not read, and the
         answer is not complete and says why."""
@@ -335,7 +332,7 @@ class TestCrossSubmission:
         assert not found.complete
         assert any("another host" in note for note in found.notes)
 
-    async def test_a_named_sitemap_at_a_refused_address_says_so(self, server: LocalServer) -> None:
+    async def test_a_named_sitemap_at_a_refused_address_says_so(self, server: LocalSite) -> None:
         """robots.txt naming a sitemap at an address the guard refuses: a note, not complete."""
         u = server.url
         home(server)
@@ -351,7 +348,7 @@ class TestCrossSubmission:
 class TestRobots:
     """Issue 36, item 1: with robots on, the map's every request obeys robots.txt."""
 
-    def robots_site(self, server: LocalServer) -> None:
+    def robots_site(self, server: LocalSite) -> None:
         u = server.url
         server.route("/", Reply(body=f'<a href="{u("/a")}">a</a>'.encode(), headers=HTML))
         server.route(
@@ -369,7 +366,7 @@ class TestRobots:
 
     @pytest.mark.parametrize("where", ["map", "fetcher"])
     async def test_a_disallowed_sitemap_or_hop_is_not_read(
-        self, server: LocalServer, where: str
+        self, server: LocalSite, where: str
     ) -> None:
         """robots on (asked by the map, or the fetcher's default): neither the disallowed
         sitemap nor the one a redirect leads into is requested; each is a note."""
@@ -383,7 +380,7 @@ class TestRobots:
         assert not found.complete
         assert 2 == sum("robots.txt disallows" in note for note in found.notes)
 
-    async def test_without_robots_the_map_reads_them(self, server: LocalServer) -> None:
+    async def test_without_robots_the_map_reads_them(self, server: LocalSite) -> None:
         """robots off (the default): the same sitemaps are read."""
         self.robots_site(server)
         u = server.url
@@ -392,7 +389,7 @@ class TestRobots:
 
         assert {u("/secret"), u("/hidden")} <= set(found.urls)
 
-    async def test_a_disallowed_start_page_is_not_read(self, server: LocalServer) -> None:
+    async def test_a_disallowed_start_page_is_not_read(self, server: LocalSite) -> None:
         """The start page itself disallowed: not requested; its sitemaps are still read."""
         u = server.url
         server.route("/", Reply(body=b"<p>home</p>", headers=HTML))
