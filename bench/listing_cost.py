@@ -89,7 +89,7 @@ async def filled(kind: str, n: int) -> AsyncIterator[Store]:
                 await sqlite._write(fill)
                 yield sqlite
         return
-    from tests.pg_support import open_test_store
+    from tests.stores.postgres.support import open_test_store
 
     dsn = os.environ["TRIO_BATCH_TEST_PG"]
     async with open_test_store(dsn) as pg:

@@ -19,7 +19,7 @@ import tracemalloc
 from pathlib import Path
 
 import trio
-from tests.http.streaming import open_stream
+from tests.http.support import open_stream
 
 from trio_batch import Config, Result, open_engine
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key

@@ -6,9 +6,8 @@ from collections.abc import AsyncIterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.stores.postgres.support import PG_DSN
 from trio_batch.stores import MemoryStore, ServiceStore, SQLiteStore
-
-from .pg_support import PG_DSN
 
 settings.register_profile("default", max_examples=25, deadline=None)
 settings.register_profile(
@@ -32,7 +31,7 @@ async def store(
         async with SQLiteStore.open(os.path.join(tmp_path, "store.sqlite")) as sqlite:
             yield sqlite
     else:
-        from tests.pg_support import open_test_store
+        from tests.stores.postgres.support import open_test_store
 
         async with open_test_store(PG_DSN) as pg:
             yield pg

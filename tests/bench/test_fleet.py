@@ -15,8 +15,7 @@ import trio
 from bench._harness import Figure
 
 from bench import fleet
-
-from ..pg_support import PG_DSN, SKIP_REASON
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON
 
 
 class TestFleetPieces:

@@ -9,7 +9,7 @@ import trio
 
 from bench import wide
 
-from ..pg_support import PG_DSN, SKIP_REASON
+from ..stores.postgres.support import PG_DSN, SKIP_REASON
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ served ``trio-batch serve`` run to its end."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import signal
 import subprocess
@@ -14,18 +13,13 @@ from pathlib import Path
 
 import trio
 
-from trio_batch import Caller, Config, Hooks, Target, open_engine
+from tests.support import CLEAN_ENV, wait_ended
+from trio_batch import Caller, Config, Target, open_engine
 from trio_batch.stores import SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
 CLI = [sys.executable, "-c", "from trio_batch._cli import entry; entry()"]
 """The ``trio-batch`` command, in a process of its own (as the installed script runs it)."""
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
-"""This environment without its ``TRIO_BATCH_*`` variables, which ``serve`` would read."""
-
-TERMINAL = {"done", "partial", "failed", "cancelled"}
-"""The job hook's events for a job that has ended."""
 
 
 def cli_without(*modules: str) -> list[str]:
@@ -37,20 +31,13 @@ def cli_without(*modules: str) -> list[str]:
 
 async def make_jobs(db: Path, n: int) -> list[str]:
     """``n`` finished jobs of one target each, in one store."""
-    finished = trio.Semaphore(0, max_value=n)
-
-    def on_job(event: str) -> None:
-        if event in TERMINAL:
-            finished.release()
-
-    config = Config(jobs_per_caller=n, jobs_total=n, hooks=Hooks(job=on_job))
+    config = Config(jobs_per_caller=n, jobs_total=n)
     async with SQLiteStore.open(db) as store, open_engine(store, ScriptedFetch(), config) as engine:
         subs = [
             await engine.submit(Caller("cli"), "fleet", [Target(f"https://a.example/{i}")])
             for i in range(n)
         ]
-        for _ in subs:
-            await finished.acquire()
+        await wait_ended(engine, *(sub.id for sub in subs))
 
     return [sub.id for sub in subs]
 
@@ -60,7 +47,7 @@ async def add_key(cwd: Path) -> str:
     keys = await trio.run_process(
         [*CLI, "keys", "add", "alice", "--keys", "keys.toml"],
         cwd=cwd,
-        env=ENV,
+        env=CLEAN_ENV,
         capture_stdout=True,
         capture_stderr=True,
     )
@@ -74,7 +61,7 @@ async def running_serve(args: list[str], cwd: Path) -> AsyncIterator[tuple[trio.
     """``trio-batch serve --keys keys.toml --port 0 ARGS`` running in ``cwd``: the process
     and the port it listens on (from its log); stopped with SIGTERM at the end."""
     cmd = [*CLI, "serve", "--keys", "keys.toml", "--port", "0", *args]
-    proc = await trio.lowlevel.open_process(cmd, cwd=cwd, env=ENV, stderr=subprocess.PIPE)
+    proc = await trio.lowlevel.open_process(cmd, cwd=cwd, env=CLEAN_ENV, stderr=subprocess.PIPE)
     try:
         assert proc.stderr is not None
         log = b""
@@ -108,7 +95,7 @@ async def serve_until_it_stops(args: list[str], cwd: Path) -> tuple[int, str]:
     done = await trio.run_process(
         [*CLI, "serve", "--keys", "keys.toml", *args],
         cwd=cwd,
-        env=ENV,
+        env=CLEAN_ENV,
         capture_stdout=True,
         capture_stderr=True,
         check=False,

@@ -15,12 +15,13 @@ import httpx
 import pytest
 import trio
 
+from tests.support import CLEAN_ENV
 from trio_batch import Caller, Result, RetryLater, Target, TargetError
 from trio_batch._cli._demo_site import DemoSite
 from trio_batch._cli._output import operator_hint
 from trio_batch._cli._service import serve_hints
 
-from .support import CLI, ENV, add_key, running_serve
+from .support import CLI, add_key, running_serve
 
 NAMED = "the host name resolves to a private or otherwise non-public address"
 AT_SUBMIT = "the URL's host is a private or otherwise non-public address"
@@ -123,13 +124,13 @@ class TestBesideServe:
 
         async with running_serve(["--allow-net", "127.0.0.1/32"], tmp_path) as (proc, port):
             beside = await trio.run_process(
-                [*CLI, "run", "urls.txt"], cwd=tmp_path, env=ENV, capture_stdout=True,
+                [*CLI, "run", "urls.txt"], cwd=tmp_path, env=CLEAN_ENV, capture_stdout=True,
                 capture_stderr=True, check=False,
             )  # fmt: skip
             url = f"http://127.0.0.1:{port}"
             through = await trio.run_process(
                 [*CLI, "run", "urls.txt", "--server", url], cwd=tmp_path,
-                env={**ENV, "TRIO_BATCH_KEY": key}, capture_stdout=True, capture_stderr=True,
+                env={**CLEAN_ENV, "TRIO_BATCH_KEY": key}, capture_stdout=True, capture_stderr=True,
                 check=False,
             )  # fmt: skip
 

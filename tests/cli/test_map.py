@@ -8,18 +8,20 @@ from pathlib import Path
 
 import trio
 
+from tests.support import CLEAN_ENV
 from trio_batch._cli._demo_site import DemoSite
 
-from .support import CLI, ENV
+from .support import CLI
 
 
 async def run_map(*args: str) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
-        [*CLI, "map", *args], env=ENV, capture_stdout=True, capture_stderr=True, check=False
+        [*CLI, "map", *args], env=CLEAN_ENV, capture_stdout=True, capture_stderr=True, check=False
     )
 
 
 async def test_map_lists_the_start_page_and_its_links(site: DemoSite) -> None:
+    """``trio-batch map`` prints the start page then its links, one a line, and notes the limit."""
     done = await run_map(site.url("/"), "--allow-net", "127.0.0.0/8", "--limit", "4")
 
     lines = done.stdout.decode().splitlines()
@@ -47,7 +49,7 @@ async def test_map_into_run(site: DemoSite, tmp_path: Path) -> None:
             str(tmp_path / "db.sqlite"),
         ],
         stdin=mapped.stdout,
-        env=ENV,
+        env=CLEAN_ENV,
         capture_stdout=True,
         capture_stderr=True,
         check=False,
@@ -61,6 +63,7 @@ async def test_map_into_run(site: DemoSite, tmp_path: Path) -> None:
 
 
 async def test_a_private_address_is_refused_with_the_flag_to_allow_it() -> None:
+    """A private start page exits 1 naming ``--allow-net``, and prints no URL."""
     done = await run_map("http://127.0.0.1:9/")
 
     assert 1 == done.returncode
@@ -69,6 +72,7 @@ async def test_a_private_address_is_refused_with_the_flag_to_allow_it() -> None:
 
 
 async def test_a_bad_limit_is_a_usage_error() -> None:
+    """``--limit 0`` is a usage error (exit 2) giving the range."""
     done = await run_map("https://example.org/", "--limit", "0")
 
     assert 2 == done.returncode

@@ -7,7 +7,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from .support import CLI, ENV, cli_without
+from tests.support import CLEAN_ENV
+
+from .support import CLI, cli_without
 
 NO_SERVER = cli_without("starlette", "hypercorn")
 HINT = "pip install 'trio-batch[server]'"
@@ -15,7 +17,7 @@ HINT = "pip install 'trio-batch[server]'"
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*NO_SERVER, *args], cwd=cwd, env=ENV, capture_output=True, text=True, check=False
+        [*NO_SERVER, *args], cwd=cwd, env=CLEAN_ENV, capture_output=True, text=True, check=False
     )
 
 
@@ -59,7 +61,7 @@ WEB = "pip install 'trio-batch[web]'"
 
 def _run_with(command: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*command, *args], cwd=cwd, env=ENV, capture_output=True, text=True, check=False
+        [*command, *args], cwd=cwd, env=CLEAN_ENV, capture_output=True, text=True, check=False
     )
 
 

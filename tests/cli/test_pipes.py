@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.support import CLEAN_ENV
 from trio_batch._cli import EXIT_CLOSED_PIPE
 from trio_batch._cli._demo_site import DemoSite
 from trio_batch._cli._progress import _resolve_mode
 
-from .support import CLI, ENV, make_jobs
+from .support import CLI, make_jobs
 
 
 class _Terminal(io.StringIO):
@@ -57,7 +58,12 @@ def _closed_reader(args: list[str], cwd: Path) -> subprocess.CompletedProcess[by
     os.close(read_end)
     try:
         return subprocess.run(
-            [*CLI, *args], cwd=cwd, env=ENV, stdout=write_end, stderr=subprocess.PIPE, check=False
+            [*CLI, *args],
+            cwd=cwd,
+            env=CLEAN_ENV,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            check=False,
         )
     finally:
         os.close(write_end)

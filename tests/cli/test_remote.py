@@ -27,7 +27,7 @@ pytest.importorskip("starlette")
 from trio_batch.client import open_client
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key, serve
 
-ALICE = "tb_alice-test-key"
+ALICE_KEY = "tb_alice-test-key"
 A, B, C = "https://a.example.test/", "https://b.example.test/", "https://c.example.test/"
 
 
@@ -36,7 +36,7 @@ async def served(fetch: ScriptedFetch) -> AsyncIterator[str]:
     stop = trio.Event()
     config = Config(jobs_per_caller=4, jobs_total=8)
     async with open_engine(MemoryStore(), fetch, config) as engine:
-        keys = KeyRing([KeyRecord("alice", "lab", "fleet", hash_key(ALICE))])
+        keys = KeyRing([KeyRecord("alice", "lab", "fleet", hash_key(ALICE_KEY))])
         app = create_app(engine, keys, precheck=lambda url: None, access_log_enabled=False)
         async with trio.open_nursery() as nursery:
             port: int = await nursery.start(
@@ -50,7 +50,7 @@ async def served(fetch: ScriptedFetch) -> AsyncIterator[str]:
                 stop.set()
 
 
-async def cli(*argv: str, key: str | None = ALICE) -> subprocess.CompletedProcess[bytes]:
+async def cli(*argv: str, key: str | None = ALICE_KEY) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "TRIO_BATCH_KEY"}
     if key is not None:
         env["TRIO_BATCH_KEY"] = key
@@ -70,11 +70,11 @@ class TestServer:
         """results --follow --server streams each target's line and ends with the job."""
         fetch = ScriptedFetch()
         gate = fetch.hold(B)
-        async with served(fetch) as url, open_client(url, ALICE) as client:
+        async with served(fetch) as url, open_client(url, ALICE_KEY) as client:
             sub = await client.submit([A, B])
             code = "import sys; from trio_batch._cli import main; sys.exit(main(sys.argv[1:]))"
             argv = [sys.executable, "-c", code, "results", sub.id, "--server", url, "--follow"]
-            env = {**os.environ, "TRIO_BATCH_KEY": ALICE}
+            env = {**os.environ, "TRIO_BATCH_KEY": ALICE_KEY}
             proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=env)
             assert proc.stdout is not None
             out = b""
@@ -91,7 +91,7 @@ class TestServer:
         assert 0 == code_
         assert [0] == [json.loads(x)["idx"] for x in first.splitlines()]
         assert [0, 1] == [x["idx"] for x in lines]
-        assert ALICE.encode() not in out
+        assert ALICE_KEY.encode() not in out
 
     async def test_results_follow_on_a_local_file_prints_lines_as_they_land(
         self, tmp_path: Path
@@ -126,7 +126,7 @@ class TestServer:
     async def test_jobs_lists_the_keys_jobs(self) -> None:
         """jobs --server lists the key's jobs, newest first, as a table or JSON lines."""
         fetch = ScriptedFetch()
-        async with served(fetch) as url, open_client(url, ALICE) as client:
+        async with served(fetch) as url, open_client(url, ALICE_KEY) as client:
             first = await client.submit([A])
             await client.wait(first.id)
             second = await client.submit([B])

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.support import CLEAN_ENV
 from trio_batch import Target, TargetError
 from trio_batch._cli._arguments import IPNetwork
 from trio_batch._cli._demo_site import DemoSite
 from trio_batch._cli._run import run_batch
 from trio_batch.testing import ScriptedFetch
 
-from .support import CLI, ENV
+from .support import CLI
 
 
 async def _run(
@@ -113,7 +114,7 @@ def _jobs(db: Path) -> list[tuple[str, str, str]]:
 
 async def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
-        [*CLI, *args], cwd=cwd, env=ENV, capture_stdout=True, capture_stderr=True, check=False
+        [*CLI, *args], cwd=cwd, env=CLEAN_ENV, capture_stdout=True, capture_stderr=True, check=False
     )
 
 

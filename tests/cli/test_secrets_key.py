@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import CLEAN_ENV
 from trio_batch._cli import main
 from trio_batch._cli._settings import load_settings
 from trio_batch._sealing import SecretsKeyFileError, read_key_file
 from trio_batch.http import add_key as add_api_key
 
-from .support import ENV, add_key, cli_without, serve_until_it_stops
+from .support import add_key, cli_without, serve_until_it_stops
 
 pytest.importorskip("cryptography")
 
@@ -142,14 +143,14 @@ class TestWithoutCryptography:
         extra), and serve with it exits 2 naming the package and the extra to install."""
         cli = cli_without("cryptography")
         wrote = subprocess.run(
-            [*cli, "keys", "secrets-key", "secrets.key"], cwd=tmp_path, env=ENV, check=False
+            [*cli, "keys", "secrets-key", "secrets.key"], cwd=tmp_path, env=CLEAN_ENV, check=False
         )
         add_api_key(tmp_path / "keys.toml", "alice")
         args = ["--keys", "keys.toml", "--db", "db.sqlite", "--secrets-key-file", "secrets.key"]
         served = subprocess.run(
             [*cli, "serve", "--port", "0", *args],
             cwd=tmp_path,
-            env=ENV,
+            env=CLEAN_ENV,
             capture_output=True,
             text=True,
             check=False,

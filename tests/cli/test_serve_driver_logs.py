@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import socket
 from typing import TYPE_CHECKING
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
+from tests.support import CLEAN_ENV
 from trio_batch._cli._serve import _DriverFormatter, _setup_logging
 
 from .support import CLI
@@ -144,11 +144,10 @@ async def test_serve_on_a_closed_postgres_port_logs_no_host(tmp_path: Path) -> N
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again before serve connects
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
     await trio.run_process(
         [*CLI, "keys", "add", "alice", "--keys", "keys.toml"],
         cwd=tmp_path,
-        env=base,
+        env=CLEAN_ENV,
         capture_stdout=True,
         capture_stderr=True,
     )
@@ -156,7 +155,7 @@ async def test_serve_on_a_closed_postgres_port_logs_no_host(tmp_path: Path) -> N
     done = await trio.run_process(
         [*CLI, "serve", "--keys", "keys.toml", "--port", "0", "--db", dsn],
         cwd=tmp_path,
-        env=base,
+        env=CLEAN_ENV,
         capture_stdout=True,
         capture_stderr=True,
         check=False,

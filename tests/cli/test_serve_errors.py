@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import socket
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.support import CLEAN_ENV
 from trio_batch.stores import SQLiteStore
 
 from .support import CLI, add_key, serve_until_it_stops
@@ -78,16 +78,15 @@ class TestServeLog:
         self, tmp_path: Path
     ) -> None:
         """`serve` logs the remedy for refused private addresses in its own words (flag, env)."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
         await trio.run_process(
-            [*CLI, "keys", "add", "alice", "--keys", "keys.toml"], cwd=tmp_path, env=base,
+            [*CLI, "keys", "add", "alice", "--keys", "keys.toml"], cwd=tmp_path, env=CLEAN_ENV,
             capture_stdout=True, capture_stderr=True,
         )  # fmt: skip
         cmd = [*CLI, "serve", "--keys", "keys.toml", "--db", "db.sqlite", "--port", "0"]
         log = b""
         with trio.fail_after(30):
             proc = await trio.lowlevel.open_process(
-                cmd, cwd=tmp_path, env=base, stderr=subprocess.PIPE
+                cmd, cwd=tmp_path, env=CLEAN_ENV, stderr=subprocess.PIPE
             )
             try:
                 assert proc.stderr is not None

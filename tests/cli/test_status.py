@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.support import wait_ended
 from trio_batch import (
     BatchEngine,
     Caller,
     Config,
-    Hooks,
     RetryLater,
     Target,
     TargetError,
@@ -26,31 +26,17 @@ from trio_batch._cli._status import _remote
 from trio_batch.stores import MemoryStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
-from .support import TERMINAL, make_jobs
+from .support import make_jobs
 
 URLS = ["https://a.example/1", "https://a.example/2", "https://a.example/3"]
-
-
-def _finished_hooks() -> tuple[Hooks, trio.Event]:
-    finished = trio.Event()
-
-    def on_job(event: str) -> None:
-        if event in TERMINAL:
-            finished.set()
-
-    return Hooks(job=on_job), finished
 
 
 async def _make_job(db: Path) -> str:
     fetch = ScriptedFetch()
     fetch.script(URLS[1], TargetError("gone", hint="drop it", status=404))
-    hooks, finished = _finished_hooks()
-    async with (
-        SQLiteStore.open(db) as store,
-        open_engine(store, fetch, Config(hooks=hooks)) as engine,
-    ):
+    async with SQLiteStore.open(db) as store, open_engine(store, fetch) as engine:
         sub = await engine.submit(Caller("cli"), "fleet", [Target(u) for u in URLS])
-        await finished.wait()
+        await wait_ended(engine, sub.id)
     return sub.id
 
 
@@ -148,14 +134,13 @@ class TestServer:
         record = KeyRecord("alice", "", "fleet", hash_key(key))
         fetch = ScriptedFetch()
         fetch.script(URLS[2], RetryLater(), TargetError("nope", hint="skip it"))
-        hooks, finished = _finished_hooks()
-        engine: BatchEngine = await nursery.start(_engine_task, fetch, hooks)
+        engine: BatchEngine = await nursery.start(_engine_task, fetch)
         app = create_app(engine, KeyRing([record]), precheck=lambda url: None)
         port: int = await nursery.start(
             lambda task_status: serve(app, port=0, task_status=task_status)
         )
         sub = await engine.submit(record.caller(), "fleet", [Target(u) for u in URLS])
-        await finished.wait()
+        await wait_ended(engine, sub.id)
         base = argparse.Namespace(id=sub.id, server=f"http://127.0.0.1:{port}", key=key)
         status_out, results_out, failed_out = io.StringIO(), io.StringIO(), io.StringIO()
 
@@ -172,10 +157,8 @@ class TestServer:
         assert [(t["idx"], t["error"], t["hint"]) for t in failed] == [(2, "nope", "skip it")]
 
 
-async def _engine_task(
-    fetch: ScriptedFetch, hooks: Hooks, *, task_status: trio.TaskStatus[BatchEngine]
-) -> None:
-    async with open_engine(MemoryStore(), fetch, Config(retry_wait=0.01, hooks=hooks)) as engine:
+async def _engine_task(fetch: ScriptedFetch, *, task_status: trio.TaskStatus[BatchEngine]) -> None:
+    async with open_engine(MemoryStore(), fetch, Config(retry_wait=0.01)) as engine:
         task_status.started(engine)
         await trio.sleep_forever()
 

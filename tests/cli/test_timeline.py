@@ -11,13 +11,14 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batch import Caller, Config, Hooks, Target, open_engine
+from tests.support import wait_ended
+from trio_batch import Caller, Config, Target, open_engine
 from trio_batch._cli import main
 from trio_batch._cli._timeline import Bar, Recorder, assign_lanes, render_svg, target_bars
 from trio_batch.stores import SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
-from .support import TERMINAL, make_jobs
+from .support import make_jobs
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -107,22 +108,18 @@ async def _run_jobs(db: Path) -> int:
     fetch = ScriptedFetch(duration=1.0)
     for i in range(4):
         fetch.set_duration(f"https://bob.test/{i}", 0.5)
-    finished = trio.Semaphore(0)
-
-    def on_job(event: str) -> None:
-        if event in TERMINAL:
-            finished.release()
-
-    config = Config(workers=2, max_workers=2, hooks=Hooks(job=on_job))
+    config = Config(workers=2, max_workers=2)
     async with (
         SQLiteStore.open(db) as store,
         open_engine(store, fetch, config, wall_clock=trio.current_time) as engine,
     ):
-        for name in ("alice", "bob", "carol"):
-            targets = [Target(f"https://{name}.test/{i}") for i in range(4)]
-            await engine.submit(Caller(name), "fleet", targets)
-        for _ in range(3):
-            await finished.acquire()
+        subs = [
+            await engine.submit(
+                Caller(name), "fleet", [Target(f"https://{name}.test/{i}") for i in range(4)]
+            )
+            for name in ("alice", "bob", "carol")
+        ]
+        await wait_ended(engine, *(sub.id for sub in subs))
     return fetch.max_running
 
 

@@ -22,6 +22,7 @@ def refused(budget: HostBudget, scope: str = "a:443") -> Waiting:
 
 
 async def test_concurrency_caps_a_scope_and_not_the_others(autojump_clock: object) -> None:
+    """``concurrency`` caps the requests in flight to one scope; another scope is not held back."""
     budget = HostBudget(concurrency=2)
     first, _ = start(budget), start(budget)
     assert Waiting("host_busy", None) == refused(budget)
@@ -31,6 +32,7 @@ async def test_concurrency_caps_a_scope_and_not_the_others(autojump_clock: objec
 
 
 async def test_interval_spaces_starts(autojump_clock: object) -> None:
+    """``interval`` spaces the starts on a scope, and a refused start says when it may go."""
     budget = HostBudget(concurrency=5, interval=0.2)
     start(budget).release()
     waiting = refused(budget)
@@ -41,6 +43,8 @@ async def test_interval_spaces_starts(autojump_clock: object) -> None:
 
 
 async def test_crawl_delay_spaces_longer_and_says_so(autojump_clock: object) -> None:
+    """A robots.txt Crawl-delay longer than ``interval`` spaces the scope and is named as the
+    reason."""
     budget = HostBudget(interval=0.1)
     start(budget).release()
     budget.set_crawl_delay("a:443", 1.0)  # read from robots.txt during the first fetch
@@ -71,6 +75,7 @@ async def test_retry_after_pushes_the_scope_back_once_per_event(autojump_clock: 
 
 
 async def test_backoff_without_retry_after_grows(autojump_clock: object) -> None:
+    """Each 429 or 503 without Retry-After backs the scope off longer than the one before."""
     budget = HostBudget(concurrency=1)
     waits = []
     for _ in range(4):
@@ -87,6 +92,7 @@ async def test_backoff_without_retry_after_grows(autojump_clock: object) -> None
 
 
 async def test_a_long_retry_after_is_capped_and_counted(autojump_clock: object) -> None:
+    """A Retry-After past ``max_backoff`` is cut to it and counted in ``capped_retry_after``."""
     budget = HostBudget(max_backoff=60.0)
     start(budget).release(rate_limited=True, retry_after=7200.0)
     assert 1 == budget.capped_retry_after
@@ -95,6 +101,8 @@ async def test_a_long_retry_after_is_capped_and_counted(autojump_clock: object) 
 
 
 async def test_a_scope_blocked_past_the_limit_is_reported_blocked(autojump_clock: object) -> None:
+    """A scope backed off for longer than ``block_limit`` is blocked: ``acquire`` raises
+    HostBlocked."""
     budget = HostBudget(block_limit=10.0, max_backoff=4.0)
     start(budget).release(rate_limited=True, retry_after=4.0)
     blocked = False
@@ -113,6 +121,7 @@ async def test_a_scope_blocked_past_the_limit_is_reported_blocked(autojump_clock
 
 
 async def test_acquire_waits_for_a_slot(autojump_clock: object) -> None:
+    """``acquire`` waits while the scope is full and returns a slot once one is released."""
     budget = HostBudget(concurrency=1)
     held = start(budget)
     got: list[HostSlot] = []
@@ -129,6 +138,7 @@ async def test_acquire_waits_for_a_slot(autojump_clock: object) -> None:
 
 
 async def test_idle_scopes_are_forgotten(autojump_clock: object) -> None:
+    """Scopes with nothing to remember are dropped, so a budget over many hosts stays small."""
     budget = HostBudget(interval=1.0)
     for i in range(1000):
         start(budget, f"h{i}:443").release()
@@ -138,6 +148,7 @@ async def test_idle_scopes_are_forgotten(autojump_clock: object) -> None:
 
 
 def test_settings_are_checked() -> None:
+    """A budget setting out of range is a ValueError naming it."""
     with pytest.raises(ValueError, match="concurrency"):
         HostBudget(concurrency=0)
     with pytest.raises(ValueError, match="interval"):

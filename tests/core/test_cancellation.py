@@ -27,7 +27,7 @@ from trio_batch import (
 from trio_batch.stores import MemoryStore, Store
 from trio_batch.testing import ScriptedFetch
 
-from ..support import ALICE, Recorder, WallClock, targets
+from ..support import ALICE, Recorder, WallClock, targets, wait_ended
 
 
 @asynccontextmanager
@@ -146,10 +146,9 @@ class TestExceptionGroups:
                 await raise_in_child(RetryLater("slow down"))
             return Result("ok")
 
-        recorder = Recorder()
-        async with engine_on(MemoryStore(), fetch, recorder) as engine:
+        async with engine_on(MemoryStore(), fetch) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await recorder.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
 
         assert snap is not None
@@ -169,7 +168,7 @@ class TestExceptionGroups:
         recorder = Recorder()
         async with engine_on(MemoryStore(), fetch, recorder) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await recorder.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
 
         assert snap is not None
@@ -189,7 +188,7 @@ class TestExceptionGroups:
         recorder = Recorder()
         async with engine_on(MemoryStore(), fetch, recorder) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await recorder.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
 
         assert snap is not None
@@ -210,8 +209,8 @@ class TestExceptionGroups:
 
         recorder = Recorder()
         async with engine_on(MemoryStore(), fetch, recorder) as engine:
-            await engine.submit(ALICE, "fleet", targets("a", 1))
-            await recorder.wait_terminal(1)
+            sub = await engine.submit(ALICE, "fleet", targets("a", 1))
+            await wait_ended(engine, sub.id)
 
         assert [7.0] == recorder.retries
         assert calls[1] - calls[0] >= 7.0

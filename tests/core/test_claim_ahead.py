@@ -38,6 +38,7 @@ def test_quick_fetches_hold_enough_turns_to_cover_a_claim() -> None:
 
 
 def test_instant_fetches_hold_the_most() -> None:
+    """Fetches far quicker than a claim: the instance holds ``MAX_AHEAD`` turns, never more."""
     assert MAX_AHEAD == settled(0.002, 0.0).turns(2)
 
 
@@ -47,4 +48,5 @@ def test_instant_fetches_hold_the_most() -> None:
     workers=st.integers(1, 1024),
 )
 def test_always_between_one_and_the_most(claim: float, fetch: float, workers: int) -> None:
+    """Whatever the claims' and fetches' lengths, between one and ``MAX_AHEAD`` turns ahead."""
     assert 1 <= settled(claim, fetch).turns(workers) <= MAX_AHEAD

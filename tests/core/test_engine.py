@@ -32,7 +32,7 @@ from trio_batch import (
 from trio_batch.stores import FinishItem, MemoryStore, Store, Stored
 from trio_batch.testing import ScriptedFetch
 
-from ..support import ALICE, BOB, Recorder, WallClock, targets, url
+from ..support import ALICE, BOB, Recorder, WallClock, targets, url, wait_ended
 
 
 @asynccontextmanager
@@ -140,10 +140,10 @@ class TestIdempotency:
 
     async def test_finished_job_is_reused_within_ttl_only(self, store: Store) -> None:
         """A done job is reused while its lease is within ttl, and a new job is made after."""
-        rec, wall = Recorder(), WallClock()
-        async with engine_on(store, ScriptedFetch(), rec, wall, ttl=100) as engine:
+        wall = WallClock()
+        async with engine_on(store, ScriptedFetch(), wall=wall, ttl=100) as engine:
             first = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, first.id)
             wall.advance(100)
             assert (first.id, True) == tuple(await engine.submit(ALICE, "fleet", targets("a", 1)))
             wall.advance(0.5)
@@ -159,7 +159,7 @@ class TestIdempotency:
         fetch.script(url("a", 0), TargetError("gone", status=404))
         async with engine_on(store, fetch, rec) as engine:
             failed = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, failed.id)
             fetch.hold(url("a", 0))
             retried = await engine.submit(ALICE, "fleet", targets("a", 1))
             assert await engine.cancel(retried.id)
@@ -237,12 +237,11 @@ class TestRotation:
     async def test_rotation_is_fair_across_three_jobs(self, autojump_clock: trio.abc.Clock) -> None:
         """A one-target job submitted behind a big one runs within one rotation."""
         fetch = ScriptedFetch(duration=1.0)
-        rec = Recorder()
-        async with engine_on(MemoryStore(), fetch, rec, jobs_per_caller=3) as engine:
+        async with engine_on(MemoryStore(), fetch, jobs_per_caller=3) as engine:
             await engine.submit(ALICE, "fleet", targets("big", 30))
             await trio.sleep(5.5)
-            await engine.submit(BOB, "fleet", targets("small", 1))
-            await rec.wait_until(lambda: "done" in rec.jobs)
+            small = await engine.submit(BOB, "fleet", targets("small", 1))
+            await wait_ended(engine, small.id)
 
             assert fetch.calls.index(url("small", 0)) <= 7
 
@@ -259,12 +258,11 @@ class TestRotation:
     async def test_two_workers_run_two_jobs_at_once(self, autojump_clock: trio.abc.Clock) -> None:
         """Two workers and two jobs take half the time of one worker."""
         fetch = ScriptedFetch(duration=1.0)
-        rec = Recorder()
-        async with engine_on(MemoryStore(), fetch, rec, workers=2, jobs_per_caller=2) as engine:
+        async with engine_on(MemoryStore(), fetch, workers=2, jobs_per_caller=2) as engine:
             start = trio.current_time()
-            await engine.submit(ALICE, "fleet", targets("a", 3))
-            await engine.submit(ALICE, "fleet", targets("b", 3))
-            await rec.wait_terminal(2)
+            a = await engine.submit(ALICE, "fleet", targets("a", 3))
+            b = await engine.submit(ALICE, "fleet", targets("b", 3))
+            await wait_ended(engine, a.id, b.id)
 
             assert 2 == fetch.max_running
             assert 3.0 == pytest.approx(trio.current_time() - start)
@@ -303,14 +301,13 @@ class TestRotation:
 class TestOutcomes:
     async def test_result_error_and_crash_are_stored(self, store: Store) -> None:
         """A Result is done, a TargetError failed with msg and hint, a crash 'internal error'."""
-        rec = Recorder()
         fetch = ScriptedFetch()
         fetch.script(url("a", 0), Result("hello", {"status": 200}))
         fetch.script(url("a", 1), TargetError("not found", hint="check the URL", status=404))
         fetch.script(url("a", 2), KeyError("secret https://a.example.test/page/2"))
-        async with engine_on(store, fetch, rec) as engine:
+        async with engine_on(store, fetch) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 3))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
 
             assert snap is not None
@@ -360,15 +357,14 @@ class TestOutcomes:
 
     async def test_non_result_return_is_internal_error(self) -> None:
         """A fetch function returning something else than a Result fails the target."""
-        rec = Recorder()
 
         async def fetch(caller: Caller, target: Target) -> Result:
             await trio.lowlevel.checkpoint()
             return "text"  # type: ignore[return-value]
 
-        async with open_engine(MemoryStore(), fetch, Config(hooks=rec.hooks())) as engine:
+        async with open_engine(MemoryStore(), fetch, Config()) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
 
             assert snap is not None and "internal error" == snap.targets[0].error
@@ -377,10 +373,9 @@ class TestOutcomes:
         """The fetch function is called with the caller that submitted the job."""
         fetch = ScriptedFetch()
         caller = Caller("alice", workspace="ws", key_sha256="ab" * 32)
-        rec = Recorder()
-        async with engine_on(MemoryStore(), fetch, rec) as engine:
-            await engine.submit(caller, "restricted", targets("a", 1))
-            await rec.wait_terminal(1)
+        async with engine_on(MemoryStore(), fetch) as engine:
+            sub = await engine.submit(caller, "restricted", targets("a", 1))
+            await wait_ended(engine, sub.id)
 
             assert [caller] == fetch.callers
 
@@ -397,12 +392,12 @@ class TestRetry:
             MemoryStore(), fetch, rec, jobs_per_caller=2, retry_wait=5.0
         ) as engine:
             a = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await engine.submit(ALICE, "fleet", targets("b", 3))
+            b = await engine.submit(ALICE, "fleet", targets("b", 3))
             await trio.sleep(1.5)
             snap = await engine.status(a.id)
             assert snap is not None and TargetState.PENDING == snap.targets[0].status
             assert 1 == engine.statistics().retrying_jobs
-            await rec.wait_terminal(2)
+            await wait_ended(engine, a.id, b.id)
 
             first, second, third, fourth = (url("b", 0), url("b", 1), url("b", 2), url("a", 0))
             assert [url("a", 0), first, second, third, fourth] == fetch.calls
@@ -411,16 +406,15 @@ class TestRetry:
 
     async def test_chained_retry_later_counts_as_busy(self, autojump_clock: trio.abc.Clock) -> None:
         """An exception raised from a RetryLater is a busy target, not a failure."""
-        rec = Recorder()
         fetch = ScriptedFetch()
         try:
             raise ValueError("wrapped") from RetryLater()
         except ValueError as exc:
             wrapped = exc
         fetch.script(url("a", 0), wrapped)
-        async with engine_on(MemoryStore(), fetch, rec) as engine:
+        async with engine_on(MemoryStore(), fetch) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
 
             assert snap is not None and JobStatus.DONE == snap.job.status
@@ -433,20 +427,19 @@ class TestRetry:
         fetch.script(url("a", 0), RetryLater(after=30.0))
         async with engine_on(MemoryStore(), fetch, rec, retry_wait=2.0) as engine:
             start = trio.current_time()
-            await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            sub = await engine.submit(ALICE, "fleet", targets("a", 1))
+            await wait_ended(engine, sub.id)
 
             assert [30.0] == rec.retries
             assert trio.current_time() - start == pytest.approx(30.0)
 
     async def test_gives_up_after_retry_for(self, autojump_clock: trio.abc.Clock) -> None:
         """A target busy for longer than retry_for is failed with the error's text."""
-        rec = Recorder()
         fetch = ScriptedFetch()
         fetch.script(url("a", 0), *[RetryLater("upstream said 429") for _ in range(20)])
-        async with engine_on(MemoryStore(), fetch, rec, retry_wait=10.0, retry_for=35.0) as engine:
+        async with engine_on(MemoryStore(), fetch, retry_wait=10.0, retry_for=35.0) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
 
             assert snap is not None
@@ -464,7 +457,7 @@ class TestCancel:
         rec = Recorder()
         async with engine_on(store, ScriptedFetch(), rec) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
 
             assert not await engine.cancel("0" * 32)
             assert not await engine.cancel(sub.id)
@@ -476,12 +469,12 @@ class TestCancel:
         fetch = ScriptedFetch()
         gate = fetch.hold(url("a", 0))
         async with engine_on(store, fetch, rec, jobs_per_caller=2) as engine:
-            await engine.submit(ALICE, "fleet", targets("a", 1))
+            a = await engine.submit(ALICE, "fleet", targets("a", 1))
             b = await engine.submit(ALICE, "fleet", targets("b", 2))
             assert await engine.cancel(b.id)
             assert not await engine.cancel(b.id)
             gate.set()
-            await rec.wait_until(lambda: "done" in rec.jobs)
+            await wait_ended(engine, a.id)
             snap = await engine.status(b.id)
 
             assert snap is not None
@@ -601,10 +594,10 @@ class TestClose:
 class TestStatusTouchExpiry:
     async def test_status_writes_nothing(self, store: Store) -> None:
         """Reading status moves neither the lease nor updated_at."""
-        rec, wall = Recorder(), WallClock()
-        async with engine_on(store, ScriptedFetch(), rec, wall) as engine:
+        wall = WallClock()
+        async with engine_on(store, ScriptedFetch(), wall=wall) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             before = await engine.status(sub.id)
             wall.advance(50)
             after = await engine.status(sub.id)
@@ -615,10 +608,10 @@ class TestStatusTouchExpiry:
 
     async def test_touch_moves_the_lease(self, store: Store) -> None:
         """touch() sets the lease to now; unknown ids return False."""
-        rec, wall = Recorder(), WallClock()
-        async with engine_on(store, ScriptedFetch(), rec, wall) as engine:
+        wall = WallClock()
+        async with engine_on(store, ScriptedFetch(), wall=wall) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             wall.advance(42)
             assert await engine.touch(sub.id)
             snap = await engine.status(sub.id)
@@ -628,13 +621,13 @@ class TestStatusTouchExpiry:
 
     async def test_expired_jobs_are_swept_on_submit(self, store: Store) -> None:
         """A finished job untouched for ttl is gone after the next submit; a touched one stays."""
-        rec, wall = Recorder(), WallClock()
+        wall = WallClock()
         async with engine_on(
-            store, ScriptedFetch(), rec, wall, ttl=100, jobs_per_caller=3
+            store, ScriptedFetch(), wall=wall, ttl=100, jobs_per_caller=3
         ) as engine:
             old = await engine.submit(ALICE, "fleet", targets("old", 1))
             kept = await engine.submit(ALICE, "fleet", targets("kept", 1))
-            await rec.wait_terminal(2)
+            await wait_ended(engine, old.id, kept.id)
             wall.advance(60)
             await engine.touch(kept.id)
             wall.advance(60)
@@ -670,7 +663,7 @@ class TestStatusTouchExpiry:
             ids = {}
             for job in ("old", "mid", "new"):
                 ids[job] = (await engine.submit(ALICE, "fleet", targets(job, 1))).id
-                await rec.wait_until(lambda: rec.jobs.count("done") >= len(ids))
+                await wait_ended(engine, ids[job])
                 wall.advance(1)
 
             assert await engine.status(ids["old"]) is None
@@ -687,9 +680,9 @@ class TestHooks:
         """depth counts live jobs and inflight counts running fetches, after each change."""
         rec = Recorder()
         async with engine_on(MemoryStore(), ScriptedFetch(duration=1), rec, jobs_per_caller=2) as e:
-            await e.submit(ALICE, "fleet", targets("a", 2))
-            await e.submit(ALICE, "fleet", targets("b", 1))
-            await rec.wait_terminal(2)
+            a = await e.submit(ALICE, "fleet", targets("a", 2))
+            b = await e.submit(ALICE, "fleet", targets("b", 1))
+            await wait_ended(e, a.id, b.id)
 
             assert [1, 2, 1, 0] == rec.depths
             assert [1, 0, 1, 0, 1, 0] == rec.inflights
@@ -765,7 +758,7 @@ class TestStoreErrors:
         async with engine_on(store, ScriptedFetch(), rec, jobs_per_caller=1) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 1))
             with trio.fail_after(60):  # virtual seconds: fails at once if the job never ends
-                await rec.wait_terminal(1)
+                await wait_ended(engine, sub.id)
             again = await engine.submit(ALICE, "fleet", targets("b", 1))
 
             assert ["created", "failed", "created"] == rec.jobs[:3]

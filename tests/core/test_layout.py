@@ -344,3 +344,21 @@ def test_the_engine_never_asks_which_store_it_has() -> None:
     )
 
     assert [] == asked
+
+
+def test_every_test_says_what_it_holds() -> None:
+    """Every test function has a docstring: one sentence of the behaviour a user relies on.
+
+    A test's name is a sentence too, but the docstring is where it says why the behaviour
+    matters and what the numbers mean (CONVENTIONS §11).
+    """
+    missing = [
+        f"{path.relative_to(TESTS)}::{node.name}"
+        for path in TEST_MODULES
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
+        and ast.get_docstring(node) is None
+    ]
+
+    assert [] == missing

@@ -27,19 +27,19 @@ from trio_batch import (
 )
 from trio_batch.stores import MemoryStore
 
-from ..support import Recorder, Site, WallClock, host_of, targets
+from ..support import FakeHosts, WallClock, host_of, targets, wait_ended
 
 
 @asynccontextmanager
 async def polite_engine(
-    site: Site, budget: HostBudget, rec: Recorder, **config: Any
+    site: FakeHosts, budget: HostBudget, **config: Any
 ) -> AsyncIterator[BatchEngine]:
     settings: dict[str, Any] = {"jobs_per_caller": 4, "jobs_total": 16, "retry_wait": 0.5}
     settings.update(config)
     async with open_engine(
         MemoryStore(),
         site.fetch,
-        Config(hooks=rec.hooks(), **settings),
+        Config(**settings),
         wall_clock=WallClock(),
         budget=budget,
         scope=host_of,
@@ -52,15 +52,16 @@ async def test_five_callers_one_host_see_its_budget_and_another_host_runs_free(
 ) -> None:
     """A budget of 1 in flight and 0.2 s between starts holds for five callers and eight
     workers; a sixth caller on another host finishes in its solo time meanwhile."""
-    site = Site(seconds=0.1)
-    rec = Recorder()
+    site = FakeHosts(seconds=0.1)
     budget = HostBudget(concurrency=1, interval=0.2)
-    async with polite_engine(site, budget, rec, workers=8, max_workers=8) as engine:
-        for i in range(5):
-            await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 4))
+    async with polite_engine(site, budget, workers=8, max_workers=8) as engine:
+        ids = [
+            (await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 4))).id
+            for i in range(5)
+        ]
         t0 = trio.current_time()
-        await engine.submit(Caller("solo"), "fleet", targets("other", 5))
-        await rec.wait_terminal(6)
+        solo = await engine.submit(Caller("solo"), "fleet", targets("other", 5))
+        await wait_ended(engine, *ids, solo.id)
     assert 1 == site.most["shared.example.test"]
     starts = site.starts["shared.example.test"]
     assert 20 == len(starts)
@@ -72,14 +73,13 @@ async def test_five_callers_one_host_see_its_budget_and_another_host_runs_free(
 async def test_a_passed_over_job_keeps_its_place(autojump_clock: object) -> None:
     """Host x is busy with J1 when J2's turn comes: J2 waits aside, and x serves it before
     J1's next target, which entered the rotation after J2."""
-    site = Site(seconds=1.0)
-    rec = Recorder()
+    site = FakeHosts(seconds=1.0)
     budget = HostBudget(concurrency=1)
-    async with polite_engine(site, budget, rec, workers=2, max_workers=2) as engine:
-        await engine.submit(Caller("a"), "fleet", targets("x", 2))
-        await engine.submit(Caller("b"), "fleet", targets("x", 1)[:1])
-        await engine.submit(Caller("c"), "fleet", targets("y", 3))
-        await rec.wait_terminal(3)
+    async with polite_engine(site, budget, workers=2, max_workers=2) as engine:
+        j1 = await engine.submit(Caller("a"), "fleet", targets("x", 2))
+        j2 = await engine.submit(Caller("b"), "fleet", targets("x", 1)[:1])
+        j3 = await engine.submit(Caller("c"), "fleet", targets("y", 3))
+        await wait_ended(engine, j1.id, j2.id, j3.id)
     x = site.order["x.example.test"]
     assert 3 == len(x)
     assert x[0].endswith("/0") and x[2].endswith("/1"), x  # J1 0, J2 0, J1 1
@@ -92,13 +92,12 @@ async def test_a_passed_over_job_keeps_its_place(autojump_clock: object) -> None
 async def test_a_429_with_retry_after_holds_the_whole_host_back(autojump_clock: object) -> None:
     """Three callers on a host answering 429 (Retry-After: 2) for 5 s: the host gets at most
     one request per 2 s from all of them together, then every job ends done."""
-    site = Site(seconds=0.1)
+    site = FakeHosts(seconds=0.1)
     site.busy_until["x.example.test"] = 5.0
-    rec = Recorder()
     budget = HostBudget(concurrency=2)
-    async with polite_engine(site, budget, rec, workers=4, max_workers=4) as engine:
+    async with polite_engine(site, budget, workers=4, max_workers=4) as engine:
         subs = [await engine.submit(Caller(f"c{i}"), "fleet", targets("x", 2)) for i in range(3)]
-        await rec.wait_terminal(3)
+        await wait_ended(engine, *(s.id for s in subs))
         jobs = [await engine.job(s.id) for s in subs]
     starts = site.starts["x.example.test"]
     while_busy = [t for t in starts if t < 5.0]
@@ -109,16 +108,15 @@ async def test_a_429_with_retry_after_holds_the_whole_host_back(autojump_clock: 
 async def test_a_host_blocked_past_the_limit_fails_its_targets_and_holds_no_worker(
     autojump_clock: object,
 ) -> None:
-    site = Site(seconds=0.1)
+    """A host that answers 429 past ``block_limit`` fails its job's targets, saying why, while
+    the one worker serves another host meanwhile."""
+    site = FakeHosts(seconds=0.1)
     site.busy_until["x.example.test"] = 10_000.0
-    rec = Recorder()
     budget = HostBudget(concurrency=1, block_limit=20.0, max_backoff=4.0)
-    async with polite_engine(
-        site, budget, rec, workers=1, max_workers=1, retry_for=3600.0
-    ) as engine:
+    async with polite_engine(site, budget, workers=1, max_workers=1, retry_for=3600.0) as engine:
         blocked = await engine.submit(Caller("a"), "fleet", targets("x", 3))
-        await engine.submit(Caller("b"), "fleet", targets("y", 3))
-        await rec.wait_terminal(2)
+        other = await engine.submit(Caller("b"), "fleet", targets("y", 3))
+        await wait_ended(engine, blocked.id, other.id)
         snap = await engine.status(blocked.id)
     assert snap is not None
     assert JobStatus.FAILED == snap.job.status
@@ -135,8 +133,7 @@ class TestConcurrencyWithinAJob:
     ) -> None:
         """40 targets of 0.5 s over four hosts: serial 20 s, at concurrency 4 about 5 s; the
         targets still start in index order."""
-        site = Site(seconds=0.5)
-        rec = Recorder()
+        site = FakeHosts(seconds=0.5)
         job = [Target(f"https://h{i % 4}.example.test/{i}") for i in range(40)]
         started: list[int] = []
         fetch = site.fetch
@@ -147,11 +144,11 @@ class TestConcurrencyWithinAJob:
 
         site.fetch = recording  # type: ignore[method-assign]
         async with polite_engine(
-            site, HostBudget(), rec, workers=4, max_workers=4, targets_per_job=40
+            site, HostBudget(), workers=4, max_workers=4, targets_per_job=40
         ) as engine:
             t0 = trio.current_time()
             sub = await engine.submit(Caller("a"), "fleet", job, concurrency=4)
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             took = trio.current_time() - t0
             snap = await engine.status(sub.id)
         assert snap is not None
@@ -162,14 +159,13 @@ class TestConcurrencyWithinAJob:
 
     async def test_concurrency_one_keeps_the_serial_order(self, autojump_clock: object) -> None:
         """The default: one target of a job at a time, a1 b1 a2 b2 across two jobs."""
-        site = Site(seconds=1.0)
-        rec = Recorder()
+        site = FakeHosts(seconds=1.0)
         async with polite_engine(
-            site, HostBudget(concurrency=8), rec, workers=1, max_workers=1
+            site, HostBudget(concurrency=8), workers=1, max_workers=1
         ) as engine:
-            await engine.submit(Caller("a"), "fleet", targets("a", 2))
-            await engine.submit(Caller("b"), "fleet", targets("b", 2))
-            await rec.wait_terminal(2)
+            a = await engine.submit(Caller("a"), "fleet", targets("a", 2))
+            b = await engine.submit(Caller("b"), "fleet", targets("b", 2))
+            await wait_ended(engine, a.id, b.id)
         starts = sorted(
             (t, host[0] + url[-1])
             for host in ("a.example.test", "b.example.test")
@@ -178,9 +174,10 @@ class TestConcurrencyWithinAJob:
         assert ["a0", "b0", "a1", "b1"] == [name for _, name in starts]
 
     async def test_concurrency_is_part_of_the_request(self, autojump_clock: object) -> None:
-        site = Site(seconds=1.0)
-        rec = Recorder()
-        async with polite_engine(site, HostBudget(), rec, workers=2, max_workers=2) as engine:
+        """The same targets with another ``concurrency`` are another job; with the same, the job
+        is reused."""
+        site = FakeHosts(seconds=1.0)
+        async with polite_engine(site, HostBudget(), workers=2, max_workers=2) as engine:
             job = targets("a", 2)
             first = await engine.submit(Caller("a"), "fleet", job)
             again = await engine.submit(Caller("a"), "fleet", job)
@@ -189,9 +186,10 @@ class TestConcurrencyWithinAJob:
         assert not other.reused and other.id != first.id
 
     async def test_a_concurrency_past_the_limit_is_refused(self, autojump_clock: object) -> None:
-        site = Site()
-        rec = Recorder()
-        async with polite_engine(site, HostBudget(), rec, max_concurrency=4) as engine:
+        """A ``concurrency`` outside 1 to ``Config.max_concurrency`` is a ValueError naming the
+        limit."""
+        site = FakeHosts()
+        async with polite_engine(site, HostBudget(), max_concurrency=4) as engine:
             with pytest.raises(ValueError, match=r"from 1 to 4 \(Config.max_concurrency"):
                 await engine.submit(Caller("a"), "fleet", targets("a", 2), concurrency=5)
             with pytest.raises(ValueError, match="from 1 to 4"):
@@ -200,20 +198,19 @@ class TestConcurrencyWithinAJob:
 
 class TestWorkConservingWithinAJob:
     @staticmethod
-    async def _others_end(first_busy: bool) -> tuple[float, Site]:
+    async def _others_end(first_busy: bool) -> tuple[float, FakeHosts]:
         """When the last of six targets on hosts y and z ends, in a serial job that starts
         (or not) with a target on host x answering 429 for 6 s (Retry-After: 2)."""
-        site = Site(seconds=0.5)
+        site = FakeHosts(seconds=0.5)
         site.busy_until["x.example.test"] = 6.0
-        rec = Recorder()
         others = [Target(f"https://{'yz'[i % 2]}.example.test/{i + 1}") for i in range(6)]
         job = [Target("https://x.example.test/0"), *others] if first_busy else others
         async with polite_engine(
-            site, HostBudget(concurrency=2), rec, workers=2, max_workers=2
+            site, HostBudget(concurrency=2), workers=2, max_workers=2
         ) as engine:
             t0 = trio.current_time()
             sub = await engine.submit(Caller("a"), "fleet", job)
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
         assert snap is not None
         assert JobStatus.DONE == snap.job.status
@@ -236,15 +233,14 @@ class TestWorkConservingWithinAJob:
     async def test_a_file_sorted_by_host_runs_its_concurrency(self, autojump_clock: object) -> None:
         """40 targets sorted by host (ten each of four hosts), one at a time per host, at
         concurrency 4: four at once (about 5 s), not one host after another (20 s)."""
-        site = Site(seconds=0.5)
-        rec = Recorder()
+        site = FakeHosts(seconds=0.5)
         job = [Target(f"https://h{i // 10}.example.test/{i}") for i in range(40)]
         async with polite_engine(
-            site, HostBudget(concurrency=1), rec, workers=4, max_workers=4, targets_per_job=40
+            site, HostBudget(concurrency=1), workers=4, max_workers=4, targets_per_job=40
         ) as engine:
             t0 = trio.current_time()
             sub = await engine.submit(Caller("a"), "fleet", job, concurrency=4)
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             took = trio.current_time() - t0
             snap = await engine.status(sub.id)
         assert snap is not None
@@ -259,7 +255,6 @@ class TestWorkConservingWithinAJob:
         self, autojump_clock: object
     ) -> None:
         """With no host budget there is nothing to wait for: SPEC's order, target i+1 after i."""
-        rec = Recorder()
         started: list[str] = []
 
         async def recording(caller: Caller, target: Target) -> Result:
@@ -267,9 +262,7 @@ class TestWorkConservingWithinAJob:
             return Result("ok")
 
         job = [Target(f"https://h{i % 3}.example.test/{i}") for i in range(9)]
-        async with open_engine(
-            MemoryStore(), recording, Config(hooks=rec.hooks(), workers=2)
-        ) as engine:
-            await engine.submit(Caller("a"), "fleet", job)
-            await rec.wait_terminal(1)
+        async with open_engine(MemoryStore(), recording, Config(workers=2)) as engine:
+            sub = await engine.submit(Caller("a"), "fleet", job)
+            await wait_ended(engine, sub.id)
         assert [t.url for t in job] == started

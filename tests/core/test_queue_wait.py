@@ -7,14 +7,12 @@ seconds exact.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 from urllib.parse import urlsplit
 
 import trio
 
 from trio_batch import (
-    BatchEngine,
     Caller,
     Config,
     Hooks,
@@ -25,7 +23,7 @@ from trio_batch import (
 )
 from trio_batch.stores import MemoryStore
 
-from ..support import targets
+from ..support import targets, wait_ended
 
 
 class Turns:
@@ -42,13 +40,6 @@ class Turns:
         self.fetched.append(target.url)
         await trio.sleep(1.0)
         return Result("ok")
-
-
-async def _until_ended(engine: BatchEngine, job_ids: Sequence[str]) -> None:
-    for job_id in job_ids:
-        with engine.watch(job_id) as watch:
-            while (job := await engine.job(job_id)) is not None and job.status.live:
-                await watch.wait()
 
 
 def _waits(turns: Turns) -> list[tuple[str, float]]:
@@ -72,7 +63,7 @@ async def test_one_call_per_turn_with_a_wait_that_grows_behind_a_busy_worker(
         for name, caller_class in later:
             sub = await engine.submit(Caller(name), caller_class, targets(name, 1))
             ids.append(sub.id)
-        await _until_ended(engine, ids)
+        await wait_ended(engine, *ids)
 
     assert 5 == len(turns.fetched)
     assert [
@@ -90,7 +81,7 @@ async def test_a_job_alone_waits_for_nothing(autojump_clock: object) -> None:
     config = Config(workers=2, max_workers=2, hooks=turns.hooks())
     async with open_engine(MemoryStore(), turns.fetch, config) as engine:
         sub = await engine.submit(Caller("a"), "restricted", targets("a", 3))
-        await _until_ended(engine, [sub.id])
+        await wait_ended(engine, sub.id)
 
     assert [("restricted", 0.0)] * 3 == _waits(turns)
 
@@ -110,7 +101,7 @@ async def test_a_wait_for_the_host_counts_as_queue_wait(autojump_clock: object) 
         second = await engine.submit(Caller("b"), "restricted", targets("x", 1))
         await trio.sleep(0.5)
         other = await engine.submit(Caller("c"), "fleet", targets("y", 1))
-        await _until_ended(engine, [first.id, second.id, other.id])
+        await wait_ended(engine, first.id, second.id, other.id)
 
     # x0 of a at 0; y0 of c at 0.5, while b is still passed over; x0 of b at 1.
     assert [("fleet", 0.0), ("fleet", 0.0), ("restricted", 1.0)] == _waits(turns)

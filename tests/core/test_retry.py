@@ -22,7 +22,7 @@ from trio_batch import (
 from trio_batch.stores import Store
 from trio_batch.testing import ScriptedFetch
 
-from ..support import ALICE
+from ..support import ALICE, wait_ended
 
 TARGETS = [
     Target("https://ok.example.test/0"),
@@ -30,27 +30,6 @@ TARGETS = [
     Target("https://ok.example.test/2"),
     Target("https://bad.example.test/3", Options(grep="x")),
 ]
-
-
-class Ends:
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self._ended = 0
-        self._waiters: dict[int, trio.Event] = {}
-
-    def job(self, event: str) -> None:
-        self.events.append(event)
-        if event in ("done", "partial", "failed", "cancelled"):
-            self._ended += 1
-            for n, ev in self._waiters.items():
-                if self._ended >= n:
-                    ev.set()
-
-    async def wait_for(self, n: int) -> None:
-        if self._ended < n:
-            ev = self._waiters.setdefault(n, trio.Event())
-            with trio.fail_after(20):
-                await ev.wait()
 
 
 def failing_fetch() -> ScriptedFetch:
@@ -64,14 +43,14 @@ def failing_fetch() -> ScriptedFetch:
 async def test_retry_runs_the_failed_targets_in_order(store: Store) -> None:
     """A retry is a new job of exactly the failed targets, in order, linked by ``retry_of``;
     a repeat reuses it."""
-    ends = Ends()
+    events: list[str] = []
     fetch = failing_fetch()
-    async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
+    async with open_engine(store, fetch, Config(hooks=Hooks(job=events.append))) as engine:
         first = await engine.submit(ALICE, "fleet", TARGETS)
-        await ends.wait_for(1)
+        await wait_ended(engine, first.id)
         retried = await engine.retry(ALICE, "fleet", first.id)
         assert retried is not None and not retried.reused
-        await ends.wait_for(2)
+        await wait_ended(engine, retried.id)
         again = await engine.retry(ALICE, "fleet", first.id)
         snap = await engine.status(retried.id)
         old = await engine.status(first.id)
@@ -84,22 +63,21 @@ async def test_retry_runs_the_failed_targets_in_order(store: Store) -> None:
     ]
     assert snap.job.status is JobStatus.DONE  # the second fetch of each succeeds
     assert fetch.calls[-2:] == [TARGETS[1].url, TARGETS[3].url]
-    assert ends.events.count("retried") == 1
+    assert events.count("retried") == 1
 
 
 async def test_retry_refuses_live_jobs_and_jobs_without_failures(store: Store) -> None:
     """A live job, or one with nothing failed, is NotRetryable; another caller's job or an
     unknown one is None."""
-    ends = Ends()
     fetch = ScriptedFetch()
     gate = fetch.hold("https://ok.example.test/a")
-    config = Config(jobs_per_caller=2, hooks=Hooks(job=ends.job))
+    config = Config(jobs_per_caller=2)
     async with open_engine(store, fetch, config) as engine:
         live = await engine.submit(ALICE, "fleet", [Target("https://ok.example.test/a")])
         with pytest.raises(NotRetryable, match="still"):
             await engine.retry(ALICE, "fleet", live.id)
         gate.set()
-        await ends.wait_for(1)
+        await wait_ended(engine, live.id)
         with pytest.raises(NotRetryable, match="no failed target"):
             await engine.retry(ALICE, "fleet", live.id)
         assert await engine.retry(Caller("bob"), "fleet", live.id) is None
@@ -108,12 +86,11 @@ async def test_retry_refuses_live_jobs_and_jobs_without_failures(store: Store) -
 
 async def test_retry_is_capped_like_a_submit(store: Store) -> None:
     """A retry counts against the caller's cap of live jobs, as a submit does."""
-    ends = Ends()
     fetch = failing_fetch()
     gate = fetch.hold("https://ok.example.test/busy")
-    async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
+    async with open_engine(store, fetch) as engine:
         first = await engine.submit(ALICE, "fleet", TARGETS)
-        await ends.wait_for(1)
+        await wait_ended(engine, first.id)
         await engine.submit(ALICE, "fleet", [Target("https://ok.example.test/busy")])
         with pytest.raises(CallerBusy):
             await engine.retry(ALICE, "fleet", first.id)
@@ -139,12 +116,11 @@ class TestUnfinished:
                 await trio.testing.wait_all_tasks_blocked()
         gate.set()
 
-        ends = Ends()
-        async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
+        async with open_engine(store, fetch) as engine:
             old = await engine.status(first.id)
             retried = await engine.retry(ALICE, "fleet", first.id)
             assert retried is not None
-            await ends.wait_for(1)
+            await wait_ended(engine, retried.id)
             snap = await engine.status(retried.id)
 
         assert old is not None and (JobStatus.FAILED, "interrupted") == (
@@ -156,17 +132,16 @@ class TestUnfinished:
 
     async def test_a_cancelled_job_retries_its_pending_targets(self, store: Store) -> None:
         """Cancel stops a job after its in-flight target: the pending ones are in the retry."""
-        ends = Ends()
         fetch = ScriptedFetch()
         urls = [f"https://ok.example.test/{i}" for i in range(4)]
         gate = fetch.hold(urls[1])
-        async with open_engine(store, fetch, Config(hooks=Hooks(job=ends.job))) as engine:
+        async with open_engine(store, fetch) as engine:
             first = await engine.submit(ALICE, "fleet", [Target(u) for u in urls])
             while urls[1] not in fetch.calls:
                 await trio.testing.wait_all_tasks_blocked()
             assert await engine.cancel(first.id)
             gate.set()
-            await ends.wait_for(1)
+            await wait_ended(engine, first.id)
             with engine.watch(first.id) as watch:  # until the in-flight target is stored
                 while (await engine.targets(first.id, after=0, limit=1))[0].status is not (
                     TargetState.DONE
@@ -174,7 +149,7 @@ class TestUnfinished:
                     await watch.wait()
             retried = await engine.retry(ALICE, "fleet", first.id)
             assert retried is not None
-            await ends.wait_for(2)
+            await wait_ended(engine, retried.id)
             snap = await engine.status(retried.id)
 
         assert snap is not None and JobStatus.DONE is snap.job.status

@@ -31,7 +31,7 @@ from trio_batch import (
 )
 from trio_batch.stores import MemoryStore
 
-from ..trio_guest import TrioGuestDriver
+from ..support import TrioGuestDriver
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from trio_batch import (
 from trio_batch.stores import FinishItem, MemoryStore, Stored
 from trio_batch.testing import ScriptedFetch
 
-from ..support import ALICE, Recorder, targets, url
+from ..support import ALICE, Recorder, targets, url, wait_ended
 
 
 class Flaky:
@@ -84,7 +84,7 @@ async def test_an_outage_delays_the_outcome_and_loses_nothing(
             await engine.submit(ALICE, "fleet", targets("b", 1))
         store.down = False
         with trio.fail_after(60):
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
         snap = await engine.status(sub.id)
 
     assert 1 == live
@@ -105,11 +105,10 @@ async def test_an_outcome_the_store_refuses_is_stored_as_a_failure(
     store = Flaky()
     fetch = ScriptedFetch()
     fetch.script(url("a", 1), Result("poison"))
-    rec = Recorder()
-    async with open_engine(store.store, fetch, Config(ttl=3600, hooks=rec.hooks())) as engine:
+    async with open_engine(store.store, fetch, Config(ttl=3600)) as engine:
         sub = await engine.submit(ALICE, "fleet", targets("a", 3))
         with trio.fail_after(60):
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
         snap = await engine.status(sub.id)
 
     assert snap is not None
@@ -128,8 +127,7 @@ async def test_an_outage_that_outlasts_the_engine_does_not_hold_its_close(
 ) -> None:
     """Closing stops the tries: the close ends, and the job ends interrupted (its cap freed)."""
     store = Flaky()
-    rec = Recorder()
-    async with open_engine(store.store, ScriptedFetch(), Config(hooks=rec.hooks())) as engine:
+    async with open_engine(store.store, ScriptedFetch(), Config()) as engine:
         store.down = True
         sub = await engine.submit(ALICE, "fleet", targets("a", 2))
         await store.called(3)

@@ -1,12 +1,17 @@
 """What the HTTP tests share: callers and keys, the app over a live engine, and webhook receivers.
 
 - :func:`open_api` (and :class:`Api`): an app over an engine on a :class:`MemoryStore`, with an
-  httpx client talking to it in-process; ``auth``, ``make_keys`` and the keys ``ALICE``/``BOB``.
+  httpx client talking to it in-process; ``auth``, ``make_keys`` and the keys ``ALICE_KEY`` and
+  ``BOB_KEY``.
 - :func:`open_service` (and :class:`Service`): the same with webhook deliveries running, and a
   :class:`Receiver` on 127.0.0.1 that records each delivery and signals it; :class:`Outbox`
   signals each delivery outcome the dispatcher records, so a test waits for events, never for
   a time; ``webhook_keys`` gives alice a webhook secret.
 - :func:`docs_verifier`: the receiver's verifier exactly as docs/operations.md shows it.
+- :class:`Server`: ``trio-batch serve`` in a child process, killed and started again, against
+  :func:`open_page_site`; :func:`wait_ended_over_http` follows its jobs to their end.
+- :func:`open_stream` (and :class:`Stream`): a streamed answer read through ASGI a chunk at a
+  time, and hung up on mid-way.
 
 Fixtures stay in ``conftest.py``; these are the builders they and the test modules use.
 """
@@ -18,25 +23,23 @@ import contextlib
 import functools
 import ipaddress
 import json
+import math
 import re
 import shutil
 import subprocess
 import sys
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlencode
 
 import httpx
 import trio
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message
 
-from tests.support import WallClock
+from tests.support import LocalSite, Reply, WallClock, open_site
 from trio_batch import BatchEngine, Config, open_engine
 from trio_batch.http import (
     DeliveryPolicy,
@@ -45,18 +48,21 @@ from trio_batch.http import (
     create_app,
     hash_key,
     open_deliveries,
-    serve,
 )
 from trio_batch.metrics import PrometheusMetrics
 from trio_batch.stores import MemoryStore, ServiceStore, Store
 from trio_batch.testing import ScriptedFetch, asgi_lifespan
 from trio_batch.web import precheck
 
-ALICE = "tb_alice-test-key"
-BOB = "tb_bob-test-key"
+ALICE_KEY = "tb_alice-test-key"
+"""Alice's API key (``tests.support.ALICE`` is a :class:`~trio_batch.Caller`)."""
+BOB_KEY = "tb_bob-test-key"
+"""Bob's API key."""
+ALICE, BOB = ALICE_KEY, BOB_KEY
+"""The keys' old names, while tests/http/test_client*.py (another helper's) still use them."""
 
 
-def auth(key: str = ALICE) -> dict[str, str]:
+def auth(key: str = ALICE_KEY) -> dict[str, str]:
     """The header that sends ``key`` as the bearer."""
     return {"Authorization": f"Bearer {key}"}
 
@@ -65,8 +71,8 @@ def make_keys() -> KeyRing:
     """Alice (workspace ``lab``, ``fleet``) and bob (``restricted``), neither with a secret."""
     return KeyRing(
         [
-            KeyRecord("alice", "lab", "fleet", hash_key(ALICE)),
-            KeyRecord("bob", "", "restricted", hash_key(BOB)),
+            KeyRecord("alice", "lab", "fleet", hash_key(ALICE_KEY)),
+            KeyRecord("bob", "", "restricted", hash_key(BOB_KEY)),
         ]
     )
 
@@ -86,12 +92,12 @@ class Api:
     wall: WallClock
     app: ASGIApp
 
-    async def submit(self, *urls: str, key: str = ALICE, **extra: Any) -> httpx.Response:
+    async def submit(self, *urls: str, key: str = ALICE_KEY, **extra: Any) -> httpx.Response:
         """POST a batch of ``urls`` (``extra`` goes into each target)."""
         targets = [{"url": u, **extra} for u in urls]
         return await self.client.post("/v1/batch", json={"targets": targets}, headers=auth(key))
 
-    async def get(self, path: str, key: str = ALICE, **params: Any) -> httpx.Response:
+    async def get(self, path: str, key: str = ALICE_KEY, **params: Any) -> httpx.Response:
         """GET ``path`` as the caller of ``key``."""
         return await self.client.get(path, params=params, headers=auth(key))
 
@@ -158,8 +164,8 @@ def webhook_keys() -> KeyRing:
     """Alice with a webhook secret (:data:`SECRET`), bob without one."""
     return KeyRing(
         [
-            KeyRecord("alice", "lab", "fleet", hash_key(ALICE), webhook_secret=SECRET),
-            KeyRecord("bob", "", "fleet", hash_key(BOB)),
+            KeyRecord("alice", "lab", "fleet", hash_key(ALICE_KEY), webhook_secret=SECRET),
+            KeyRecord("bob", "", "fleet", hash_key(BOB_KEY)),
         ]
     )
 
@@ -280,7 +286,7 @@ class Service:
     reads: Callable[[], int]
     """The dispatcher's reads of the store's due webhooks so far."""
 
-    async def submit(self, n: int = 2, key: str = ALICE, **webhook: Any) -> httpx.Response:
+    async def submit(self, n: int = 2, key: str = ALICE_KEY, **webhook: Any) -> httpx.Response:
         """POST ``n`` targets with a webhook (the receiver's URL unless ``webhook`` says)."""
         webhook.setdefault("url", self.receiver.url())
         targets = [{"url": f"https://example.org/{i}"} for i in range(n)]
@@ -359,33 +365,22 @@ def docs_verifier() -> Callable[..., bool]:
     return cast("Callable[..., bool]", namespace["verify_webhook"])
 
 
-# -- trio-batch serve in child processes, against a local site ------------------------------
+# -- trio-batch serve in child processes, against a local site -----------------------------------
 
 PAGE_SECONDS = 0.25
-"""How long a page of :func:`page_site` takes: long enough that a batch outlasts a kill."""
-
-
-def page_site(hits: Counter[str]) -> Starlette:
-    async def page(request: Request) -> Response:
-        n = request.path_params["n"]
-        hits[request.url.path] += 1
-        await trio.sleep(PAGE_SECONDS)
-        return HTMLResponse(f"<html><body><h1>Page {n}</h1><p>Text of page {n}.</p></body>")
-
-    return Starlette(routes=[Route("/page/{n:int}", page)])
+"""How long a page of :func:`open_page_site` takes: long enough that a batch outlasts a kill."""
 
 
 @contextlib.asynccontextmanager
-async def local_site(hits: Counter[str]) -> AsyncIterator[int]:
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        port: int = await nursery.start(
-            lambda task_status: serve(
-                page_site(hits), port=0, shutdown_trigger=stop.wait, task_status=task_status
-            )
-        )
-        yield port
-        stop.set()
+async def open_page_site(numbers: Iterable[int]) -> AsyncIterator[LocalSite]:
+    """A local site with a page ``/page/{n}`` for each of ``numbers``: its number in its text,
+    ``PAGE_SECONDS`` to answer."""
+    async with open_site() as site:
+        for n in numbers:
+            body = f"<html><body><h1>Page {n}</h1><p>Text of page {n}.</p></body>"
+            html = [("content-type", "text/html; charset=utf-8")]
+            site.route(f"/page/{n}", Reply(body=body.encode(), headers=html, delay=PAGE_SECONDS))
+        yield site
 
 
 class Server:
@@ -434,7 +429,12 @@ class Server:
             self.log += chunk
 
 
-async def until_all_end(client: httpx.AsyncClient, job_ids: list[str]) -> list[dict[str, object]]:
+async def wait_ended_over_http(
+    client: httpx.AsyncClient, job_ids: list[str]
+) -> list[dict[str, object]]:
+    """The jobs' summaries once each has ended, for a service in another process (no engine
+    here to watch): each job's ``/events`` stream is followed to its ``end`` event, the HTTP
+    face of the engine's watch that ``tests.support.wait_ended`` waits on."""
     summaries = []
     with trio.fail_after(120):
         for job_id in job_ids:
@@ -470,3 +470,114 @@ def browser_page(playwright: Any, width: int, height: int) -> Iterator[tuple[Any
         yield page, errors
     finally:
         browser.close()
+
+
+# -- a streamed answer, a chunk at a time --------------------------------------------------------
+# Driving a streamed answer through ASGI directly, a chunk at a time.
+#
+# httpx's ASGI transport reads a whole body before it returns, and cannot hang up in the middle;
+# this driver does both: it hands the app a request, collects what the app sends, and tells the
+# app the client went away when the block is left (or on :meth:`Stream.hang_up`).
+
+
+class Stream:
+    """The answer as it arrives: status, headers, the body so far, and how it ended."""
+
+    def __init__(self, inbox: trio.MemoryReceiveChannel[Message], gone: trio.Event) -> None:
+        self._inbox = inbox
+        self._gone = gone
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.body = b""
+        self.complete = False
+        """The app sent the body's end (``more_body: False``)."""
+        self.closed = False
+        """The app returned: with ``complete`` False, the body stopped without its end."""
+
+    async def start(self) -> None:
+        message = await self._inbox.receive()
+        assert message["type"] == "http.response.start", message
+        self.status = message["status"]
+        self.headers = {k.decode(): v.decode() for k, v in message.get("headers", [])}
+
+    async def _next(self) -> bool:
+        try:
+            message = await self._inbox.receive()
+        except trio.EndOfChannel:
+            self.closed = True
+            return False
+        self.body += message.get("body", b"")
+        if not message.get("more_body", False):
+            self.complete = True
+        return True
+
+    async def read_until(self, marker: bytes) -> bytes:
+        """Read until the body holds ``marker``; return the body so far."""
+        while marker not in self.body:
+            if not await self._next():
+                raise AssertionError(f"the stream ended before {marker!r}: {self.body!r}")
+        return self.body
+
+    async def read_all(self) -> bytes:
+        """Read until the app returns."""
+        while await self._next():
+            pass
+        return self.body
+
+    def hang_up(self) -> None:
+        self._gone.set()
+
+
+@contextlib.asynccontextmanager
+async def open_stream(
+    app: ASGIApp,
+    path: str,
+    *,
+    key: str,
+    headers: Mapping[str, str] | None = None,
+    **params: object,
+) -> AsyncIterator[Stream]:
+    """GET ``path`` on ``app``; the block reads the answer, leaving it hangs up."""
+    sent = False
+    gone = trio.Event()
+    outbox, inbox = trio.open_memory_channel[Message](math.inf)
+    all_headers = {"authorization": f"Bearer {key}", **(headers or {})}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": urlencode(params).encode(),
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in all_headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("api.test", 80),
+        "state": {},
+    }
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        outbox.send_nowait(message)
+
+    async def run() -> None:
+        with outbox:
+            await app(scope, receive, send)
+
+    stream = Stream(inbox, gone)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        await stream.start()
+        try:
+            yield stream
+        finally:
+            gone.set()

@@ -17,7 +17,7 @@ from trio_batch.http import openapi_document
 from trio_batch.http._errors import CODES
 from trio_batch.testing import ScriptedFetch
 
-from .support import ALICE, BOB, Api, auth, open_api
+from .support import ALICE_KEY, BOB_KEY, Api, auth, open_api
 
 A = "https://a.example.test/"
 B = "https://b.example.test/"
@@ -37,7 +37,7 @@ class TestAuth:
         assert r.headers["www-authenticate"].startswith("Bearer")
         assert {"error", "hint"} <= set(r.json())
 
-    @pytest.mark.parametrize("header", ["Bearer nope", "Basic " + ALICE, "Bearer", ALICE])
+    @pytest.mark.parametrize("header", ["Bearer nope", "Basic " + ALICE_KEY, "Bearer", ALICE_KEY])
     async def test_unknown_or_malformed_key_is_401(self, api: Api, header: str) -> None:
         """Only 'Bearer <a known key>' gets in."""
         r = await api.client.get("/v1/batch/x", headers={"Authorization": header})
@@ -216,7 +216,7 @@ class TestSubmit:
         async with open_api(Config(jobs_per_caller=1), fetch=fetch, retry_after=7) as api:
             assert (await api.submit(A)).status_code == 202
             busy = await api.submit(B)
-            other = await api.submit(B, key=BOB)
+            other = await api.submit(B, key=BOB_KEY)
             gate.set()
 
         assert (busy.status_code, busy.headers["retry-after"]) == (429, "7")
@@ -228,7 +228,7 @@ class TestSubmit:
         gate = fetch.hold(A)
         async with open_api(Config(jobs_total=1), fetch=fetch) as api:
             assert (await api.submit(A)).status_code == 202
-            r = await api.submit(B, key=BOB)
+            r = await api.submit(B, key=BOB_KEY)
             gate.set()
 
         assert (r.status_code, r.headers["retry-after"]) == (503, "5")
@@ -246,10 +246,10 @@ class TestRead:
     async def test_other_callers_job_is_404_exactly_like_an_unknown_one(self, api: Api) -> None:
         """Bob cannot tell Alice's job from a job that does not exist."""
         job_id = (await api.submit(A)).json()["id"]
-        theirs = await api.get(f"/v1/batch/{job_id}", key=BOB)
-        unknown = await api.get("/v1/batch/0123456789abcdef0123456789abcdef", key=BOB)
-        theirs_target = await api.get(f"/v1/batch/{job_id}/0", key=BOB)
-        theirs_cancel = await api.client.delete(f"/v1/batch/{job_id}", headers=auth(BOB))
+        theirs = await api.get(f"/v1/batch/{job_id}", key=BOB_KEY)
+        unknown = await api.get("/v1/batch/0123456789abcdef0123456789abcdef", key=BOB_KEY)
+        theirs_target = await api.get(f"/v1/batch/{job_id}/0", key=BOB_KEY)
+        theirs_cancel = await api.client.delete(f"/v1/batch/{job_id}", headers=auth(BOB_KEY))
 
         assert 404 == theirs.status_code == unknown.status_code
         assert theirs.json() == unknown.json() == theirs_target.json() == theirs_cancel.json()
@@ -365,7 +365,7 @@ class TestRead:
         first = (await api.get(f"/v1/batch/{job_id}")).json()["expires_at"]
         await settle()  # the touch is written in the background, after the answer
         api.wall.advance(600)
-        await api.get(f"/v1/batch/{job_id}", key=BOB)
+        await api.get(f"/v1/batch/{job_id}", key=BOB_KEY)
         snap = await api.engine.status(job_id)
         assert snap is not None
         lease_after_bob = snap.job.lease
@@ -491,7 +491,7 @@ class TestObservability:
         assert lines[2].startswith("GET /v1/batch/{id} 401 ")
         assert lines[2].endswith(" -")
         text = "\n".join(lines)
-        for secret in (job_id, "a.example.test", "results", "secret-guess", ALICE):
+        for secret in (job_id, "a.example.test", "results", "secret-guess", ALICE_KEY):
             assert secret not in text
 
     async def test_metrics_count_requests_by_template_and_engine_events(self, api: Api) -> None:
@@ -537,15 +537,15 @@ class TestOpenAPI:
             job = (await api.submit(A, B)).json()["id"]
             await api.submit(A, B)  # 200 reused
             await api.submit(C)  # 429
-            await api.submit(C, key=BOB)  # 202
-            await api.submit("https://d.example.test/", key=BOB)  # 429 (bob busy)
+            await api.submit(C, key=BOB_KEY)  # 202
+            await api.submit("https://d.example.test/", key=BOB_KEY)  # 429 (bob busy)
             await c.post("/v1/batch", content=b"{", headers=auth())  # 400
             await c.post("/v1/batch", content=b"x" * 300_000, headers=auth())  # 413
-            await api.submit(A, B, C, "https://d.test/", key=BOB)  # 413 too many
+            await api.submit(A, B, C, "https://d.test/", key=BOB_KEY)  # 413 too many
             await c.post("/v1/batch", json={})  # 401
             await api.get(f"/v1/batch/{job}")
             await api.get(f"/v1/batch/{job}", results="2")
-            await api.get(f"/v1/batch/{job}", key=BOB)
+            await api.get(f"/v1/batch/{job}", key=BOB_KEY)
             await api.get(f"/v1/batch/{job}/0")
             await api.get(f"/v1/batch/{job}/9")
             await c.get(f"/v1/batch/{job}")
@@ -553,7 +553,7 @@ class TestOpenAPI:
             await c.delete(f"/v1/batch/{job}", headers=auth())
             await c.delete(f"/v1/batch/{job}", headers=auth())
             await c.delete(f"/v1/batch/{job}")
-            await c.delete(f"/v1/batch/{job}", headers=auth(BOB))
+            await c.delete(f"/v1/batch/{job}", headers=auth(BOB_KEY))
             await c.post("/v1/fetch", json={"url": B}, headers=auth())
             await c.post("/v1/fetch", json={"url": C}, headers=auth())
             await c.post("/v1/fetch", json={"url": "ftp://x"}, headers=auth())

@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support import wait_ended
 from trio_batch import Caller, Config, HostBudget, Result, Target
 from trio_batch.testing import ScriptedFetch
 
@@ -23,6 +24,7 @@ async def post(api: Api, body: object) -> tuple[int, dict[str, object]]:
 
 
 async def test_two_targets_of_one_job_run_at_once() -> None:
+    """``concurrency: 2`` in the body: two targets of the job are fetched at once."""
     fetch = ScriptedFetch()
     gates = [fetch.hold(A), fetch.hold(B)]
     async with open_api(Config(ttl=3600, workers=2), fetch=fetch) as api:
@@ -36,6 +38,7 @@ async def test_two_targets_of_one_job_run_at_once() -> None:
 
 
 async def test_without_it_a_job_runs_one_target_at_a_time() -> None:
+    """Without ``concurrency`` a job's targets are fetched one at a time."""
     fetch = ScriptedFetch()
     gates = [fetch.hold(A), fetch.hold(B)]
     async with open_api(Config(ttl=3600, workers=2), fetch=fetch) as api:
@@ -48,6 +51,7 @@ async def test_without_it_a_job_runs_one_target_at_a_time() -> None:
 
 
 async def test_another_concurrency_is_another_job() -> None:
+    """The same targets with another ``concurrency`` are a new job, not the reused one."""
     async with open_api(Config(ttl=3600, jobs_per_caller=2)) as api:
         _, first = await post(api, {"targets": [{"url": A}]})
         status, again = await post(api, {"targets": [{"url": A}], "concurrency": 2})
@@ -57,6 +61,8 @@ async def test_another_concurrency_is_another_job() -> None:
 
 @pytest.mark.parametrize("value", [0, 9, -1, "2", True, 1.5, None])
 async def test_a_bad_concurrency_is_a_400_naming_the_limit(api: Api, value: object) -> None:
+    """A ``concurrency`` outside 1 to the server's limit is a 400 naming the field, the limit and
+    the flag."""
     status, answer = await post(api, {"targets": [{"url": A}], "concurrency": value})
     assert 400 == status
     assert "concurrency" == answer["field"]
@@ -80,9 +86,7 @@ async def test_a_target_waiting_for_its_host_says_so_and_stays_pending() -> None
         waiting = (await api.get(f"/v1/batch/{second['id']}", results="true")).json()
         one = (await api.get(f"/v1/batch/{second['id']}/0")).json()
         gate.set()
-        with api.engine.watch(str(second["id"])) as watch:
-            while (job := await api.engine.job(str(second["id"]))) and job.status.live:
-                await watch.wait()
+        await wait_ended(api.engine, str(second["id"]))
         after = (await api.get(f"/v1/batch/{second['id']}", results="true")).json()
 
     target = waiting["targets"][0]
@@ -116,6 +120,7 @@ async def test_a_refused_submit_waits_for_the_work_ahead(autojump_clock: object)
 
 
 async def test_robots_in_the_body_goes_to_every_target_that_does_not_say(api: Api) -> None:
+    """The body's ``robots`` is every target's option, unless the target sets its own."""
     status, answer = await post(
         api,
         {
@@ -130,6 +135,8 @@ async def test_robots_in_the_body_goes_to_every_target_that_does_not_say(api: Ap
 
 @pytest.mark.parametrize("value", ["yes", 1, None])
 async def test_a_bad_robots_is_a_400(api: Api, value: object) -> None:
+    """A ``robots`` that is not a boolean is a 400 naming the field; null is the server's
+    default."""
     status, answer = await post(api, {"targets": [{"url": A}], "robots": value})
     if value is None:  # null: the server's default
         assert 202 == status

@@ -18,14 +18,15 @@ import trio.testing
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from tests.web.support import LOOPBACK, TEXT, LocalServer, Reply
+from tests.support import Reply, redirect, serve_site
+from tests.web.support import LOOPBACK, TEXT
 from trio_batch import Config, HostBudget, open_engine
 from trio_batch.http import create_app
 from trio_batch.stores import MemoryStore, ServiceStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import WebFetcher, precheck
 
-from .support import Api, auth, make_keys, open_api
+from .support import BOB_KEY, Api, auth, make_keys, open_api
 
 A, B = "https://a.example.test/", "https://b.example.test/"
 DASHBOARD = "https://dashboard.example.org"
@@ -82,6 +83,7 @@ class TestAllow:
         [("/v1/batch", {"GET", "POST"}), ("/v1/batch/abc", {"GET", "DELETE"})],
     )
     async def test_a_405_lists_every_method(self, api: Api, path: str, methods: set[str]) -> None:
+        """A method the path does not take is a 405 whose Allow lists every method it does."""
         r = await api.client.request("OPTIONS", path, headers=auth())
 
         assert 405 == r.status_code
@@ -92,6 +94,8 @@ class TestEventsAfterTheEnd:
     """Item 7: a reconnect after ``end`` is told to stop (204), as the HTML standard says."""
 
     async def test_last_event_id_end_is_204_and_a_target_id_still_resumes(self, api: Api) -> None:
+        """``Last-Event-ID: end`` answers 204 (an EventSource stops); a target's id still resumes
+        after it."""
         job = await a_job(api, A, B)
 
         ended = await api.client.get(
@@ -109,7 +113,7 @@ class TestEventsAfterTheEnd:
         job = await a_job(api)
         r = await api.client.get(
             f"/v1/batch/{job}/events",
-            headers={"Authorization": "Bearer tb_bob-test-key", "Last-Event-ID": "end"},
+            headers={"Authorization": f"Bearer {BOB_KEY}", "Last-Event-ID": "end"},
         )
 
         assert 404 == r.status_code
@@ -125,6 +129,8 @@ class TestCors:
     """Item 8: CORS for the origins on the allow-list, and for none other."""
 
     async def test_a_preflight_from_an_allowed_origin_succeeds(self) -> None:
+        """A preflight from an allowed origin is a 204 naming the origin, the methods and the
+        headers."""
         async with cors_api() as api:
             r = await api.client.options(
                 "/v1/batch",
@@ -142,6 +148,8 @@ class TestCors:
         assert "Origin" in r.headers["vary"]
 
     async def test_another_origin_gets_no_allow_origin(self) -> None:
+        """Another origin's preflight and request get no Access-Control-Allow-Origin; the read
+        still answers."""
         async with cors_api() as api:
             preflight = await api.client.options(
                 "/v1/batch",
@@ -169,6 +177,7 @@ class TestCors:
         )
 
     async def test_no_cors_by_default(self, api: Api) -> None:
+        """Without ``cors_origins`` a preflight is a 405 with no CORS header."""
         r = await api.client.options(
             "/v1/batch", headers={"Origin": DASHBOARD, "Access-Control-Request-Method": "GET"}
         )
@@ -187,6 +196,7 @@ class TestCors:
     async def test_a_star_or_a_non_origin_is_refused_at_start(
         self, origin: str, words: str
     ) -> None:
+        """'*' or a value that is not an origin stops the app from starting, saying why."""
         with pytest.raises(ValueError, match=words):
             async with open_api(cors_origins=[origin]):
                 pass
@@ -214,6 +224,8 @@ class TestMcpOrigin:
         [(None, 200), (DASHBOARD, 200), ("http://evil.example.com", 403), ("null", 403)],
     )
     async def test_origin(self, origin: str | None, status: int) -> None:
+        """No Origin (a program) or an allowed one reaches /mcp; any other is a 403 naming
+        --cors-origin."""
         mcp = FakeMcp()
         async with cors_api(mounts={"/mcp": mcp}) as api:
             headers = {**auth(), **({"Origin": origin} if origin else {})}
@@ -246,6 +258,8 @@ class TestTheDocumentAgrees:
     async def test_the_listings_empty_or_foreign_values_are_400(
         self, api: Api, params: dict[str, str], field: str
     ) -> None:
+        """An empty or unknown value in the listing's query is a 400 naming the parameter, with a
+        hint."""
         r = await api.get("/v1/batch", **params)
 
         assert (400, field) == (r.status_code, r.json()["field"])
@@ -257,6 +271,7 @@ class TestTheDocumentAgrees:
     async def test_a_streams_empty_values_are_400(
         self, api: Api, params: dict[str, str], field: str
     ) -> None:
+        """An empty value in a results stream's query is a 400 naming the parameter."""
         job = await a_job(api)
         r = await api.get(f"/v1/batch/{job}/results", **params)
 
@@ -278,6 +293,8 @@ class TestTheDocumentAgrees:
         assert 200 == made_up.status_code
 
     async def test_the_documents_limits_are_the_apis(self, api: Api) -> None:
+        """The OpenAPI document's limits are the API's: target counts, concurrency, and the URLs
+        it refuses."""
         doc = await self.document(api)
         batch = doc["components"]["schemas"]["BatchIn"]["properties"]
         target = doc["components"]["schemas"]["TargetIn"]["properties"]["url"]
@@ -297,6 +314,8 @@ class TestTheDocumentAgrees:
             jsonschema.validate("https://example.org/a?b=c", schema)
 
     async def test_every_request_body_has_an_example_the_api_accepts(self, api: Api) -> None:
+        """Every request body in the document has an example, and the API accepts the submit's
+        and the retry's."""
         doc = await self.document(api)
         schemas = doc["components"]["schemas"]
         for name in ("BatchIn", "TargetIn", "RetryIn", "MapIn"):
@@ -324,6 +343,7 @@ class TestBareUrls:
     """Issue 39: a target may be its URL alone, as the client and MCP accept it."""
 
     async def test_a_bare_url_is_a_target_without_options(self, api: Api) -> None:
+        """A target may be a bare URL string: a target with no options, beside full ones."""
         r = await api.client.post(
             "/v1/batch",
             json={"targets": [A, {"url": B, "options": {"mode": "markdown"}}]},
@@ -337,6 +357,7 @@ class TestBareUrls:
         assert [{}, {"mode": "markdown"}] == [t["options"] for t in job["targets"]]
 
     async def test_the_document_says_so(self, api: Api) -> None:
+        """The document allows a string among a batch's target items."""
         doc = (await api.client.get("/openapi.json")).json()
         items = doc["components"]["schemas"]["BatchIn"]["properties"]["targets"]["items"]
 
@@ -344,6 +365,7 @@ class TestBareUrls:
 
     @pytest.mark.parametrize("bad", ["", "ftp://a.example/", "http://10.0.0.1/"])
     async def test_a_bad_bare_url_is_400_naming_it(self, api: Api, bad: str) -> None:
+        """A bare URL the guard refuses is a 400 naming its place in ``targets``, with a hint."""
         r = await api.client.post("/v1/batch", json={"targets": [A, bad]}, headers=auth())
 
         assert 400 == r.status_code
@@ -368,6 +390,8 @@ class TestHints:
     async def test_a_wrong_type_has_a_hint(
         self, api: Api, door: str, option: str, value: object
     ) -> None:
+        """An option of the wrong type is a 400 naming it, with a hint, on /v1/batch and
+        /v1/fetch."""
         target: Mapping[str, object] = {"url": A, "options": {option: value}}
         body = {"targets": [target]} if door == "/v1/batch" else target
         r = await api.client.post(door, json=body, headers=auth())
@@ -388,6 +412,8 @@ class TestCorsSetting:
     """serve's --cors-origin: repeatable, comma-separated in the environment, '*' refused."""
 
     def test_flags_and_environment(self) -> None:
+        """--cors-origin repeats as flags and splits on commas in the environment, each origin in
+        its normal form."""
         from trio_batch._cli._settings import load_settings
 
         flags = load_settings({"cors_origin": [DASHBOARD, "http://127.0.0.1:3000/"]}, environ={})
@@ -400,6 +426,7 @@ class TestCorsSetting:
 
     @pytest.mark.parametrize("value", ["*", "https://a.example/path", "ftp://a.example"])
     def test_a_bad_origin_stops_the_start(self, value: str) -> None:
+        """A '*', a path or another scheme in cors_origin stops the start naming the setting."""
         from trio_batch._cli._settings import SettingsError, load_settings
 
         with pytest.raises(SettingsError, match="setting cors_origin"):
@@ -409,13 +436,9 @@ class TestCorsSetting:
 async def test_post_fetch_refuses_a_redirect_into_a_disallowed_path(nursery: trio.Nursery) -> None:
     """Item 1 through the API: with robots, POST /v1/fetch of a page that redirects into a path
     robots.txt disallows is a 403 naming the rule, and the path is never requested."""
-    site = LocalServer()
-    listeners = await nursery.start(
-        functools.partial(trio.serve_tcp, site.handle, 0, host="127.0.0.1")
-    )
-    site.port = listeners[0].socket.getsockname()[1]
+    site = await serve_site(nursery)
     site.route("/robots.txt", Reply(body=b"User-agent: *\nDisallow: /private\n"))
-    site.route("/go", Reply(301, headers=[("location", "/private/secret")]))
+    site.route("/go", redirect("/private/secret", 301))
     site.route("/private/secret", Reply(body=b"the private page", headers=TEXT))
     async with (
         WebFetcher(allow=LOOPBACK, budget=HostBudget(), robots=True) as fetch,

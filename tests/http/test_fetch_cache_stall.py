@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
 from tests.web.support import URL, StalledCache, stalled_fetcher
 from trio_batch import Config, Target, open_engine
 from trio_batch.http import create_app

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -20,13 +19,16 @@ import psycopg
 import pytest
 import trio
 
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.support import CLEAN_ENV
 from trio_batch.http import add_key
 
-from ..pg_support import PG_DSN, SKIP_REASON, open_test_schema
-from .support import Server, local_site, until_all_end
+from .support import Server, open_page_site, wait_ended_over_http
 
 JOBS = 3
 TARGETS = 20
+PAGES = [j * 100 + i for j in range(JOBS) for i in range(TARGETS)]
+"""The site's page numbers: job j's target i is page j * 100 + i."""
 KILLS = int(os.environ.get("TRIO_BATCH_FLEET_KILLS", "3"))
 
 
@@ -52,11 +54,9 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
     rng = random.Random(seed)
     keys_file = tmp_path / "keys.toml"
     _, key = add_key(keys_file, "alice")
-    hits: Counter[str] = Counter()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
     headers = {"Authorization": f"Bearer {key}"}
 
-    async with open_test_schema(PG_DSN) as schema, local_site(hits) as site_port:
+    async with open_test_schema(PG_DSN) as schema, open_page_site(PAGES) as site:
         args = [
             "--port=0",
             f"--db={PG_DSN}",
@@ -68,7 +68,7 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
             f"--jobs-per-caller={JOBS}",
             "--no-access-log",
         ]
-        a, b = Server(args, env), Server(args, env)
+        a, b = Server(args, CLEAN_ENV), Server(args, CLEAN_ENV)
         job_ids: list[str] = []
         async with a.running() as (proc_a, port_a):
             async with httpx.AsyncClient(
@@ -76,7 +76,7 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
             ) as client:
                 for j in range(JOBS):
                     urls = [
-                        f"http://127.0.0.1:{site_port}/page/{j * 100 + i}" for i in range(TARGETS)
+                        f"http://127.0.0.1:{site.port}/page/{j * 100 + i}" for i in range(TARGETS)
                     ]
                     sub = await client.post(
                         "/v1/batch",
@@ -98,11 +98,12 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
             a.running() as _,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", headers=headers) as client,
         ):
-            summaries = await until_all_end(client, job_ids)
+            summaries = await wait_ended_over_http(client, job_ids)
             results = [
                 (await client.get(f"/v1/batch/{i}", params={"results": 1})).json() for i in job_ids
             ]
 
+    hits = site.hits
     where = f"seed {seed}"
     assert 0 == left_behind, where
     assert [s["status"] for s in summaries] == ["done"] * JOBS, where

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import secrets
 import signal
 from collections.abc import AsyncIterator
@@ -25,8 +24,9 @@ import pytest
 import trio
 from prometheus_client import generate_latest
 
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
-from tests.support import RecordingSite, serve_recording_site
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.support import CLEAN_ENV, LocalSite, Reply, serve_site
+from tests.web.support import TEXT
 from trio_batch import Caller, Config, Result, Target, open_engine
 from trio_batch._headers import SECRETS
 from trio_batch._sealing import add_key, read_key_file
@@ -111,13 +111,13 @@ def database_text(schema: str) -> str:
     return "\n".join(rows)
 
 
-async def report_site(nursery: trio.Nursery) -> tuple[RecordingSite, list[dict[str, object]]]:
+async def report_site(nursery: trio.Nursery) -> tuple[LocalSite, list[dict[str, object]]]:
     """A site of ``TARGETS`` reports on 127.0.0.1, and a job's targets for them, each with the
     Authorization header."""
-    site = await serve_recording_site(nursery, "127.0.0.1")
+    site = await serve_site(nursery, "127.0.0.1")
     targets: list[dict[str, object]] = []
     for i in range(TARGETS):
-        site.route(f"/report/{i}", f"report {i}".encode())
+        site.route(f"/report/{i}", Reply(body=f"report {i}".encode(), headers=TEXT))
         headers = {"Authorization": TOKEN}
         targets.append({"url": site.url(f"/report/{i}"), "options": {"headers": headers}})
     return site, targets
@@ -172,8 +172,8 @@ async def test_any_instance_sends_the_credential_and_none_stores_it(
 
     assert again.json()["id"] == job_id
     assert ["done"] * TARGETS == [t["status"] for t in job.json()["targets"]]
-    assert {f"/report/{i}" for i in range(TARGETS)} == {path for path, _ in site.requests}
-    assert all(TOKEN == headers.get("authorization") for _, headers in site.requests)
+    assert {f"/report/{i}" for i in range(TARGETS)} == set(site.paths())
+    assert all(TOKEN == seen.headers.get("authorization") for seen in site.seen)
     assert set(fetched_by) - {1}, fetched_by  # the other instances fetched
     assert 0 == len(SECRETS)  # nothing waited in memory: every fetch opened the stored value
     assert "<sealed " in stored
@@ -194,7 +194,6 @@ async def test_three_serve_processes_with_one_key_file(
     site, targets = await report_site(nursery)
     _, key = add_api_key(tmp_path / "keys.toml", "alice")
     add_key(str(tmp_path / "secrets.key"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
 
     async with open_test_schema(PG_DSN) as schema:
         args = [
@@ -206,7 +205,7 @@ async def test_three_serve_processes_with_one_key_file(
             "--allow-net=127.0.0.0/8",
             "--log-level=debug",
         ]
-        first, second, third = (Server(args, env) for _ in range(3))
+        first, second, third = (Server(args, CLEAN_ENV) for _ in range(3))
         async with second.running() as (_, port), third.running():
             async with first.running() as (proc, first_port):
                 async with httpx.AsyncClient(
@@ -227,8 +226,8 @@ async def test_three_serve_processes_with_one_key_file(
 
     logs = [server.log.decode() for server in (first, second, third)]
     assert ["done"] * TARGETS == [t["status"] for t in job.json()["targets"]]
-    assert {f"/report/{i}" for i in range(TARGETS)} == {path for path, _ in site.requests}
-    assert all(TOKEN == headers.get("authorization") for _, headers in site.requests)
+    assert {f"/report/{i}" for i in range(TARGETS)} == set(site.paths())
+    assert all(TOKEN == seen.headers.get("authorization") for seen in site.seen)
     assert "<sealed " in stored
     assert "credentials are stored sealed (AES-SIV)" in logs[0]
     assert [] == [text[:200] for text in [job.text, stored, *logs] if VALUE in text]

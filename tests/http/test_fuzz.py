@@ -32,7 +32,7 @@ from trio_batch.http import create_app, serve
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 
-from .support import ALICE, make_keys
+from .support import ALICE_KEY, make_keys
 
 pytest.importorskip("schemathesis")
 
@@ -88,7 +88,7 @@ class TestFuzz:
                     "--max-examples",
                     examples,
                     "--header",
-                    f"Authorization: Bearer {ALICE}",
+                    f"Authorization: Bearer {ALICE_KEY}",
                     "--workers",
                     "1",
                     "--no-color",

@@ -22,8 +22,9 @@ import pytest
 import trio
 from starlette.types import ASGIApp
 
-from tests.http.support import ALICE, auth, lifespan, make_keys
-from tests.support import RecordingSite as Site, Route, serve_recording_site
+from tests.http.support import ALICE_KEY, auth, lifespan, make_keys
+from tests.support import LocalSite, Reply, redirect, serve_site, wait_ended
+from tests.web.support import TEXT
 from trio_batch import BatchEngine, Config, Options, Target, open_engine
 from trio_batch.client import open_client
 from trio_batch.http import create_app
@@ -34,22 +35,24 @@ COOKIE = "sid=cookie-value-0b7d4"
 BEARER = "Bearer token-value-91ac3"
 VALUES = ("cookie-value", "token-value")
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
-PAGE: Route = (200, [], b"page text")
+PAGE = Reply(body=b"page text", headers=TEXT)
 """What the sites answer a path with no route of its own."""
 
 
 @pytest.fixture
-async def site(nursery: trio.Nursery) -> Site:
-    return await serve_recording_site(nursery, "127.0.0.1", PAGE)
+async def site(nursery: trio.Nursery) -> LocalSite:
+    return await serve_site(nursery, "127.0.0.1", PAGE)
 
 
 @pytest.fixture
-async def other(nursery: trio.Nursery) -> Site:
-    return await serve_recording_site(nursery, "127.0.0.2", PAGE)
+async def other(nursery: trio.Nursery) -> LocalSite:
+    return await serve_site(nursery, "127.0.0.2", PAGE)
 
 
 @dataclass
-class Service:
+class WebApi:
+    """The API over a real web fetcher (not a scripted fetch), and its SQLite file."""
+
     client: httpx.AsyncClient
     engine: BatchEngine
     db: Path
@@ -64,19 +67,9 @@ class Service:
         answer = await self.submit(*targets)
         assert answer.status_code in (200, 202), answer.text
         job_id: str = answer.json()["id"]
-        await self.wait_end(job_id)
-        return job_id
-
-    async def wait_end(self, job_id: str) -> None:
-        """Until the job is no longer live (woken by the engine's watch, no polling)."""
         with trio.fail_after(60):
-            while True:
-                with self.engine.watch(job_id) as watch:
-                    job = await self.engine.job(job_id)
-                    assert job is not None
-                    if not job.status.live:
-                        return
-                    await watch.wait()
+            await wait_ended(self.engine, job_id)
+        return job_id
 
     def stored_bytes(self) -> bytes:
         """Every byte the SQLite store wrote: the database and its write-ahead log."""
@@ -84,7 +77,7 @@ class Service:
 
 
 @contextlib.asynccontextmanager
-async def open_service(tmp_path: Path) -> AsyncIterator[Service]:
+async def open_web_api(tmp_path: Path) -> AsyncIterator[WebApi]:
     """The API over an engine and a web fetcher sharing one SQLite store (jobs and cache)."""
     db = tmp_path / "jobs.sqlite"
     async with (
@@ -100,12 +93,12 @@ async def open_service(tmp_path: Path) -> AsyncIterator[Service]:
             lifespan(app),
             httpx.AsyncClient(transport=transport, base_url="http://api.test") as client,
         ):
-            yield Service(client, engine, db, app)
+            yield WebApi(client, engine, db, app)
 
 
 @pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[Service]:
-    async with open_service(tmp_path) as s:
+async def web_api(tmp_path: Path) -> AsyncIterator[WebApi]:
+    async with open_web_api(tmp_path) as s:
         yield s
 
 
@@ -118,7 +111,7 @@ def target(url: str, **headers: str) -> dict[str, object]:
 
 
 class TestSent:
-    async def test_allowed_headers_reach_the_site(self, service: Service, site: Site) -> None:
+    async def test_allowed_headers_reach_the_site(self, web_api: WebApi, site: LocalSite) -> None:
         """Every allowed header arrives, names in any case; User-Agent after ours."""
         headers = {
             "accept-language": "fr",
@@ -128,7 +121,7 @@ class TestSent:
             "cookie": COOKIE,
             "Authorization": BEARER,
         }
-        await service.run(target(site.url("/page"), **headers))
+        await web_api.run(target(site.url("/page"), **headers))
         [got] = site.headers_of("/page")
 
         assert "fr" == got["accept-language"]
@@ -140,11 +133,11 @@ class TestSent:
         assert BEARER == got["authorization"]
 
     async def test_not_after_a_redirect_to_another_origin(
-        self, service: Service, site: Site, other: Site
+        self, web_api: WebApi, site: LocalSite, other: LocalSite
     ) -> None:
         """The site on 127.0.0.2 a redirect leads to records no credential."""
-        site.route("/page", to=other.url("/landing"))
-        await service.run(target(site.url("/page"), Cookie=COOKIE, Authorization=BEARER))
+        site.route("/page", redirect(other.url("/landing")))
+        await web_api.run(target(site.url("/page"), Cookie=COOKIE, Authorization=BEARER))
         [there] = other.headers_of("/landing")
 
         assert COOKIE == site.headers_of("/page")[0]["cookie"]
@@ -152,19 +145,19 @@ class TestSent:
         assert "authorization" not in there
 
     async def test_a_target_with_a_cookie_bypasses_the_cache(
-        self, service: Service, site: Site
+        self, web_api: WebApi, site: LocalSite
     ) -> None:
         """Two jobs with the same URL and cookie both reach the site."""
-        await service.run(target(site.url("/page"), Cookie=COOKIE))
-        await service.run(target(site.url("/page"), Cookie=COOKIE), {"url": site.url("/x")})
+        await web_api.run(target(site.url("/page"), Cookie=COOKIE))
+        await web_api.run(target(site.url("/page"), Cookie=COOKIE), {"url": site.url("/x")})
 
         assert 2 == len(site.headers_of("/page"))
 
     async def test_a_single_fetch_sends_them_and_echoes_none(
-        self, service: Service, site: Site
+        self, web_api: WebApi, site: LocalSite
     ) -> None:
         """POST /v1/fetch sends the cookie; its answer does not hold it."""
-        answer = await service.client.post(
+        answer = await web_api.client.post(
             "/v1/fetch", json=target(site.url("/page"), Cookie=COOKIE), headers=auth()
         )
 
@@ -175,28 +168,28 @@ class TestSent:
 
 class TestNeverShown:
     async def test_not_in_the_store_nor_any_answer(
-        self, service: Service, site: Site, caplog: pytest.LogCaptureFixture
+        self, web_api: WebApi, site: LocalSite, caplog: pytest.LogCaptureFixture
     ) -> None:
         """Status, results, a target, the listing, the NDJSON and SSE streams and a retry show
         ``<secret>``; the store's bytes and every log record (DEBUG) hold no value."""
         caplog.set_level(logging.DEBUG)
-        site.route("/gone", b"", status=500)
-        job = await service.run(
+        site.route("/gone", Reply(500, headers=TEXT))
+        job = await web_api.run(
             target(site.url("/page"), Cookie=COOKIE, Accept_Language="de"),
             target(site.url("/gone"), Authorization=BEARER),
         )
         answers = [
-            await service.client.get(f"/v1/batch/{job}?results=1", headers=auth()),
-            await service.client.get(f"/v1/batch/{job}/0", headers=auth()),
-            await service.client.get(f"/v1/batch/{job}/1", headers=auth()),
-            await service.client.get("/v1/batch", headers=auth()),
-            await service.client.get(f"/v1/batch/{job}/results", headers=auth()),
-            await service.client.get(f"/v1/batch/{job}/events", headers=auth()),
+            await web_api.client.get(f"/v1/batch/{job}?results=1", headers=auth()),
+            await web_api.client.get(f"/v1/batch/{job}/0", headers=auth()),
+            await web_api.client.get(f"/v1/batch/{job}/1", headers=auth()),
+            await web_api.client.get("/v1/batch", headers=auth()),
+            await web_api.client.get(f"/v1/batch/{job}/results", headers=auth()),
+            await web_api.client.get(f"/v1/batch/{job}/events", headers=auth()),
         ]
-        retry = await service.client.post(f"/v1/batch/{job}/retry", headers=auth())
+        retry = await web_api.client.post(f"/v1/batch/{job}/retry", headers=auth())
         answers.append(retry)
-        await service.wait_end(retry.json()["id"])
-        retried = await service.client.get(f"/v1/batch/{retry.json()['id']}/0", headers=auth())
+        await wait_ended(web_api.engine, retry.json()["id"])
+        retried = await web_api.client.get(f"/v1/batch/{retry.json()['id']}/0", headers=auth())
         answers.append(retried)
         logs = "\n".join(f"{r.getMessage()} {r.args!r}" for r in caplog.records)
 
@@ -209,19 +202,19 @@ class TestNeverShown:
             assert answer.status_code in (200, 202)
             assert not any(v in answer.text for v in VALUES)
             assert "<secret " not in answer.text  # nor the store's reference
-        assert not any(v.encode() in service.stored_bytes() for v in VALUES)
+        assert not any(v.encode() in web_api.stored_bytes() for v in VALUES)
         assert caplog.records
         assert not any(v in logs for v in VALUES)
 
 
 class TestIdempotency:
     async def test_the_same_cookie_reuses_the_job_another_does_not(
-        self, service: Service, site: Site
+        self, web_api: WebApi, site: LocalSite
     ) -> None:
         """A repeat with the same cookie is the same job; with another cookie, a new one."""
-        first = await service.submit(target(site.url("/page"), Cookie=COOKIE))
-        again = await service.submit(target(site.url("/page"), cookie=COOKIE))
-        other = await service.submit(target(site.url("/page"), Cookie="sid=another"))
+        first = await web_api.submit(target(site.url("/page"), Cookie=COOKIE))
+        again = await web_api.submit(target(site.url("/page"), cookie=COOKIE))
+        other = await web_api.submit(target(site.url("/page"), Cookie="sid=another"))
 
         assert (202, 200, 202) == (first.status_code, again.status_code, other.status_code)
         assert first.json()["id"] == again.json()["id"]
@@ -244,46 +237,46 @@ class TestRefused:
     )
     async def test_a_400_naming_the_header_with_a_hint(
         self,
-        service: Service,
-        site: Site,
+        web_api: WebApi,
+        site: LocalSite,
         headers: dict[str, object],
         field: str,
         words: str,
     ) -> None:
         """A name off the allow-list or a hostile value: 400, the field named, a hint; the
         value is never quoted; nothing reaches the site and /healthz stays fine."""
-        answer = await service.submit({"url": site.url("/page"), "options": {"headers": headers}})
+        answer = await web_api.submit({"url": site.url("/page"), "options": {"headers": headers}})
         body = answer.json()
-        health = await service.client.get("/healthz")
+        health = await web_api.client.get("/healthz")
 
         assert 400 == answer.status_code
         assert f"targets[0].options.{field}" == body["field"]
         assert words in body["error"]
         assert body["hint"]
         assert "X-Evil" not in answer.text
-        assert [] == site.requests
+        assert [] == site.seen
         assert 200 == health.status_code
 
-    async def test_a_refused_name_hints_at_the_allowed_ones(self, service: Service) -> None:
+    async def test_a_refused_name_hints_at_the_allowed_ones(self, web_api: WebApi) -> None:
         """The hint lists the headers a target may send."""
-        answer = await service.submit(target("http://127.0.0.1:9/", Forwarded="for=1"))
+        answer = await web_api.submit(target("http://127.0.0.1:9/", Forwarded="for=1"))
 
         assert (
             "Accept, Accept-Language, Authorization, Cookie, Referer and User-Agent"
             in (answer.json()["hint"])
         )
 
-    async def test_headers_must_be_an_object(self, service: Service) -> None:
+    async def test_headers_must_be_an_object(self, web_api: WebApi) -> None:
         """headers as a list is a 400 naming it."""
-        answer = await service.submit({"url": "http://127.0.0.1:9/", "options": {"headers": []}})
+        answer = await web_api.submit({"url": "http://127.0.0.1:9/", "options": {"headers": []}})
 
         assert 400 == answer.status_code
         assert "targets[0].options.headers" == answer.json()["field"]
 
 
-async def test_the_openapi_document_describes_headers(service: Service) -> None:
+async def test_the_openapi_document_describes_headers(web_api: WebApi) -> None:
     """Options in /openapi.json has headers: an object of strings (and so the MCP tools)."""
-    document = (await service.client.get("/openapi.json")).json()
+    document = (await web_api.client.get("/openapi.json")).json()
     headers = document["components"]["schemas"]["Options"]["properties"]["headers"]
 
     assert "object" == headers["type"]
@@ -291,15 +284,15 @@ async def test_the_openapi_document_describes_headers(service: Service) -> None:
     assert "Cookie" in headers["description"]
 
 
-async def test_the_client_passes_headers_through(service: Service, site: Site) -> None:
+async def test_the_client_passes_headers_through(web_api: WebApi, site: LocalSite) -> None:
     """``BatchClient.submit`` with ``Options(headers=...)``: they reach the site; the status
     the client reads shows ``<secret>``."""
-    transport = httpx.ASGITransport(app=service.app)
+    transport = httpx.ASGITransport(app=web_api.app)
     headers = {"Cookie": COOKIE, "Accept-Language": "it"}
-    async with open_client("http://api.test", ALICE, transport=transport) as client:
+    async with open_client("http://api.test", ALICE_KEY, transport=transport) as client:
         sub = await client.submit([Target(site.url("/page"), Options(headers=headers))])
-        await service.wait_end(sub.id)
-        answer = await service.client.get(f"/v1/batch/{sub.id}/0", headers=auth())
+        await wait_ended(web_api.engine, sub.id)
+        answer = await web_api.client.get(f"/v1/batch/{sub.id}/0", headers=auth())
 
     assert COOKIE == site.headers_of("/page")[0]["cookie"]
     assert "it" == site.headers_of("/page")[0]["accept-language"]

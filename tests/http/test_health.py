@@ -23,6 +23,7 @@ import trio
 import trio.testing
 from starlette.responses import JSONResponse
 
+from tests.support import wait_ended
 from trio_batch import Result
 from trio_batch.http._health import FAILED_WRITE_SECONDS
 from trio_batch.stores import MemoryStore, SQLiteStore, Store
@@ -120,9 +121,7 @@ class TestFailingWrites:
         sick.append(await api.client.get("/healthz"))
         disk.full = False
         t0 = trio.current_time()
-        with api.engine.watch(job_id) as watch:
-            while (job := await api.engine.job(job_id)) is not None and job.status.live:
-                await watch.wait()
+        await wait_ended(api.engine, job_id)
         recovered_in = trio.current_time() - t0
         well = await api.client.get("/healthz")
 

@@ -8,7 +8,7 @@ import trio
 from trio_batch import Config
 from trio_batch.testing import ScriptedFetch
 
-from .support import BOB, Api, auth, open_api
+from .support import BOB_KEY, Api, auth, open_api
 
 
 @pytest.mark.parametrize("url", ["http://10.1.2.3/", "http://127.0.0.1:8080/", "http://[::1]/"])
@@ -57,7 +57,7 @@ async def test_a_full_server_is_told_the_limit_and_the_flag() -> None:
     urls, gates = _held(fetch, 1)
     async with open_api(Config(jobs_per_caller=1, jobs_total=1), fetch=fetch) as api:
         assert (await api.submit(*urls)).status_code == 202
-        busy = await api.submit("https://another.example.test/", key=BOB)
+        busy = await api.submit("https://another.example.test/", key=BOB_KEY)
         gates[0].set()
 
     assert 503 == busy.status_code

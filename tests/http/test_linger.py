@@ -25,7 +25,7 @@ from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
-from .support import ALICE, make_keys
+from .support import ALICE_KEY, make_keys
 
 OVER_CAP = 300 * 1024
 FAST_ROUNDS = 20
@@ -65,7 +65,7 @@ async def raw_exchange(port: int, head: bytes, body_chunks: list[bytes]) -> byte
 
 
 def post_head(path: str, framing: bytes, auth: bool = True) -> bytes:
-    key = f"authorization: Bearer {ALICE}\r\n".encode() if auth else b""
+    key = f"authorization: Bearer {ALICE_KEY}\r\n".encode() if auth else b""
     return b"POST " + path.encode() + b" HTTP/1.1\r\nhost: t\r\n" + key + framing + b"\r\n"
 
 
@@ -124,7 +124,7 @@ class TestServed:
                 assert 200 == (await c.get("/healthz")).status_code
                 content = chunks() if framing == "chunked" else b"x" * OVER_CAP
                 r = await c.post(
-                    "/v1/batch", content=content, headers={"authorization": f"Bearer {ALICE}"}
+                    "/v1/batch", content=content, headers={"authorization": f"Bearer {ALICE_KEY}"}
                 )
                 statuses.append(r.status_code)
 
@@ -167,7 +167,7 @@ class TestServed:
             r = await c.post(
                 "/v1/batch",
                 json={"targets": [{"url": "https://example.org/"}]},
-                headers={"authorization": f"Bearer {ALICE}"},
+                headers={"authorization": f"Bearer {ALICE_KEY}"},
             )
             again = await c.get("/healthz")
 

@@ -9,12 +9,12 @@ import trio.testing
 from trio_batch import Config
 from trio_batch.http._listing import decode_cursor, encode_cursor
 
-from .support import ALICE, BOB, Api, open_api
+from .support import ALICE_KEY, BOB_KEY, Api, open_api
 
 A, B = "https://a.example.test/", "https://b.example.test/"
 
 
-async def make_jobs(api: Api, n: int, *, key: str = ALICE, step: float = 1.0) -> list[str]:
+async def make_jobs(api: Api, n: int, *, key: str = ALICE_KEY, step: float = 1.0) -> list[str]:
     """``n`` finished jobs, one a ``step`` seconds of wall time apart; oldest first."""
     ids = []
     for i in range(n):
@@ -83,7 +83,7 @@ class TestListing:
             running = (await api.submit(B)).json()["id"]
             cancelled = (await api.submit(A, B)).json()["id"]
             await api.client.delete(
-                f"/v1/batch/{cancelled}", headers={"Authorization": f"Bearer {ALICE}"}
+                f"/v1/batch/{cancelled}", headers={"Authorization": f"Bearer {ALICE_KEY}"}
             )
             await trio.testing.wait_all_tasks_blocked()
             live = (await api.get("/v1/batch", status="live")).json()
@@ -97,9 +97,9 @@ class TestListing:
         """Each caller lists only its own jobs."""
         async with open_api(many()) as api:
             mine = await make_jobs(api, 2)
-            theirs = await make_jobs(api, 1, key=BOB)
+            theirs = await make_jobs(api, 1, key=BOB_KEY)
             alice = (await api.get("/v1/batch")).json()
-            bob = (await api.get("/v1/batch", key=BOB)).json()
+            bob = (await api.get("/v1/batch", key=BOB_KEY)).json()
 
         assert mine[::-1] == [j["id"] for j in alice["jobs"]]
         assert theirs == [j["id"] for j in bob["jobs"]]

@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from tests.http.support import auth, open_api
-from tests.web.support import HTML, LOOPBACK, LocalServer, Reply
+from tests.support import LocalSite, Reply, serve_site
+from tests.web.support import HTML, LOOPBACK
 from trio_batch import Caller, HostBudget
 from trio_batch.web import WebFetcher, precheck
 from trio_batch.web._fetch._sitemap import site_map
@@ -22,13 +23,9 @@ XML = [("content-type", "application/xml")]
 
 
 @pytest.fixture
-async def site(nursery: trio.Nursery) -> LocalServer:
+async def site(nursery: trio.Nursery) -> LocalSite:
     """A home page linking /about, and a sitemap.xml of /a and /b."""
-    local = LocalServer()
-    listeners = await nursery.start(
-        functools.partial(trio.serve_tcp, local.handle, 0, host="127.0.0.1")
-    )
-    local.port = listeners[0].socket.getsockname()[1]
+    local = await serve_site(nursery)
     u = local.url
     local.route("/", Reply(body=b'<a href="/about">About</a>', headers=HTML))
     body = f"<urlset><url><loc>{u('/a')}</loc></url><url><loc>{u('/b')}</loc></url></urlset>"
@@ -55,7 +52,7 @@ def mapping(fetch: WebFetcher):  # type: ignore[no-untyped-def]
 LOCAL_PRECHECK = functools.partial(precheck, allow=LOOPBACK)
 
 
-async def test_a_site_map(site: LocalServer, fetcher: WebFetcher) -> None:
+async def test_a_site_map(site: LocalSite, fetcher: WebFetcher) -> None:
     """The start page, the sitemap's URLs, the page's links."""
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:
         answer = await api.client.post("/v1/map", json={"url": site.url("/")}, headers=auth())
@@ -67,7 +64,8 @@ async def test_a_site_map(site: LocalServer, fetcher: WebFetcher) -> None:
     )
 
 
-async def test_the_limit(site: LocalServer, fetcher: WebFetcher) -> None:
+async def test_the_limit(site: LocalSite, fetcher: WebFetcher) -> None:
+    """``limit`` cuts the map's URLs and the answer says it is not complete."""
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:
         answer = await api.client.post(
             "/v1/map", json={"url": site.url("/"), "limit": 2}, headers=auth()
@@ -95,6 +93,7 @@ async def test_the_limit(site: LocalServer, fetcher: WebFetcher) -> None:
 async def test_bad_input_is_a_400_naming_the_field(
     body: object, field: str, words: str, fetcher: WebFetcher
 ) -> None:
+    """A malformed map request is a 400 naming the field, with a hint."""
     async with open_api(site_map=mapping(fetcher)) as api:
         answer = await api.client.post("/v1/map", json=body, headers=auth())
 
@@ -105,6 +104,7 @@ async def test_bad_input_is_a_400_naming_the_field(
 
 
 async def test_a_key_is_needed(fetcher: WebFetcher) -> None:
+    """``POST /v1/map`` without a key is a 401."""
     async with open_api(site_map=mapping(fetcher)) as api:
         answer = await api.client.post("/v1/map", json={"url": "https://example.org/"})
 
@@ -112,8 +112,10 @@ async def test_a_key_is_needed(fetcher: WebFetcher) -> None:
 
 
 async def test_a_start_page_that_fails_with_nothing_found_answers_its_status(
-    site: LocalServer, fetcher: WebFetcher
+    site: LocalSite, fetcher: WebFetcher
 ) -> None:
+    """A start page that fails, with no sitemap either, answers its own status (404,
+    ``fetch_failed``)."""
     site.route("/sitemap.xml", Reply(404))
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:
         answer = await api.client.post("/v1/map", json={"url": site.url("/gone")}, headers=auth())
@@ -139,9 +141,7 @@ async def test_the_route_and_its_document_follow_the_web_fetcher(fetcher: WebFet
     assert "MapIn" in document["components"]["schemas"]
 
 
-async def test_robots_true_checks_the_maps_documents(
-    site: LocalServer, fetcher: WebFetcher
-) -> None:
+async def test_robots_true_checks_the_maps_documents(site: LocalSite, fetcher: WebFetcher) -> None:
     """robots: true in the body: a sitemap robots.txt disallows is not read, and a note says so."""
     site.route("/robots.txt", Reply(body=b"User-agent: *\nDisallow: /sitemap.xml\n"))
     async with open_api(site_map=mapping(fetcher), precheck=LOCAL_PRECHECK) as api:

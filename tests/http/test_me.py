@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from .support import BOB, Api
+from .support import BOB_KEY, Api
 
 
 class TestMe:
     async def test_a_key_learns_its_caller(self, api: Api) -> None:
         """The answer names the caller, its workspace and class, and never the key."""
         alice = await api.get("/v1/me")
-        bob = await api.get("/v1/me", key=BOB)
+        bob = await api.get("/v1/me", key=BOB_KEY)
 
         assert (200, {"name": "alice", "workspace": "lab", "class": "fleet"}) == (
             alice.status_code,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from tests.support import wait_ended
 from trio_batch import (
     Caller,
     Config,
@@ -154,10 +155,7 @@ class TestQueueWaitMetrics:
             restricted = await engine.submit(
                 Caller("bob"), "restricted", [Target("https://b.test/0")]
             )
-            for job_id in (fleet.id, restricted.id):
-                with engine.watch(job_id) as watch:
-                    while (job := await engine.job(job_id)) is not None and job.status.live:
-                        await watch.wait()
+            await wait_ended(engine, fleet.id, restricted.id)
         text = m.render()[0].decode()
 
         def wait(stat: str, caller_class: str, **labels: str) -> float:

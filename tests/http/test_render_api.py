@@ -13,17 +13,18 @@ import pytest
 import trio
 
 from tests.http.support import auth, lifespan, make_keys
-from tests.web.render_support import ALLOW, Page, serve_site
+from tests.support import open_site
+from tests.web.support import (
+    ALLOW,
+    ALLOWED_HOST,
+    SPA,
+    html_page,
+    needs_chromium,
+)
 from trio_batch import Config, open_engine
 from trio_batch.http import create_app
 from trio_batch.stores import MemoryStore
 from trio_batch.web import WebFetcher, precheck
-from trio_batch.web._render._browser import find_chromium
-
-SPA = b"""<!doctype html><html><body><div id="app">Loading...</div>
-<script>setTimeout(() => {
-  document.getElementById("app").innerHTML = "<h1>Rendered by a script</h1>";
-}, 50);</script></body></html>"""
 
 
 @contextlib.asynccontextmanager
@@ -57,6 +58,7 @@ async def open_api() -> AsyncIterator[httpx.AsyncClient]:
 async def test_a_bad_render_option_is_a_400(
     options: dict[str, object], field: str | None, words: str
 ) -> None:
+    """A bad render option in a submit is a 400 naming the field where there is one."""
     async with open_api() as client:
         answer = await client.post(
             "/v1/batch",
@@ -72,6 +74,7 @@ async def test_a_bad_render_option_is_a_400(
 
 
 async def test_the_openapi_options_describe_render() -> None:
+    """The OpenAPI document describes ``render`` (a boolean) and ``wait_for`` (a string)."""
     async with open_api() as client:
         document = (await client.get("/openapi.json")).json()
 
@@ -81,10 +84,11 @@ async def test_the_openapi_options_describe_render() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(find_chromium() is None, reason="no /usr/bin/chromium")
+@needs_chromium
 async def test_a_rendered_job_gives_the_rendered_text() -> None:
-    async with serve_site() as site, open_api() as client:
-        site.pages["/"] = Page(SPA)
+    """A job with ``render`` through the API ends done with the text a script wrote."""
+    async with open_site(ALLOWED_HOST) as site, open_api() as client:
+        site.route("/", html_page(SPA))
         target = {"url": site.url("/"), "options": {"render": True}}
         submitted = await client.post("/v1/batch", json={"targets": [target]}, headers=auth())
         assert 202 == submitted.status_code

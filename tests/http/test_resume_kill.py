@@ -13,30 +13,30 @@ from __future__ import annotations
 import os
 import random
 import signal
-from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
 
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.support import CLEAN_ENV
 from trio_batch.http import add_key
 
-from ..pg_support import PG_DSN, SKIP_REASON, open_test_schema
-from .support import Server, local_site, until_all_end
+from .support import Server, open_page_site, wait_ended_over_http
 
 KILLS = int(os.environ.get("TRIO_BATCH_KILL_POINTS", "20"))
 JOBS = 3
 TARGETS = 20
+PAGES = [j * 100 + i for j in range(JOBS) for i in range(TARGETS)]
+"""The site's page numbers: job j's target i is page j * 100 + i."""
 
 
 async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     keys_file = tmp_path / "keys.toml"
     _, key = add_key(keys_file, "alice")
-    hits: Counter[str] = Counter()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
-    async with local_site(hits) as site_port:
+    async with open_page_site(PAGES) as site:
         server = Server(
             [
                 "--port=0",
@@ -48,7 +48,7 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
                 "--resume",
                 "--no-access-log",
             ],
-            env,
+            CLEAN_ENV,
         )
         headers = {"Authorization": f"Bearer {key}"}
         job_ids: list[str] = []
@@ -62,7 +62,7 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
                         for j in range(JOBS):
                             body = {
                                 "targets": [
-                                    {"url": f"http://127.0.0.1:{site_port}/page/{j * 100 + i}"}
+                                    {"url": f"http://127.0.0.1:{site.port}/page/{j * 100 + i}"}
                                     for i in range(TARGETS)
                                 ]
                             }
@@ -77,7 +77,7 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
                         proc.send_signal(signal.SIGKILL)
                         live_at_kill.append(len(live.json()["jobs"]))
                         continue
-                    summaries = await until_all_end(client, job_ids)
+                    summaries = await wait_ended_over_http(client, job_ids)
                     results = [
                         (await client.get(f"/v1/batch/{i}", params={"results": 1})).json()
                         for i in job_ids
@@ -90,6 +90,7 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
                     ]
 
     text = server.log.decode()
+    hits = site.hits
     where = (
         f"seed {seed}, kill points {[round(p, 3) for p in kill_points]}, live jobs at each "
         f"{live_at_kill}, restarts that resumed jobs {text.count('resumed')}"
@@ -105,7 +106,7 @@ async def kill_and_resume(db_args: list[str], tmp_path: Path, seed: int) -> None
     assert len(live_at_kill) == KILLS, where
     assert all(live_at_kill), where  # every kill landed mid-batch
     assert "Traceback" not in text, text
-    assert f"127.0.0.1:{site_port}" not in text
+    assert f"127.0.0.1:{site.port}" not in text
 
 
 @pytest.mark.slow

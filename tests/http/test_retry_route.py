@@ -5,23 +5,14 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from trio_batch import Config, Job, TargetError, TargetState
+from tests.support import wait_ended
+from trio_batch import Config, TargetError, TargetState
 
-from .support import BOB, Api, auth, open_api
+from .support import BOB_KEY, Api, auth, open_api
 
 OK = "https://ok.example.test/"
 BAD = "https://bad.example.test/"
 BAD2 = "https://bad.example.test/2"
-
-
-async def ended(api: Api, job_id: str) -> Job:
-    with api.engine.watch(job_id) as watch:
-        while True:
-            job = await api.engine.job(job_id)
-            assert job is not None
-            if not job.status.live:
-                return job
-            await watch.wait()
 
 
 async def retry(api: Api, job_id: str, key: str | None = None) -> tuple[int, dict[str, object]]:
@@ -46,7 +37,7 @@ async def test_retry_makes_a_linked_job_of_the_failed_targets(api: Api) -> None:
         headers=auth(),
     )
     old = submitted.json()["id"]
-    await ended(api, old)
+    await wait_ended(api.engine, old)
 
     status, body = await retry(api, old)
     again_status, again = await retry(api, old)
@@ -71,7 +62,7 @@ async def test_a_live_job_or_one_without_failures_is_409(api: Api) -> None:
 
     live_status, live = await retry(api, job)
     gate.set()
-    await ended(api, job)
+    await wait_ended(api.engine, job)
     done_status, done = await retry(api, job)
 
     assert (409, "running") == (live_status, live["status"])
@@ -84,9 +75,9 @@ async def test_another_callers_job_or_an_unknown_one_is_404(api: Api) -> None:
     """Another caller's job is as unknown as an id that never existed: 404 for both."""
     api.fetch.script(BAD, TargetError("upstream failed"))
     job = (await api.submit(BAD)).json()["id"]
-    await ended(api, job)
+    await wait_ended(api.engine, job)
 
-    other, _ = await retry(api, job, key=BOB)
+    other, _ = await retry(api, job, key=BOB_KEY)
     unknown, _ = await retry(api, "0" * 32)
 
     assert (404, 404) == (other, unknown)
@@ -97,7 +88,7 @@ async def test_a_retry_is_capped_like_a_submit() -> None:
     async with open_api(Config(ttl=3600, jobs_per_caller=1)) as api:
         api.fetch.script(BAD, TargetError("upstream failed"))
         job = (await api.submit(BAD)).json()["id"]
-        await ended(api, job)
+        await wait_ended(api.engine, job)
         gate = api.fetch.hold(OK)
         await api.submit(OK)
 
@@ -124,7 +115,7 @@ async def test_a_cancelled_job_retries_its_unfinished_targets(api: Api) -> None:
 
     status, body = await retry(api, job)
     assert isinstance(body["id"], str)
-    await ended(api, body["id"])
+    await wait_ended(api.engine, body["id"])
     new = await api.get(f"/v1/batch/{body['id']}", results=1)
     nothing_status, nothing = await retry(api, body["id"])
 

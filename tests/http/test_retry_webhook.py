@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import trio.testing
 
+from tests.support import wait_ended
 from trio_batch import Caller, TargetError, Webhook, open_engine
 from trio_batch.client import open_client
 from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 
-from .support import ALICE, BOB, Service, auth, open_service
+from .support import ALICE_KEY, BOB_KEY, Service, auth, open_service
 
 Clock = trio.testing.MockClock
 
@@ -34,7 +35,7 @@ async def test_the_client_retries_with_a_webhook_of_its_own(io_clock: Clock) -> 
     """The retry job's end reaches the URL given with the retry, signed, under its own id."""
     async with open_service() as svc:
         old = await ended_with_a_failure(svc, url=svc.receiver.url(path="/old"))
-        async with open_client("http://api.test", ALICE, transport=svc.transport) as client:
+        async with open_client("http://api.test", ALICE_KEY, transport=svc.transport) as client:
             new = await client.retry(old, webhook={"url": svc.receiver.url(path="/new")})
         got = await svc.receiver.wait_for(2)
 
@@ -54,11 +55,8 @@ async def test_a_retry_without_a_body_has_no_webhook(io_clock: Clock) -> None:
         old = await ended_with_a_failure(svc)
         r = await svc.client.post(f"/v1/batch/{old}/retry", headers=auth())
         new = r.json()["id"]
+        await wait_ended(svc.engine, new)
         snap = await svc.engine.status(new)
-        with svc.engine.watch(new) as watch:
-            while snap is not None and snap.job.status.live:
-                await watch.wait()
-                snap = await svc.engine.status(new)
         due = await store.hooks_due(float("inf"), 10)
 
     assert 202 == r.status_code
@@ -98,13 +96,13 @@ async def test_a_caller_without_a_secret_cannot_give_a_retry_a_webhook(io_clock:
     async with open_service() as svc:
         svc.fetch.script(BAD, TargetError("gone"))
         old = (
-            await svc.client.post("/v1/batch", json={"targets": [{"url": BAD}]}, headers=auth(BOB))
+            await svc.client.post(
+                "/v1/batch", json={"targets": [{"url": BAD}]}, headers=auth(BOB_KEY)
+            )
         ).json()["id"]
         body = {"webhook": {"url": svc.receiver.url()}}
-        with svc.engine.watch(old) as watch:
-            while (job := await svc.engine.job(old)) is not None and job.status.live:
-                await watch.wait()
-        r = await svc.client.post(f"/v1/batch/{old}/retry", json=body, headers=auth(BOB))
+        await wait_ended(svc.engine, old)
+        r = await svc.client.post(f"/v1/batch/{old}/retry", json=body, headers=auth(BOB_KEY))
 
     assert (400, "webhook") == (r.status_code, r.json()["field"])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -21,13 +20,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from tests.support import CLEAN_ENV
 from trio_batch import Config, open_engine
 from trio_batch.http import add_key, create_app, serve
 from trio_batch.stores import MemoryStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
-from .support import ALICE, auth, make_keys
+from .support import ALICE_KEY, auth, make_keys
 
 SLOW = "https://slow.example.test/"
 
@@ -139,8 +139,7 @@ async def _serve_command(
         "--workers=2",
         "--shape-cpu-seconds=1",
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
-    proc = await trio.lowlevel.open_process(cmd, stderr=subprocess.PIPE, env=env)
+    proc = await trio.lowlevel.open_process(cmd, stderr=subprocess.PIPE, env=CLEAN_ENV)
     try:
         assert proc.stderr is not None
         with trio.fail_after(30):
@@ -227,7 +226,7 @@ class TestServeCommand:
         assert "more than 1 s of CPU time" in results["targets"][3]["error"]
         assert "127.0.0.1:" + str(site_port) not in text  # no target URL in the logs
         assert key not in text
-        assert ALICE not in text
+        assert ALICE_KEY not in text
         async with SQLiteStore.open(db, readonly=True) as store:
             snap = await store.snapshot(job_id)
         assert snap is not None
@@ -246,10 +245,9 @@ class TestServeCommand:
         self, tmp_path: Path, args: list[str], env: dict[str, str], words: str
     ) -> None:
         """A bad flag or variable exits 2 before anything starts, naming the setting."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
         cmd = [sys.executable, "-c", "from trio_batch._cli import entry; entry()", "serve", *args]
         result = await trio.run_process(
-            cmd, env={**base, **env}, capture_stdout=True, capture_stderr=True, check=False,
+            cmd, env={**CLEAN_ENV, **env}, capture_stdout=True, capture_stderr=True, check=False,
             cwd=tmp_path,
         )  # fmt: skip
 
@@ -258,10 +256,9 @@ class TestServeCommand:
 
     async def test_missing_keys_file_says_how_to_make_one(self, tmp_path: Path) -> None:
         """Without a keys file the server does not start, and says which command makes one."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_BATCH_")}
         cmd = [sys.executable, "-c", "from trio_batch._cli import entry; entry()", "serve"]
         result = await trio.run_process(
-            cmd, env=base, capture_stdout=True, capture_stderr=True, check=False, cwd=tmp_path
+            cmd, env=CLEAN_ENV, capture_stdout=True, capture_stderr=True, check=False, cwd=tmp_path
         )
 
         assert result.returncode == 2

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import trio
 
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
 from trio_batch._cli._settings import Settings
 from trio_batch.http import add_key
 from trio_batch.testing import ScriptedFetch

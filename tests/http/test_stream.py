@@ -13,8 +13,7 @@ from trio_batch import Config, HostBudget, TargetError, TargetStatus
 from trio_batch.http._stream import CHUNK
 from trio_batch.stores import MemoryStore
 
-from .streaming import open_stream
-from .support import ALICE, BOB, Api, auth, open_api
+from .support import ALICE_KEY, BOB_KEY, Api, auth, open_api, open_stream
 
 A, B, C = "https://a.example.test/", "https://b.example.test/", "https://c.example.test/"
 
@@ -33,7 +32,7 @@ def events(body: bytes) -> list[tuple[str, str, object]]:
     return found
 
 
-async def submitted(api: Api, *urls: str, key: str = ALICE) -> str:
+async def submitted(api: Api, *urls: str, key: str = ALICE_KEY) -> str:
     r = await api.submit(*urls, key=key)
     assert r.status_code == 202, r.text
     job_id: str = r.json()["id"]
@@ -102,7 +101,7 @@ class TestResults:
         """follow=1 writes a line once its target is stored, in order, and ends with the job."""
         gate = api.fetch.hold(B)
         job = await submitted(api, A, B, C)
-        async with open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE, follow=1) as s:
+        async with open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE_KEY, follow=1) as s:
             await s.read_until(b"\n")
             await trio.testing.wait_all_tasks_blocked()
             early = lines(s.body)
@@ -122,7 +121,7 @@ class TestResults:
         gate = api.fetch.hold(B)
         job = await submitted(api, A, B, C)
         async with open_stream(
-            api.app, f"/v1/batch/{job}/results", key=ALICE, follow=1, state="failed", after=0
+            api.app, f"/v1/batch/{job}/results", key=ALICE_KEY, follow=1, state="failed", after=0
         ) as s:
             await trio.testing.wait_all_tasks_blocked()
             gate.set()
@@ -135,7 +134,7 @@ class TestResults:
         """Cancelling a followed job ends the answer after the targets that were stored."""
         gate = api.fetch.hold(B)
         job = await submitted(api, A, B, C)
-        async with open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE, follow=1) as s:
+        async with open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE_KEY, follow=1) as s:
             await s.read_until(b"\n")
             r = await api.client.delete(f"/v1/batch/{job}", headers=auth())
             gate.set()
@@ -152,7 +151,7 @@ class TestResults:
         """Bob cannot read Alice's job: the answer is the unknown id's, byte for byte."""
         job = await submitted(api, A)
 
-        theirs = await api.get(f"/v1/batch/{job}/{path}", key=BOB)
+        theirs = await api.get(f"/v1/batch/{job}/{path}", key=BOB_KEY)
         unknown = await api.get(f"/v1/batch/{'0' * 32}/{path}")
 
         assert 404 == theirs.status_code == unknown.status_code
@@ -200,7 +199,7 @@ class TestResults:
         """A client that hangs up ends the stream's task and frees its watcher."""
         gate = api.fetch.hold(A)
         job = await submitted(api, A, B)
-        async with open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE, follow=1) as s:
+        async with open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE_KEY, follow=1) as s:
             await trio.testing.wait_all_tasks_blocked()
             watching = api.engine.watchers
             s.hang_up()
@@ -225,7 +224,7 @@ class TestResults:
 
         monkeypatch.setattr(api.engine, "targets", broken)
         with caplog.at_level("DEBUG", logger="trio_batch"):
-            async with open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE) as s:
+            async with open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE_KEY) as s:
                 await s.read_all()
         logged = "\n".join(r.getMessage() + str(r.__dict__) for r in caplog.records)
 
@@ -235,7 +234,7 @@ class TestResults:
         assert "OSError" in logged
         assert "example.test" not in logged
         assert "disk gone" not in logged
-        assert ALICE not in logged
+        assert ALICE_KEY not in logged
 
     async def test_server_shutdown_breaks_a_follow_but_ends_events_properly(self, api: Api) -> None:
         """When the server stops, a followed NDJSON body is cut (incomplete), an SSE one ends."""
@@ -243,8 +242,8 @@ class TestResults:
         job = await submitted(api, A)
         stopping = getattr(api.app, "stopping")  # noqa: B009 - set by serve() at shutdown
         async with (
-            open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE, follow=1) as ndjson,
-            open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as sse,
+            open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE_KEY, follow=1) as ndjson,
+            open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as sse,
         ):
             await trio.testing.wait_all_tasks_blocked()
             stopping.set()
@@ -282,7 +281,7 @@ class TestEvents:
         """Each target's event is written when it is stored; end follows the last one."""
         gate = api.fetch.hold(B)
         job = await submitted(api, A, B)
-        async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as s:
+        async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as s:
             await s.read_until(b"\n\n")
             await trio.testing.wait_all_tasks_blocked()
             early = events(s.body)
@@ -329,7 +328,7 @@ class TestEvents:
         """Nothing happens for a while: a comment line keeps proxies from closing the stream."""
         gate = api.fetch.hold(A)
         job = await submitted(api, A)
-        async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as s:
+        async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as s:
             t0 = trio.current_time()
             await s.read_until(b": keep-alive\n\n")
             first = trio.current_time() - t0
@@ -346,7 +345,7 @@ class TestEvents:
         """A cancelled job's stream ends with end, status cancelled."""
         gate = api.fetch.hold(A)
         job = await submitted(api, A, B)
-        async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as s:
+        async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as s:
             await trio.testing.wait_all_tasks_blocked()
             await api.client.delete(f"/v1/batch/{job}", headers=auth())
             await s.read_all()
@@ -361,7 +360,7 @@ class TestEvents:
         """Hanging up an events stream frees its watcher at once."""
         gate = api.fetch.hold(A)
         job = await submitted(api, A)
-        async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as s:
+        async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as s:
             await trio.testing.wait_all_tasks_blocked()
             watching = api.engine.watchers
         await trio.testing.wait_all_tasks_blocked()
@@ -378,7 +377,7 @@ class TestEvents:
         bodies: list[bytes] = []
 
         async def follower() -> None:
-            async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as s:
+            async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as s:
                 bodies.append(await s.read_all())
 
         async with trio.open_nursery() as nursery:
@@ -410,7 +409,7 @@ class TestEvents:
             bodies: list[bytes] = []
 
             async def follower() -> None:
-                async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as s:
+                async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as s:
                     bodies.append(await s.read_all())
 
             async with trio.open_nursery() as nursery:
@@ -439,8 +438,8 @@ class TestConcurrentJobs:
             )
             job = r.json()["id"]
             async with (
-                open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE, follow=1) as ndjson,
-                open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as sse,
+                open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE_KEY, follow=1) as ndjson,
+                open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as sse,
             ):
                 await trio.testing.wait_all_tasks_blocked()
                 gate_b.set()
@@ -465,7 +464,7 @@ class TestConcurrentJobs:
             gate = api.fetch.hold(A)
             await submitted(api, A)
             job = await submitted(api, B)
-            async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as sse:
+            async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as sse:
                 await sse.read_until(b"\n\n")
                 early = sse.body
                 gate.set()

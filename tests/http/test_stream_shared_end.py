@@ -9,8 +9,7 @@ import trio.testing
 
 from trio_batch.stores import JobSummary, MemoryStore
 
-from .streaming import open_stream
-from .support import ALICE, open_api
+from .support import ALICE_KEY, open_api, open_stream
 
 A, B = "https://a.example.test/", "https://b.example.test/"
 
@@ -35,7 +34,7 @@ class TestEventsEnd:
             ends: list[bool] = []
 
             async def follower() -> None:
-                async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as s:
+                async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as s:
                     body = await s.read_all()
                     ends.append(s.complete and b"event: end\n" in body)
 

@@ -12,14 +12,13 @@ import time
 import pytest
 import trio
 
-from tests.pg_support import PG_DSN, open_test_schema
+from tests.stores.postgres.support import PG_DSN, open_test_schema
 from trio_batch import Caller, Config, Target, open_engine
 from trio_batch.http import create_app
 from trio_batch.stores import Store
 from trio_batch.testing import ScriptedFetch
 
-from .streaming import open_stream
-from .support import ALICE, lifespan, make_keys, open_api
+from .support import ALICE_KEY, lifespan, make_keys, open_api, open_stream
 
 A, B = "https://a.example.test/", "https://b.example.test/"
 
@@ -33,8 +32,8 @@ class TestEveryStore:
             job = (await api.submit(A, B)).json()["id"]
             with trio.fail_after(10):
                 async with (
-                    open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE, follow=1) as nd,
-                    open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as sse,
+                    open_stream(api.app, f"/v1/batch/{job}/results", key=ALICE_KEY, follow=1) as nd,
+                    open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as sse,
                 ):
                     await nd.read_until(b"\n")
                     await sse.read_until(b"\n\n")
@@ -69,7 +68,7 @@ class TestAnotherInstance:
             sub = await runner.submit(Caller("alice"), "fleet", [Target(A), Target(B)])
             async with (
                 lifespan(app),
-                open_stream(app, f"/v1/batch/{sub.id}/events", key=ALICE) as s,
+                open_stream(app, f"/v1/batch/{sub.id}/events", key=ALICE_KEY) as s,
             ):
                 with trio.fail_after(10):
                     await s.read_until(b"id: 0\n")

@@ -17,7 +17,7 @@ import trio.testing
 from trio_batch import Config
 from trio_batch.testing import ScriptedFetch
 
-from .support import BOB, Api, open_api
+from .support import BOB_KEY, Api, open_api
 
 A = "https://a.example.test/"
 B = "https://b.example.test/"
@@ -40,7 +40,7 @@ class TestSubmitAnswer:
         gate = fetch.hold(A)
         async with open_api(Config(ttl=3600, workers=1), fetch=fetch) as api:
             first = await api.submit(A)
-            second = await api.submit(B, key=BOB)
+            second = await api.submit(B, key=BOB_KEY)
             job_id = second.json()["id"]
             stored = await api.engine.job(job_id)
             gate.set()

@@ -24,7 +24,7 @@ from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 from trio_batch.web import precheck
 
-from .support import ALICE, CHROMIUM, auth, browser_page, make_keys
+from .support import ALICE_KEY, CHROMIUM, auth, browser_page, make_keys
 
 
 class TestPage:
@@ -87,7 +87,7 @@ def _drive(
     with sync_playwright() as p, browser_page(p, 1100, 520) as (page, errors):
         page.goto(f"{base}/ui")
         seen["focused"] = page.evaluate("document.activeElement.id")
-        page.get_by_label("API key").fill(ALICE)
+        page.get_by_label("API key").fill(ALICE_KEY)
         page.keyboard.press("Enter")  # the form works from the keyboard
         live = page.locator(f'tr[data-job-id="{job_ids[-1]}"]')
         expect(live).to_have_attribute("data-status", "running")

@@ -31,7 +31,7 @@ from trio_batch.http import create_app, serve
 from trio_batch.stores import MemoryStore
 from trio_batch.web import precheck
 
-from .support import ALICE, CHROMIUM, auth, browser_page, make_keys
+from .support import ALICE_KEY, CHROMIUM, auth, browser_page, make_keys
 
 HELD = "https://held.example.test/"
 LIMITED = "https://limited.example.test/"
@@ -67,7 +67,7 @@ def _drive(
     seen: dict[str, object] = {}
     with sync_playwright() as p, browser_page(p, 1100, 600) as (page, errors):
         page.goto(f"{base}/ui")
-        page.get_by_label("API key").fill(ALICE)
+        page.get_by_label("API key").fill(ALICE_KEY)
         page.keyboard.press("Enter")
         rows = {name: page.locator(f'tr[data-job-id="{i}"]') for name, i in ids.items()}
         expect(rows["busy"]).to_have_attribute("data-waiting", "host_busy")

@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support import wait_ended
 from trio_batch import Caller, JobStatus, Target, TargetError, Webhook, open_engine
 from trio_batch.http import DeliveryPolicy, hash_key, open_deliveries
 from trio_batch.metrics import PrometheusMetrics
@@ -23,8 +24,8 @@ from trio_batch.stores import MemoryStore, ServiceStore, SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
 from .support import (
-    ALICE,
-    BOB,
+    ALICE_KEY,
+    BOB_KEY,
     FAST,
     LOOPBACK,
     SECRET,
@@ -148,7 +149,7 @@ class TestDeliveries:
             metrics = PrometheusMetrics()
             async with open_engine(store, ScriptedFetch()) as engine:
                 await engine.submit(
-                    Caller("alice", "lab", hash_key(ALICE)),
+                    Caller("alice", "lab", hash_key(ALICE_KEY)),
                     "fleet",
                     [_target(), _target()],
                     webhook=Webhook(receiver.url(), ("target", "end")),
@@ -244,7 +245,7 @@ class TestSubmit:
     async def test_a_caller_without_a_secret_gets_400_naming_webhook(self, io_clock: Clock) -> None:
         """A webhook from a caller with no secret cannot be signed: 400 naming webhook."""
         async with open_service() as svc:
-            r = await svc.submit(1, key=BOB)
+            r = await svc.submit(1, key=BOB_KEY)
 
         assert (400, "webhook") == (r.status_code, r.json()["field"])
         assert "trio-batch keys secret bob --keys" in r.json()["hint"]
@@ -299,14 +300,13 @@ async def test_deliveries_left_in_the_store_are_sent_after_a_restart(
     async with open_receiver() as receiver:
         async with SQLiteStore.open(path) as store, open_engine(store, ScriptedFetch()) as engine:
             sub = await engine.submit(
-                Caller("alice", "lab", hash_key(ALICE)),
+                Caller("alice", "lab", hash_key(ALICE_KEY)),
                 "fleet",
                 [_target(), _target()],
                 webhook=Webhook(receiver.url(), ("target", "end")),
             )
-            with engine.watch(sub.id) as watch:
-                while (snap := await engine.status(sub.id)) is not None and snap.job.status.live:
-                    await watch.wait()
+            await wait_ended(engine, sub.id)
+            snap = await engine.status(sub.id)
         assert snap is not None
         assert JobStatus.DONE == snap.job.status
         async with (
@@ -327,7 +327,7 @@ async def test_the_python_client_submits_a_webhook(io_clock: Clock) -> None:
 
     async with (
         open_service() as svc,
-        open_client("http://api.test", ALICE, transport=svc.transport) as client,
+        open_client("http://api.test", ALICE_KEY, transport=svc.transport) as client,
     ):
         sub = await client.submit(
             ["https://example.org/a"],
@@ -347,9 +347,7 @@ async def test_jobs_without_a_webhook_never_wake_the_deliveries(io_clock: Clock)
         for i in range(5):
             body = {"targets": [{"url": f"https://example.org/{i}/{j}"} for j in range(3)]}
             job = (await svc.client.post("/v1/batch", json=body, headers=auth())).json()["id"]
-            with svc.engine.watch(job) as watch:
-                while (state := await svc.engine.job(job)) is None or state.status.live:
-                    await watch.wait()
+            await wait_ended(svc.engine, job)
         quiet_reads = svc.reads() - before
         hooked = await svc.submit(1)
         await svc.receiver.wait_for(1)

@@ -17,14 +17,14 @@ from typing import Any, cast
 import pytest
 import trio
 
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema
 from trio_batch import BatchEngine, Caller, Config, Target, Webhook, open_engine
 from trio_batch.http import DeliveryPolicy, hash_key, open_deliveries
 from trio_batch.stores import PostgresStore, ServiceStore
 from trio_batch.stores._protocol import HookDue
 from trio_batch.testing import ScriptedFetch
 
-from .support import ALICE, LOOPBACK, Receiver, webhook_keys
+from .support import ALICE_KEY, LOOPBACK, Receiver, webhook_keys
 
 pytest.importorskip("psycopg")
 
@@ -130,7 +130,7 @@ async def test_two_dispatchers_send_each_event_once_in_order() -> None:
                 )
                 for w, e in zip(watched, engines, strict=True)
             ]
-            alice = Caller("alice", "lab", hash_key(ALICE))
+            alice = Caller("alice", "lab", hash_key(ALICE_KEY))
             hook = Webhook(receiver.url(), ("target", "end"))
             job_ids = [
                 (

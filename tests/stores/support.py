@@ -17,7 +17,8 @@ import trio
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from trio_batch import BatchEngine, JobStatus, Options, Result, SubmitError, Target, TargetState
+from tests.stores.postgres.support import PG_DSN
+from trio_batch import BatchEngine, Options, Result, SubmitError, Target, TargetState
 from trio_batch.stores import (
     CacheEntry,
     Limits,
@@ -28,8 +29,7 @@ from trio_batch.stores import (
     SQLiteStore,
 )
 
-from ..pg_support import PG_DSN
-from ..trio_guest import TrioGuestDriver
+from ..support import TrioGuestDriver
 
 NOW = 1000.0
 """The unix time jobs are admitted at, unless a test says otherwise."""
@@ -110,7 +110,7 @@ class StoreAgreement(RuleBasedStateMachine):
         if self.backend == "sqlite":
             opened = SQLiteStore.open(os.path.join(self.tmp.name, "s.sqlite"))
         else:
-            from tests.pg_support import open_test_store
+            from tests.stores.postgres.support import open_test_store
 
             opened = open_test_store(PG_DSN)
         self.store = cast("ServiceStore", self.trio.enter(opened))
@@ -211,22 +211,13 @@ class StoreAgreement(RuleBasedStateMachine):
         self.tmp.cleanup()
 
 
-async def wait_status(engine: BatchEngine, job_id: str, *statuses: JobStatus) -> None:
-    """Read the job until it has one of ``statuses`` (30 s at most).
-
-    For a fleet, where another instance's outcomes reach no hook of this engine: a bounded
-    poll of the shared database on the real clock.
-    """
-    with trio.fail_after(30):
-        while True:
-            job = await engine.job(job_id)
-            if job is not None and job.status in statuses:
-                return
-            await trio.sleep(0.02)
-
-
 async def wait_target(engine: BatchEngine, job_id: str, idx: int, state: TargetState) -> None:
-    """Read the job's target ``idx`` until it is in ``state`` (30 s at most; as above)."""
+    """Read the job's target ``idx`` until it is in ``state`` (30 s at most).
+
+    For a fleet, where another instance's outcomes reach no watch of this engine: a bounded
+    poll of the shared database on the real clock (``wait_ended_polling`` waits for a job's
+    end the same way).
+    """
     with trio.fail_after(30):
         while True:
             (target,) = await engine.targets(job_id, after=idx - 1, limit=1)

@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.stores.postgres.support import PG_DSN
 from trio_batch import Result, TargetState
 from trio_batch.stores import (
     CacheEntry,
@@ -27,7 +28,6 @@ from trio_batch.stores import (
 )
 
 from ..conftest import STORE_KINDS
-from ..pg_support import PG_DSN
 from . import support
 
 NOW = 1_800_000_000.0
@@ -182,7 +182,7 @@ async def open_store(kind: str, tmp_path: Path) -> AsyncIterator[ServiceStore]:
         async with SQLiteStore.open(tmp_path / "closed.sqlite") as sqlite:
             yield sqlite
     else:
-        from ..pg_support import open_test_store
+        from tests.stores.postgres.support import open_test_store
 
         async with open_test_store(PG_DSN) as pg:
             yield pg

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON
 from trio_batch import Caller, Config, Hooks, Target, open_engine
 from trio_batch.stores import SQLiteStore, Store
 from trio_batch.testing import ScriptedFetch
-
-from ..pg_support import PG_DSN, SKIP_REASON
 
 ITERATIONS = int(os.environ.get("TRIO_BATCH_FAIRNESS_ITERATIONS", "200"))
 
@@ -32,7 +31,7 @@ async def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> Async
     else:
         if not PG_DSN:
             pytest.skip(SKIP_REASON)
-        from tests.pg_support import open_test_store
+        from tests.stores.postgres.support import open_test_store
 
         async with open_test_store(PG_DSN) as pg:
             yield pg

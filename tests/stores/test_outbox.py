@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema
 from trio_batch import JobStatus, Result, TargetState, Webhook
 from trio_batch.stores import Limits, Outcome, PostgresStore, ServiceStore
 from trio_batch.stores._protocol import HookDue

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON
 from trio_batch import (
     Caller,
     CallerBusy,
@@ -29,7 +30,7 @@ from trio_batch.stores import Store
 from trio_batch.stores._protocol import Limits, NewJob, Outcome
 from trio_batch.testing import ScriptedFetch
 
-from ..pg_support import PG_DSN, SKIP_REASON
+from ..support import wait_ended
 from . import support
 
 LIMITS = Limits(ttl=3600, targets_per_job=10, jobs_per_caller=2, jobs_total=8)
@@ -58,29 +59,15 @@ async def left_by_a_dead_process(store: Store) -> None:
     assert await store.start_target("a", 1, now)
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self.ended = 0
-        self.all_ended = trio.Event()
-
-    def job(self, event: str) -> None:
-        self.events.append(event)
-        if event in ("done", "partial", "failed", "cancelled"):
-            self.ended += 1
-            if self.ended == 2:
-                self.all_ended.set()
-
-
 async def test_resume_finishes_what_was_live_in_turn(local_store: Store) -> None:
     """The running target is fetched again, the jobs alternate from where they were, once each."""
     await left_by_a_dead_process(local_store)
     fetch = ScriptedFetch()
-    rec = Recorder()
-    config = Config(workers=1, jobs_per_caller=2, resume=True, hooks=Hooks(job=rec.job))
+    events: list[str] = []
+    config = Config(workers=1, jobs_per_caller=2, resume=True, hooks=Hooks(job=events.append))
     async with open_engine(local_store, fetch, config) as engine:
         with trio.fail_after(20):
-            await rec.all_ended.wait()
+            await wait_ended(engine, "a", "b")
         a = await engine.status("a")
         b = await engine.status("b")
 
@@ -91,7 +78,7 @@ async def test_resume_finishes_what_was_live_in_turn(local_store: Store) -> None
         "https://b.example.test/1",
     ]
     assert {(c.name, c.workspace) for c in fetch.callers} == {("alice", "lab")}
-    assert rec.events.count("resumed") == 2
+    assert events.count("resumed") == 2
     assert a is not None and b is not None
     assert (a.job.status, a.job.targets_done) == (JobStatus.DONE, 3)
     assert a.targets[0].result is not None and a.targets[0].result.content == "a0"
@@ -101,16 +88,15 @@ async def test_resume_finishes_what_was_live_in_turn(local_store: Store) -> None
 async def test_caps_are_free_once_resumed_jobs_end(store: Store) -> None:
     """Resumed jobs hold their caller's places while they run, and free them when they end."""
     await left_by_a_dead_process(store)
-    rec = Recorder()
     fetch = ScriptedFetch()
     gate = fetch.hold("https://a.example.test/1")
-    config = Config(workers=2, jobs_per_caller=2, resume=True, hooks=Hooks(job=rec.job))
+    config = Config(workers=2, jobs_per_caller=2, resume=True)
     async with open_engine(store, fetch, config) as engine:
         with pytest.raises(CallerBusy):  # both resumed jobs hold alice's two places
             await engine.submit(Caller("alice"), "fleet", [Target("https://c.example.test/")])
         gate.set()
         with trio.fail_after(20):
-            await rec.all_ended.wait()
+            await wait_ended(engine, "a", "b")
         first = await engine.submit(Caller("alice"), "fleet", [Target("https://c.example.test/")])
         second = await engine.submit(Caller("alice"), "fleet", [Target("https://d.example.test/")])
     assert not first.reused and not second.reused
@@ -158,12 +144,10 @@ async def test_closing_with_resume_leaves_live_jobs_to_the_next_engine(store: St
     mid = await store.read_job(sub.id)
 
     second = ScriptedFetch()
-    rec = Recorder()
-    rec.ended = 1  # one job to wait for
-    again = Config(workers=1, resume=True, hooks=Hooks(job=rec.job))
+    again = Config(workers=1, resume=True)
     async with open_engine(store, second, again) as engine:
         with trio.fail_after(20):
-            await rec.all_ended.wait()
+            await wait_ended(engine, sub.id)
         snap = await engine.status(sub.id)
 
     assert mid is not None and mid.status is JobStatus.RUNNING and mid.targets_done == 1
@@ -186,13 +170,11 @@ async def test_a_live_postgres_instance_adopts_a_gone_one(tmp_path: object) -> N
     fleet the jobs are everyone's; ``resume`` changes nothing there)."""
     if not PG_DSN:
         pytest.skip(SKIP_REASON)
+    from tests.stores.postgres.support import open_test_schema
     from trio_batch.stores import PostgresStore
 
-    from ..pg_support import open_test_schema
-
     fetch = ScriptedFetch()
-    rec = Recorder()
-    config = Config(workers=1, jobs_per_caller=2, resume=True, hooks=Hooks(job=rec.job))
+    config = Config(workers=1, jobs_per_caller=2, resume=True)
     async with open_test_schema(PG_DSN) as schema:
         async with PostgresStore.open(PG_DSN, schema=schema) as gone:
             await left_by_a_dead_process(gone)
@@ -202,7 +184,7 @@ async def test_a_live_postgres_instance_adopts_a_gone_one(tmp_path: object) -> N
             open_engine(survivor, fetch, config) as engine,
         ):
             with trio.fail_after(30):
-                await rec.all_ended.wait()
+                await wait_ended(engine, "a", "b")
             a = await engine.status("a")
     assert a is not None and (a.job.status, a.job.targets_done) == (JobStatus.DONE, 3)
     assert fetch.calls[0] == "https://a.example.test/1"

@@ -13,7 +13,7 @@ from trio_batch import Caller, Config, StoreError, open_engine
 from trio_batch.stores import Limits, SQLiteStore
 from trio_batch.stores._sqlite._schema import SCHEMA_VERSION
 
-from ..support import Recorder, targets
+from ..support import targets, wait_ended
 from .support import new_job
 
 LIMITS = Limits(ttl=100.0, targets_per_job=32, jobs_per_caller=1000, jobs_total=1000)
@@ -151,13 +151,12 @@ class TestSQLiteStore:
         """A whole batch runs on SQLite and reads back after reopening."""
         from trio_batch.testing import ScriptedFetch
 
-        rec = Recorder()
         path = tmp_path / "jobs.sqlite"
         async with SQLiteStore.open(path) as store:
-            config = Config(hooks=rec.hooks(), workers=2, jobs_per_caller=3)
+            config = Config(workers=2, jobs_per_caller=3)
             async with open_engine(store, ScriptedFetch(), config) as engine:
                 subs = [await engine.submit(Caller("a"), "fleet", targets(j, 5)) for j in "xyz"]
-                await rec.wait_terminal(3)
+                await wait_ended(engine, *(sub.id for sub in subs))
         async with SQLiteStore.open(path, readonly=True) as store:
             for sub in subs:
                 snap = await store.snapshot(sub.id)

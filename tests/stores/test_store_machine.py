@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from ..pg_support import PG_DSN, SKIP_REASON
+from tests.stores.postgres.support import PG_DSN, SKIP_REASON
+
 from .support import StoreAgreement
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
-"""Fixtures of the web fetcher tests: a local HTTP server and a local HTTPS one.
+"""Fixtures of the web fetcher tests: a local HTTP site and a local HTTPS one.
 
-What tests import (the server class, fake DNS, PDFs, mock transports, pages) is in
-``support.py``.
+What tests import is in ``support.py`` (fake DNS, PDFs, mock transports, pages) and
+``tests/support.py`` (the local site itself).
 """
 
 from __future__ import annotations
@@ -13,18 +13,14 @@ import pytest
 import trio
 import trustme
 
-from tests.web.support import LocalServer, TlsServer
+from tests.support import LocalSite, serve_site
+from tests.web.support import TlsServer
 
 
 @pytest.fixture
-async def server(nursery: trio.Nursery) -> LocalServer:
-    """A local HTTP server, stopped when the test ends."""
-    local = LocalServer()
-    listeners: list[trio.SocketListener] = await nursery.start(
-        functools.partial(trio.serve_tcp, local.handle, 0, host="127.0.0.1")
-    )
-    local.port = listeners[0].socket.getsockname()[1]
-    return local
+async def server(nursery: trio.Nursery) -> LocalSite:
+    """A local HTTP site on 127.0.0.1, stopped when the test ends."""
+    return await serve_site(nursery)
 
 
 @pytest.fixture
@@ -35,7 +31,7 @@ async def tls_server(nursery: trio.Nursery) -> TlsServer:
     ca.issue_cert("secure.example").configure_cert(server_context)
     client_context = ssl.create_default_context()
     ca.configure_trust(client_context)
-    local = LocalServer()
+    local = LocalSite()
     listeners: list[trio.SSLListener[trio.SocketStream]] = await nursery.start(
         functools.partial(
             trio.serve_ssl_over_tcp, local.handle, 0, server_context, host="127.0.0.1"

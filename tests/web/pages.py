@@ -1,8 +1,8 @@
-"""The fixture pages of ``tests/web/fixtures/pages`` and their expected outputs: the main
-content (the default) in ``NAME.txt`` and ``NAME.md``, the whole page (``main_content:
+"""Write the fixture pages' expected outputs again (the pages themselves are in ``support.py``):
+the main content (the default) in ``NAME.txt`` and ``NAME.md``, the whole page (``main_content:
 false``) of each HTML page in ``NAME.whole.txt`` and ``NAME.whole.md``.
 
-Regenerate the expected outputs after a deliberate change to the extractor, then read the diff
+Run it after a deliberate change to the extractor, then read the diff
 (``git diff tests/web/fixtures``) before committing it::
 
     python -m tests.web.pages
@@ -10,43 +10,14 @@ Regenerate the expected outputs after a deliberate change to the extractor, then
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
+from tests.web.support import MODES as MODES, Page as Page, pages as pages
 
-from trio_batch import Options
-from trio_batch.web import shape
-
-FOLDER = Path(__file__).parent / "fixtures" / "pages"
-MODES = ("text", "markdown")
-
-
-@dataclass(frozen=True)
-class Page:
-    name: str
-    url: str
-    content_type: str
-
-    @property
-    def body(self) -> bytes:
-        return (FOLDER / self.name).read_bytes()
-
-    def expected_path(self, mode: str, *, whole: bool = False) -> Path:
-        kind = ".whole" if whole else ""
-        return FOLDER / f"{self.name}{kind}.{'md' if mode == 'markdown' else 'txt'}"
-
-    def shaped(self, mode: str, *, whole: bool = False) -> tuple[str, dict[str, object]]:
-        options = Options(mode=mode, main_content=not whole)
-        result = shape(self.body, url=self.url, content_type=self.content_type, options=options)
-        return result.content, result.meta
-
-
-def pages() -> list[Page]:
-    manifest = json.loads((FOLDER / "pages.json").read_text(encoding="utf-8"))
-    return [Page(name, **entry) for name, entry in manifest.items()]
+# MODES, Page and pages stay importable from here: test_extract_pages.py and
+# bench/extract_cost.py import them from this module.
 
 
 def main() -> None:
+    """Shape every fixture page in every mode (and HTML pages whole too) and write the outputs."""
     for page in pages():
         for mode in MODES:
             for whole in (False, True) if page.name.endswith(".html") else (False,):

@@ -1,29 +1,36 @@
-"""What the web room's tests share: a local HTTP server, fake DNS, PDFs, mock transports, pages.
+"""What the web room's tests share: fake DNS, PDFs, mock transports, pages, the browser's sites.
 
 Nothing here sends a packet beyond 127.0.0.1: the fake DNS answers what each test says, the
 recording network backend refuses every address outside loopback, and mock transports answer
-in-process. The fixtures that start servers (``server``, ``tls_server``) are in
-``conftest.py``; this module holds what a test imports.
+in-process. The local HTTP site is every room's (``tests.support.LocalSite``); the fixtures that
+start one (``server``, ``tls_server``) are in ``conftest.py``; this module holds what a test
+imports.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import json
 import socket
 import ssl
-from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, cast
 
-import h11
 import httpcore
 import httpx
 import trio
 
-from trio_batch import Caller
+from tests.support import LocalSite, Reply as Reply
+from trio_batch import Caller, Options
 from trio_batch.stores import CacheEntry, ResponseCache
-from trio_batch.web import WebFetcher
+from trio_batch.web import WebFetcher, shape
+from trio_batch.web._render._browser import find_chromium
+
+Marked = TypeVar("Marked", bound=Callable[..., object])
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 PUBLIC_IP = "93.184.216.34"
@@ -39,90 +46,9 @@ JSON = [("content-type", "application/json")]
 PDF = [("content-type", "application/pdf")]
 
 
-@dataclass
-class Reply:
-    """What the local server answers to one request."""
-
-    status: int = 200
-    body: bytes = b""
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    chunks: list[bytes] | None = None
-    """Send these chunked, without a Content-Length."""
-    stall: bool = False
-    """Send the headers and the first chunk, then hang."""
-
-
-class LocalServer:
-    """A tiny HTTP/1.1 server on 127.0.0.1 (h11 over Trio) with scripted replies per path."""
-
-    def __init__(self) -> None:
-        self.port = 0
-        self.hits: Counter[str] = Counter()
-        self.user_agents: list[str] = []
-        self.cookies: list[str] = []
-        self._routes: dict[str, list[Reply]] = {}
-
-    def route(self, path: str, *replies: Reply) -> None:
-        """Answer ``path`` with ``replies`` in turn; the last one repeats."""
-        self._routes[path] = list(replies)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def _reply(self, target: str) -> Reply:
-        path = target.split("?", 1)[0]
-        self.hits[path] += 1
-        replies = self._routes.get(path)
-        if not replies:
-            return Reply(404, b"not found", [("content-type", "text/plain")])
-        return replies.pop(0) if len(replies) > 1 else replies[0]
-
-    async def handle(self, stream: trio.abc.Stream) -> None:
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request = await self._next_request(conn, stream)
-                if request is None:
-                    return
-                headers = dict(request.headers)
-                self.user_agents.append(headers.get(b"user-agent", b"").decode())
-                self.cookies.append(headers.get(b"cookie", b"").decode())
-                await self._send(conn, stream, self._reply(request.target.decode()))
-                if conn.our_state is h11.MUST_CLOSE:
-                    return
-                conn.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
-            return
-        finally:
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-
-    @staticmethod
-    async def _next_request(conn: h11.Connection, stream: trio.abc.Stream) -> h11.Request | None:
-        request = None
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(bytes(await stream.receive_some(65536)))
-            elif isinstance(event, h11.Request):
-                request = event
-            elif isinstance(event, h11.EndOfMessage):
-                return request
-            elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-                return None
-
-    @staticmethod
-    async def _send(conn: h11.Connection, stream: trio.abc.Stream, reply: Reply) -> None:
-        headers = list(reply.headers)
-        if reply.chunks is None:
-            headers.append(("content-length", str(len(reply.body))))
-        await stream.send_all(conn.send(h11.Response(status_code=reply.status, headers=headers)))
-        for chunk in reply.chunks if reply.chunks is not None else [reply.body]:
-            if chunk:
-                await stream.send_all(conn.send(h11.Data(data=chunk)))
-            if reply.stall:
-                await trio.sleep_forever()
-        await stream.send_all(conn.send(h11.EndOfMessage()))
+LocalServer = LocalSite
+"""The name this room's tests knew the local site by; tests/web/test_options.py and
+test_formats.py still use it (and import ``Reply`` from here)."""
 
 
 @dataclass
@@ -130,7 +56,7 @@ class TlsServer:
     """A local HTTPS server whose certificate names ``secure.example``, and a client context
     that trusts its CA."""
 
-    server: LocalServer
+    server: LocalSite
     client_context: ssl.SSLContext
 
 
@@ -335,3 +261,129 @@ def stalled_fetcher(cache: StalledCache | ResponseCache, **settings: object) -> 
         transport=httpx.MockTransport(handler),
         **settings,  # type: ignore[arg-type]
     )
+
+
+# -- the browser's sites ---------------------------------------------------------------------------
+# The proxy and render tests serve pages from ALLOWED_HOST, the one address the guard lets
+# through there; a listener on FORBIDDEN_HOST plays the private address nothing may reach.
+
+ALLOWED_HOST = "127.0.0.2"
+"""The site's address: the only one the guard lets through in these tests."""
+FORBIDDEN_HOST = "127.0.0.3"
+"""The "private" address: a listener there must never see a connection."""
+ALLOW = [ipaddress.ip_network(f"{ALLOWED_HOST}/32")]
+
+
+def needs_chromium(test: Marked) -> Marked:
+    """Skip ``test`` (a function or a class) where Debian's Chromium is not installed."""
+    import pytest  # here, not above: the benchmarks import this module without pytest
+
+    skip = pytest.mark.skipif(
+        find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"
+    )
+    return cast("Marked", skip(test))
+
+
+SPA = b"""<!doctype html><html><head><title>App</title></head><body>
+<div id="app">Loading...</div>
+<script>
+setTimeout(() => {
+  document.getElementById("app").innerHTML = '<h1 id="ready">Rendered by a script</h1>';
+}, 50);
+</script></body></html>"""
+"""A single-page app: its text is written by a script 50 ms after load."""
+
+
+def html_page(
+    body: bytes = b"",
+    status: int = 200,
+    headers: list[tuple[str, str]] | None = None,
+    *,
+    hold: trio.Event | None = None,
+) -> Reply:
+    """A page as a browser gets it: HTML unless ``headers`` say otherwise."""
+    return Reply(
+        status, body, [("content-type", "text/html")] if headers is None else headers, hold=hold
+    )
+
+
+@dataclass
+class CountingListener:
+    """A TCP listener (and a UDP socket on the same port) that counts whoever reaches it."""
+
+    host: str
+    port: int = 0
+    connections: int = 0
+    datagrams: int = 0
+
+
+@asynccontextmanager
+async def open_counting_listener(host: str = FORBIDDEN_HOST) -> AsyncIterator[CountingListener]:
+    """A :class:`CountingListener` on ``host``: every TCP connection is counted and closed at
+    once, every UDP datagram is counted."""
+    counter = CountingListener(host)
+
+    async def count(stream: trio.SocketStream) -> None:
+        counter.connections += 1
+        await stream.aclose()
+
+    udp = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+
+    async def count_datagrams() -> None:
+        while True:
+            await udp.recv(65536)
+            counter.datagrams += 1
+
+    with udp:
+        async with trio.open_nursery() as nursery:
+            listeners: list[trio.SocketListener] = await nursery.start(
+                functools.partial(trio.serve_tcp, count, 0, host=host)
+            )
+            counter.port = listeners[0].socket.getsockname()[1]
+            await udp.bind((host, counter.port))
+            nursery.start_soon(count_datagrams)
+            yield counter
+            nursery.cancel_scope.cancel()
+
+
+# -- the fixture pages -----------------------------------------------------------------------------
+# The pages of tests/web/fixtures/pages and their expected outputs: the main content (the
+# default) in NAME.txt and NAME.md, the whole page (main_content: false) of each HTML page in
+# NAME.whole.txt and NAME.whole.md; ``python -m tests.web.pages`` writes the outputs again after
+# a deliberate change to the extractor.
+
+FIXTURE_PAGES = Path(__file__).parent / "fixtures" / "pages"
+MODES = ("text", "markdown")
+"""The shapes every fixture page is compared in."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """A fixture page: its file, the URL and content type it is shaped as."""
+
+    name: str
+    url: str
+    content_type: str
+
+    @property
+    def body(self) -> bytes:
+        return (FIXTURE_PAGES / self.name).read_bytes()
+
+    def expected_path(self, mode: str, *, whole: bool = False) -> Path:
+        """The file holding this page's expected output in ``mode`` (``whole``: of the whole
+        page, not its main content)."""
+        kind = ".whole" if whole else ""
+        return FIXTURE_PAGES / f"{self.name}{kind}.{'md' if mode == 'markdown' else 'txt'}"
+
+    def shaped(self, mode: str, *, whole: bool = False) -> tuple[str, dict[str, object]]:
+        """The page shaped in ``mode`` now (``whole``: ``main_content=False``): its content and
+        meta."""
+        options = Options(mode=mode, main_content=not whole)
+        result = shape(self.body, url=self.url, content_type=self.content_type, options=options)
+        return result.content, result.meta
+
+
+def pages() -> list[Page]:
+    """Every fixture page, as ``pages.json`` lists them."""
+    manifest = json.loads((FIXTURE_PAGES / "pages.json").read_text(encoding="utf-8"))
+    return [Page(name, **entry) for name, entry in manifest.items()]

@@ -7,15 +7,14 @@ own. Lower bounds only: a loaded machine can make things slower, never faster.
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import httpx
 import pytest
 import trio
 
-from tests.support import Recorder
-from tests.web.support import CALLER, LOOPBACK, TEXT, LocalServer, Reply, mock_transport
+from tests.support import Reply, serve_site, wait_ended
+from tests.web.support import CALLER, LOOPBACK, TEXT, mock_transport
 from trio_batch import (
     Caller,
     Config,
@@ -54,6 +53,8 @@ class Host:
 
 
 async def test_fetch_one_calls_share_the_budget() -> None:
+    """Concurrent ``fetch_one`` calls share the fetcher's budget: one at a time, ``interval``
+    apart."""
     host = Host()
     budget = HostBudget(concurrency=1, interval=0.1)
     async with (
@@ -87,8 +88,7 @@ async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
     host all end done, one request at a time (a second acquire would wait for ever)."""
     host = Host()
     budget = HostBudget(concurrency=1)
-    rec = Recorder()
-    config = Config(workers=4, max_workers=4, jobs_total=4, hooks=rec.hooks())
+    config = Config(workers=4, max_workers=4, jobs_total=4)
     async with (
         WebFetcher(allow=LOOPBACK, transport=mock_transport(host.handle), budget=budget) as fetch,
         open_engine(
@@ -106,7 +106,7 @@ async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
             for i in range(3)
         ]
         with trio.fail_after(20):
-            await rec.wait_terminal(3)
+            await wait_ended(engine, *(sub.id for sub in subs))
         snaps = [await engine.status(sub.id) for sub in subs]
     assert 1 == host.most
     assert 9 == len(host.starts)
@@ -116,37 +116,22 @@ async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
 
 
 def test_the_scope_is_the_host_and_port_a_refused_url_has_none() -> None:
+    """A target's scope is its host and port (the default port filled in); a refused URL has
+    none."""
     fetch = WebFetcher(allow=LOOPBACK)
     assert "127.0.0.1:8" == fetch.scope(Target("http://127.0.0.1:8/x"))
     assert "example.com:443" == fetch.scope(Target("https://EXAMPLE.com/x"))
     assert fetch.scope(Target("ftp://example.com/")) is None
 
 
-class ArrivalsServer(LocalServer):
-    """The local site, recording when each request arrived (Trio's clock)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.arrivals: list[float] = []
-
-    def _reply(self, target: str) -> Reply:
-        self.arrivals.append(trio.current_time())
-        return super()._reply(target)
-
-
 async def test_five_callers_on_a_real_socket_keep_the_spacing(nursery: trio.Nursery) -> None:
     """A site on a real socket, one request at a time and 0.2 s apart: five callers' jobs
     arrive spaced, all done, whatever the workers (real clock: lower bounds only)."""
-    site = ArrivalsServer()
-    listeners = await nursery.start(
-        functools.partial(trio.serve_tcp, site.handle, 0, host="127.0.0.1")
-    )
-    site.port = listeners[0].socket.getsockname()[1]
+    site = await serve_site(nursery)
     for i in range(2):
         site.route(f"/p{i}", Reply(body=b"page", headers=TEXT))
     budget = HostBudget(concurrency=1, interval=0.2)
-    rec = Recorder()
-    config = Config(workers=8, max_workers=8, jobs_per_caller=1, jobs_total=8, hooks=rec.hooks())
+    config = Config(workers=8, max_workers=8, jobs_per_caller=1, jobs_total=8)
     async with (
         WebFetcher(allow=LOOPBACK, budget=budget) as fetch,
         open_engine(MemoryStore(), fetch, config, budget=budget, scope=fetch.scope) as engine,
@@ -158,13 +143,14 @@ async def test_five_callers_on_a_real_socket_keep_the_spacing(nursery: trio.Nurs
             for c in range(5)
         ]
         with trio.fail_after(30):
-            await rec.wait_terminal(5)
+            await wait_ended(engine, *(s.id for s in subs))
         snaps = [await engine.status(s.id) for s in subs]
-    assert 10 == len(site.arrivals)
+    arrivals = [seen.at for seen in site.seen]
+    assert 10 == len(arrivals)
     # Starts are 0.2 s apart; an arrival may be late by the machine's scheduling, which can
     # bring it nearer the next one on a loaded machine, but never makes two come early: the
     # span holds nine spacings, and no two requests come in a burst.
-    gaps = [b - a for a, b in itertools.pairwise(site.arrivals)]
-    assert site.arrivals[-1] - site.arrivals[0] >= 9 * 0.2 - 0.01
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert arrivals[-1] - arrivals[0] >= 9 * 0.2 - 0.01
     assert min(gaps) >= 0.1, gaps
     assert all(s is not None and s.job.status.value == "done" for s in snaps)

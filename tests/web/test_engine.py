@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from tests.support import Recorder
-from tests.web.support import (
-    ARTICLE_HTML,
-    DATA_JSON,
-    LOOPBACK,
-    REPORT_PAGES,
-    LocalServer,
-    Reply,
-    make_pdf,
-)
+from tests.support import LocalSite, Recorder, Reply, wait_ended
+from tests.web.support import ARTICLE_HTML, DATA_JSON, LOOPBACK, REPORT_PAGES, make_pdf
 from trio_batch import Caller, Config, JobStatus, Options, Target, TargetState, open_engine
 from trio_batch.stores import MemoryStore
 from trio_batch.web import WebFetcher, precheck
@@ -21,7 +13,7 @@ from trio_batch.web import WebFetcher, precheck
 
 class TestMixedBatch:
     async def test_mixed_batch_ends_partial_with_content_meta_errors_and_hints(
-        self, server: LocalServer
+        self, server: LocalSite
     ) -> None:
         """HTML, JSON+jq, PDF+pages, grep, a 429-then-200 page and a private URL: partial."""
         server.route("/article", Reply(body=ARTICLE_HTML, headers=[("content-type", "text/html")]))
@@ -56,7 +48,7 @@ class TestMixedBatch:
         ):
             submitted = await engine.submit(Caller("agent"), "fleet", targets)
             with trio.fail_after(20):
-                await recorder.wait_terminal(1)
+                await wait_ended(engine, submitted.id)
             snapshot = await engine.status(submitted.id)
 
         assert snapshot is not None

@@ -10,7 +10,8 @@ import pytest
 import trio
 
 import trio_batch.web
-from tests.web.support import LOOPBACK, PUBLIC_IP, FakeDNS, LocalServer, Reply
+from tests.support import LocalSite, Reply
+from tests.web.support import LOOPBACK, PUBLIC_IP, FakeDNS
 from trio_batch import Caller, Target, TargetError
 from trio_batch.web import WebFetcher
 
@@ -51,7 +52,7 @@ class TestSurface:
 
 class TestHygiene:
     async def test_logs_never_name_the_url_or_host(
-        self, server: LocalServer, caplog: pytest.LogCaptureFixture
+        self, server: LocalSite, caplog: pytest.LogCaptureFixture
     ) -> None:
         """Log records of fetches, good and bad, carry no URL and no host."""
         server.route("/ok", Reply(body=b"fine", headers=[("content-type", "text/plain")]))

@@ -6,16 +6,8 @@ import ipaddress
 
 import pytest
 
-from tests.web.support import (
-    CALLER,
-    LOOPBACK,
-    PUBLIC_IP,
-    FakeDNS,
-    LocalServer,
-    RecordingBackend,
-    Reply,
-    TlsServer,
-)
+from tests.support import LocalSite, Reply, redirect
+from tests.web.support import CALLER, LOOPBACK, PUBLIC_IP, FakeDNS, RecordingBackend, TlsServer
 from trio_batch import Caller, Target, TargetError
 from trio_batch.web import WebFetcher, precheck
 from trio_batch.web._guard._check import (
@@ -216,7 +208,7 @@ class TestFetchTimeGuard:
 
         assert backend.connects == []
 
-    async def test_connects_to_the_checked_answer_only(self, server: LocalServer) -> None:
+    async def test_connects_to_the_checked_answer_only(self, server: LocalSite) -> None:
         """A name whose second DNS answer is private is never reached (no rebinding)."""
         server.route("/", Reply(body=b"hello", headers=[("content-type", "text/plain")]))
         dns = FakeDNS()
@@ -233,7 +225,7 @@ class TestFetchTimeGuard:
         assert dns.calls == ["rebind.example", "rebind.example"]
         assert backend.connects == ["127.0.0.1"]
 
-    async def test_tls_keeps_the_host_name(self, server: LocalServer) -> None:
+    async def test_tls_keeps_the_host_name(self, server: LocalSite) -> None:
         """The request still names the host (Host header and SNI), not the pinned address."""
         server.route("/", Reply(body=b"ok", headers=[("content-type", "text/plain")]))
         dns = FakeDNS({"named.example": [["127.0.0.1"]]})
@@ -269,11 +261,11 @@ class TestFetchTimeGuard:
         assert backend.connects == ["127.0.0.1", "127.0.0.1"]
 
     async def test_redirect_chain_ending_in_a_private_address_is_refused(
-        self, server: LocalServer
+        self, server: LocalSite
     ) -> None:
         """Every redirect is re-checked: a chain that ends on a private address stops there."""
-        server.route("/r1", Reply(302, headers=[("location", "/r2")]))
-        server.route("/r2", Reply(301, headers=[("location", "http://10.0.0.1/admin")]))
+        server.route("/r1", redirect("/r2"))
+        server.route("/r2", redirect("http://10.0.0.1/admin", 301))
         backend = RecordingBackend()
         async with WebFetcher(allow=LOOPBACK, network_backend=backend) as fetch:
             with pytest.raises(TargetError) as info:
@@ -285,11 +277,9 @@ class TestFetchTimeGuard:
         assert server.hits["/r2"] == 1
         assert all(host == "127.0.0.1" for host in backend.connects)
 
-    async def test_redirect_to_a_name_resolving_private_is_refused(
-        self, server: LocalServer
-    ) -> None:
+    async def test_redirect_to_a_name_resolving_private_is_refused(self, server: LocalSite) -> None:
         """A redirect to a host name is resolved and checked like the first hop."""
-        server.route("/go", Reply(302, headers=[("location", "http://internal.example/")]))
+        server.route("/go", redirect("http://internal.example/"))
         dns = FakeDNS({"internal.example": [["172.20.0.5"]]})
         backend = RecordingBackend()
         async with WebFetcher(resolver=dns, allow=LOOPBACK, network_backend=backend) as fetch:

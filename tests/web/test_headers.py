@@ -12,8 +12,8 @@ import logging
 import pytest
 import trio
 
-from tests.support import RecordingSite as Site, serve_recording_site
-from tests.web.support import CALLER, LOOPBACK
+from tests.support import LocalSite, Reply, redirect, serve_site
+from tests.web.support import CALLER, LOOPBACK, TEXT
 from trio_batch import Options, Target, TargetError
 from trio_batch._headers import SECRET_MARK, SECRETS, HeaderSecrets
 from trio_batch._sealing import SealingKeys
@@ -23,18 +23,20 @@ from trio_batch.web import DEFAULT_USER_AGENT, WebFetcher, validate_options
 COOKIE = "session=cookie-value-7f3a9"
 BEARER = "Bearer token-value-5c1e2"
 URL = "https://a.test/"
+OK = Reply(body=b"ok", headers=TEXT)
+"""What a routed page answers."""
 
 
 @pytest.fixture
-async def site(nursery: trio.Nursery) -> Site:
+async def site(nursery: trio.Nursery) -> LocalSite:
     """The target's site, on 127.0.0.1."""
-    return await serve_recording_site(nursery, "127.0.0.1")
+    return await serve_site(nursery, "127.0.0.1")
 
 
 @pytest.fixture
-async def other(nursery: trio.Nursery) -> Site:
+async def other(nursery: trio.Nursery) -> LocalSite:
     """Another origin, on 127.0.0.2."""
-    return await serve_recording_site(nursery, "127.0.0.2")
+    return await serve_site(nursery, "127.0.0.2")
 
 
 def sealed(url: str, **headers: str) -> Target:
@@ -44,9 +46,9 @@ def sealed(url: str, **headers: str) -> Target:
 
 
 class TestAllowedHeaders:
-    async def test_allowed_headers_reach_the_site(self, site: Site) -> None:
+    async def test_allowed_headers_reach_the_site(self, site: LocalSite) -> None:
         """Accept, Accept-Language, Referer, Cookie and Authorization arrive as sent."""
-        site.route("/page")
+        site.route("/page", OK)
         target = sealed(
             site.url("/page"),
             Accept="text/plain",
@@ -65,9 +67,9 @@ class TestAllowedHeaders:
         assert COOKIE == got["cookie"]
         assert BEARER == got["authorization"]
 
-    async def test_a_user_agent_is_appended_to_ours(self, site: Site) -> None:
+    async def test_a_user_agent_is_appended_to_ours(self, site: LocalSite) -> None:
         """The caller's User-Agent follows ours: the site always knows who fetches."""
-        site.route("/page")
+        site.route("/page", OK)
         async with WebFetcher(allow=LOOPBACK) as fetch:
             await fetch(CALLER, sealed(site.url("/page"), User_Agent="my-agent/2.0"))
         [got] = site.headers_of("/page")
@@ -84,10 +86,12 @@ class TestAllowedHeaders:
         assert "de" == headers["Accept-Language"]
         assert str(headers["Cookie"]).startswith("<secret ")
 
-    async def test_a_credential_no_longer_held_fails_without_a_request(self, site: Site) -> None:
+    async def test_a_credential_no_longer_held_fails_without_a_request(
+        self, site: LocalSite
+    ) -> None:
         """A reference this process does not hold (a restart, another instance): a 410 with
         a hint to submit again, and the site is never asked without it."""
-        site.route("/page")
+        site.route("/page", OK)
         elsewhere = HeaderSecrets()  # another process's memory
         headers = elsewhere.seal(CALLER.name, {"Cookie": COOKIE}, url=site.url("/page"))
         async with WebFetcher(allow=LOOPBACK) as fetch:
@@ -96,27 +100,27 @@ class TestAllowedHeaders:
 
         assert 410 == info.value.status
         assert "submit the job again" in info.value.hint
-        assert [] == site.requests
+        assert [] == site.seen
 
-    async def test_another_callers_reference_is_not_honoured(self, site: Site) -> None:
+    async def test_another_callers_reference_is_not_honoured(self, site: LocalSite) -> None:
         """A reference sealed for one caller does not unlock its value for another."""
-        site.route("/page")
+        site.route("/page", OK)
         target = sealed(site.url("/page"), Cookie=COOKIE)
         async with WebFetcher(allow=LOOPBACK) as fetch:
             with pytest.raises(TargetError):
                 await fetch(CALLER.__class__("mallory"), target)
 
-        assert [] == site.requests
+        assert [] == site.seen
 
 
 class TestSealedWithKeys:
     """With a fleet's secrets key (``serve --secrets-key-file``) the store holds the value
     encrypted, and any process with the key opens it at fetch time."""
 
-    async def test_the_longest_credential_reaches_the_site(self, site: Site) -> None:
+    async def test_the_longest_credential_reaches_the_site(self, site: LocalSite) -> None:
         """A 4,096-character value, stored sealed (longer than 4,096), is sent whole."""
         pytest.importorskip("cryptography")
-        site.route("/page")
+        site.route("/page", OK)
         longest = "Bearer " + "t" * (4096 - len("Bearer "))
         with SECRETS.keyed(SealingKeys([b"k" * 32])):
             target = sealed(site.url("/page"), Authorization=longest)
@@ -127,11 +131,11 @@ class TestSealedWithKeys:
         assert 4096 < len(target.options.headers["Authorization"])
         assert longest == got["authorization"]
 
-    async def test_a_key_this_process_lacks_fails_without_a_request(self, site: Site) -> None:
+    async def test_a_key_this_process_lacks_fails_without_a_request(self, site: LocalSite) -> None:
         """Sealed with a key this process does not have: 410 naming the key file, and the
         site is never asked without it."""
         pytest.importorskip("cryptography")
-        site.route("/page")
+        site.route("/page", OK)
         with SECRETS.keyed(SealingKeys([b"a" * 32])):
             target = sealed(site.url("/page"), Cookie=COOKIE)
         with SECRETS.keyed(SealingKeys([b"b" * 32])):
@@ -141,17 +145,17 @@ class TestSealedWithKeys:
 
         assert 410 == info.value.status
         assert "--secrets-key-file" in info.value.msg
-        assert [] == site.requests
+        assert [] == site.seen
 
 
 class TestCredentialsStayHome:
     async def test_not_sent_after_a_redirect_to_another_origin(
-        self, site: Site, other: Site
+        self, site: LocalSite, other: LocalSite
     ) -> None:
         """A redirect to 127.0.0.2 gets neither Cookie nor Authorization; Accept-Language
         goes on."""
-        site.route("/page", to=other.url("/landing"))
-        other.route("/landing")
+        site.route("/page", redirect(other.url("/landing")))
+        other.route("/landing", OK)
         target = sealed(
             site.url("/page"), Cookie=COOKIE, Authorization=BEARER, Accept_Language="fr"
         )
@@ -164,39 +168,43 @@ class TestCredentialsStayHome:
         assert "authorization" not in there
         assert "fr" == there["accept-language"]
 
-    async def test_not_sent_back_home_after_leaving(self, site: Site, other: Site) -> None:
+    async def test_not_sent_back_home_after_leaving(
+        self, site: LocalSite, other: LocalSite
+    ) -> None:
         """Once a redirect left the origin, a redirect back to it carries no credential."""
-        site.route("/page", to=other.url("/bounce"))
-        other.route("/bounce", to=site.url("/back"))
-        site.route("/back")
+        site.route("/page", redirect(other.url("/bounce")))
+        other.route("/bounce", redirect(site.url("/back")))
+        site.route("/back", OK)
         async with WebFetcher(allow=LOOPBACK) as fetch:
             await fetch(CALLER, sealed(site.url("/page"), Cookie=COOKIE))
 
         assert "cookie" not in site.headers_of("/back")[0]
 
-    async def test_another_port_is_another_origin(self, site: Site, nursery: trio.Nursery) -> None:
+    async def test_another_port_is_another_origin(
+        self, site: LocalSite, nursery: trio.Nursery
+    ) -> None:
         """Same host, another port: no credential."""
-        second = await serve_recording_site(nursery, "127.0.0.1")
-        site.route("/page", to=second.url("/landing"))
-        second.route("/landing")
+        second = await serve_site(nursery, "127.0.0.1")
+        site.route("/page", redirect(second.url("/landing")))
+        second.route("/landing", OK)
         async with WebFetcher(allow=LOOPBACK) as fetch:
             await fetch(CALLER, sealed(site.url("/page"), Authorization=BEARER))
 
         assert "authorization" not in second.headers_of("/landing")[0]
 
-    async def test_kept_on_a_redirect_within_the_origin(self, site: Site) -> None:
+    async def test_kept_on_a_redirect_within_the_origin(self, site: LocalSite) -> None:
         """A redirect to another path of the same origin still carries them."""
-        site.route("/page", to=site.url("/moved"))
-        site.route("/moved")
+        site.route("/page", redirect(site.url("/moved")))
+        site.route("/moved", OK)
         async with WebFetcher(allow=LOOPBACK) as fetch:
             await fetch(CALLER, sealed(site.url("/page"), Cookie=COOKIE))
 
         assert COOKIE == site.headers_of("/moved")[0]["cookie"]
 
-    async def test_robots_txt_gets_none(self, site: Site) -> None:
+    async def test_robots_txt_gets_none(self, site: LocalSite) -> None:
         """Obeying robots.txt reads it without the target's headers."""
-        site.route("/robots.txt", b"User-agent: *\nAllow: /\n")
-        site.route("/page")
+        site.route("/robots.txt", Reply(body=b"User-agent: *\nAllow: /\n", headers=TEXT))
+        site.route("/page", OK)
         target = sealed(site.url("/page"), Cookie=COOKIE)
         target = Target(target.url, Options(headers=target.options.headers, robots=True))
         async with WebFetcher(allow=LOOPBACK) as fetch:
@@ -207,9 +215,9 @@ class TestCredentialsStayHome:
 
 
 class TestCache:
-    async def test_a_target_with_a_cookie_bypasses_the_cache(self, site: Site) -> None:
+    async def test_a_target_with_a_cookie_bypasses_the_cache(self, site: LocalSite) -> None:
         """Two fetches of one URL with a cookie both reach the site (and none is kept)."""
-        site.route("/page")
+        site.route("/page", OK)
         store = MemoryStore()
         async with WebFetcher(allow=LOOPBACK, store=store) as fetch:
             first = await fetch(CALLER, sealed(site.url("/page"), Cookie=COOKIE))
@@ -219,9 +227,9 @@ class TestCache:
         assert first.meta["cached"] is False
         assert second.meta["cached"] is False
 
-    async def test_without_credentials_the_cache_serves(self, site: Site) -> None:
+    async def test_without_credentials_the_cache_serves(self, site: LocalSite) -> None:
         """The control: the same URL with Accept-Language alone is served from the cache."""
-        site.route("/page")
+        site.route("/page", OK)
         async with WebFetcher(allow=LOOPBACK, store=MemoryStore()) as fetch:
             await fetch(CALLER, sealed(site.url("/page"), Accept_Language="fr"))
             second = await fetch(CALLER, sealed(site.url("/page"), Accept_Language="fr"))
@@ -232,12 +240,12 @@ class TestCache:
 
 class TestLogs:
     async def test_no_credential_in_any_log_record(
-        self, site: Site, other: Site, caplog: pytest.LogCaptureFixture
+        self, site: LocalSite, other: LocalSite, caplog: pytest.LogCaptureFixture
     ) -> None:
         """At DEBUG, on every logger (httpx and httpcore included), no record holds a value,
         whether the fetch succeeds, redirects or fails."""
-        site.route("/page", to=other.url("/landing"))
-        other.route("/landing")
+        site.route("/page", redirect(other.url("/landing")))
+        other.route("/landing", OK)
         caplog.set_level(logging.DEBUG)
         async with WebFetcher(allow=LOOPBACK) as fetch:
             await fetch(CALLER, sealed(site.url("/page"), Cookie=COOKIE, Authorization=BEARER))

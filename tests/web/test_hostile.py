@@ -3,9 +3,10 @@
 The service is the real thing on 127.0.0.1: ``create_app`` + ``serve`` over an engine and a
 ``WebFetcher`` (shaping workers with 1 s of CPU time and 512 MiB each), fetching from a local
 site. For each attack, while it runs, a second caller (bob) polls ``/healthz`` and fetches an
-11-byte page over and over; each of those answers must come within 1 s. The RSS of the test
-process and of every process it started is sampled the whole time and must stay bounded, and
-the service must still answer afterwards.
+11-byte page over and over; each of those answers must come within RESPONSIVE seconds, or
+within SLOWDOWN times bob's slowest answer just before the attack when the machine is so loaded
+that this is more. The RSS of the test process and of every process it started is sampled the
+whole time and must stay bounded, and the service must still answer afterwards.
 """
 
 from __future__ import annotations
@@ -22,29 +23,37 @@ import httpx
 import pytest
 import trio
 
-from tests.support import Recorder
-from tests.web.support import JSON, LOOPBACK, TEXT, LocalServer, Reply
-from trio_batch import Config, open_engine
+from tests.support import LocalSite, Reply, redirect, serve_site, wait_ended
+from tests.web.support import JSON, LOOPBACK, TEXT
+from trio_batch import BatchEngine, Config, open_engine
 from trio_batch.http import KeyRecord, KeyRing, create_app, hash_key, serve
 from trio_batch.stores import MemoryStore
 from trio_batch.web import WebFetcher, precheck
 
-ALICE, BOB = "tb_hostile-alice", "tb_hostile-bob"
+ALICE_KEY, BOB_KEY = "tb_hostile-alice", "tb_hostile-bob"
 CPU_SECONDS = 1.0
 MEMORY = 512 * 2**20
 WORKERS = 2
 RESPONSIVE = 2.0
-"""Seconds within which bob's /healthz and small fetch must answer while an attack runs (an
-attack that blocked the service would hold bob for its whole CPU_SECONDS and more; on this
-2-core VM, 2.5x slower on some days, a fair answer took up to 1.2 s)."""
+"""Seconds within which bob's /healthz and small fetch must answer while an attack runs, on a
+machine that answers bob at once without it (an attack that blocked the service would hold bob
+for its whole CPU_SECONDS and more; on this 2-core VM a fair answer took up to 1.2 s)."""
+CALM_ROUNDS = 3
+"""Probe rounds measured before each attack, with nothing else running in the service."""
+SLOWDOWN = 10.0
+"""How many times his slowest answer without an attack bob may wait while one runs, when that
+is more than RESPONSIVE: the bound grows with the machine's load, measured in the same test.
+A fair service stayed within 8.1 times over 190 attacks at load 6-17 (a probe's worst is
+heavy-tailed on a loaded machine); a blocked one holds bob for the attack's whole CPU time
+(1 s of CPU: 200 calm answers on an idle machine)."""
 SERVICE_GROWTH = 200 * 2**20
 """Most the test process (client, service and site in one) may grow during an attack."""
 HTML = [("content-type", "text/html")]
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _site() -> LocalServer:
-    site = LocalServer()
+def _route(site: LocalSite) -> None:
+    """The site's pages: small ones for bob, big and hostile ones for the attacks."""
     site.route("/small.txt", Reply(body=b"hello world", headers=TEXT))
     site.route("/data.json", Reply(body=b'{"items": [{"name": "a"}, {"name": "b"}]}', headers=JSON))
     site.route("/words-8k.txt", Reply(body=b"word\n\n" * 8_000, headers=TEXT))
@@ -52,9 +61,8 @@ def _site() -> LocalServer:
     site.route("/aaa.txt", Reply(body=b"a" * 30_000 + b"!", headers=TEXT))
     site.route("/hostile.html", Reply(body=b"<div>" * 200_000, headers=HTML))
     for name, location in REDIRECTS.items():
-        site.route(f"/r/{name}", Reply(302, headers=[("location", location)]))
-    site.route("/r/loop", Reply(302, headers=[("location", "/r/loop")]))
-    return site
+        site.route(f"/r/{name}", redirect(location))
+    site.route("/r/loop", redirect("/r/loop"))
 
 
 REDIRECTS = {
@@ -72,8 +80,8 @@ class Service:
     """The served app and what the probes and the sampler saw."""
 
     client: httpx.AsyncClient
-    site: LocalServer
-    recorder: Recorder
+    site: LocalSite
+    engine: BatchEngine
     worst_probe: float = 0.0
     probes: int = 0
     probed: trio.Event = field(default_factory=trio.Event)
@@ -85,17 +93,17 @@ class Service:
     def url(self, path: str) -> str:
         return self.site.url(path)
 
-    async def fetch(self, url: str, key: str = ALICE, **options: object) -> httpx.Response:
+    async def fetch(self, url: str, key: str = ALICE_KEY, **options: object) -> httpx.Response:
         body = {"url": url, "options": options} if options else {"url": url}
         return await self.client.post("/v1/fetch", json=body, headers=_auth(key))
 
-    async def batch(self, *targets: object, key: str = ALICE) -> httpx.Response:
+    async def batch(self, *targets: object, key: str = ALICE_KEY) -> httpx.Response:
         return await self.client.post("/v1/batch", json={"targets": targets}, headers=_auth(key))
 
-    async def finished(self, job_id: str, terminal_before: int) -> list[dict[str, object]]:
-        """The job's targets once it is terminal (waiting on the engine's hooks, not time)."""
-        await self.recorder.wait_terminal(terminal_before + 1)
-        r = await self.client.get(f"/v1/batch/{job_id}?results=1", headers=_auth(ALICE))
+    async def finished(self, job_id: str) -> list[dict[str, object]]:
+        """The job's targets once it has ended (woken by the engine's watch, not by time)."""
+        await wait_ended(self.engine, job_id)
+        r = await self.client.get(f"/v1/batch/{job_id}?results=1", headers=_auth(ALICE_KEY))
         targets: list[dict[str, object]] = r.json()["targets"]
         return targets
 
@@ -131,21 +139,17 @@ def _descendants() -> list[int]:
 @asynccontextmanager
 async def hostile_service() -> AsyncIterator[Service]:
     """The service on 127.0.0.1 with its site; both stop when the block ends."""
-    site = _site()
-    recorder = Recorder()
     keys = KeyRing(
         [
-            KeyRecord("alice", "", "fleet", hash_key(ALICE)),
-            KeyRecord("bob", "", "fleet", hash_key(BOB)),
+            KeyRecord("alice", "", "fleet", hash_key(ALICE_KEY)),
+            KeyRecord("bob", "", "fleet", hash_key(BOB_KEY)),
         ]
     )
-    config = Config(workers=4, jobs_per_caller=8, jobs_total=32, hooks=recorder.hooks())
+    config = Config(workers=4, jobs_per_caller=8, jobs_total=32)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        listeners: list[trio.SocketListener] = await nursery.start(
-            functools.partial(trio.serve_tcp, site.handle, 0, host="127.0.0.1")
-        )
-        site.port = listeners[0].socket.getsockname()[1]
+        site = await serve_site(nursery)
+        _route(site)
         async with (
             WebFetcher(
                 allow=LOOPBACK,
@@ -168,7 +172,7 @@ async def hostile_service() -> AsyncIterator[Service]:
                 )
             )
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
-                yield Service(c, site, recorder)
+                yield Service(c, site, engine)
             stop.set()
         nursery.cancel_scope.cancel()
 
@@ -183,7 +187,7 @@ async def _probe(service: Service) -> None:
                 if name == "healthz":
                     r = await bob.get("/healthz")
                 else:
-                    r = await bob.post("/v1/fetch", json={"url": small}, headers=_auth(BOB))
+                    r = await bob.post("/v1/fetch", json={"url": small}, headers=_auth(BOB_KEY))
                 took = trio.current_time() - start
                 service.worst_probe = max(service.worst_probe, took)
                 if r.status_code != 200 or (name == "fetch" and "hello" not in r.text):
@@ -204,21 +208,35 @@ async def _sample(service: Service) -> None:
 
 async def under_watch(service: Service, attack: Callable[[], Awaitable[None]]) -> None:
     """Run ``attack`` while bob probes and memory is sampled, then check both, and that the
-    service still answers."""
+    service still answers.
+
+    Bob's answers are timed first without an attack (after a round that warms the service
+    up), on the same machine under the same load, and the bound scales with that when the
+    machine is slow: a loaded machine slows every answer, an attack that blocks the service
+    holds bob for all its CPU time.
+    """
     baseline = _rss(os.getpid())
     service.worst_probe, service.probes, service.peak_self, service.peak_total = 0.0, 0, 0, 0
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_sample, service)
         nursery.start_soon(_probe, service)
-        await service.probed.wait()
+        await service.probed.wait()  # the first round warms the service up
+        service.worst_probe = 0.0
+        while service.probes < 1 + CALM_ROUNDS:
+            await service.probed.wait()
+        calm, service.worst_probe = service.worst_probe, 0.0
         before = service.probes
         await attack()
         while service.probes < before + 2:  # a probe round overlapped the attack, one followed
             await service.probed.wait()
         nursery.cancel_scope.cancel()
 
+    bound = max(RESPONSIVE, SLOWDOWN * calm)
     assert [] == service.probe_failures
-    assert service.worst_probe < RESPONSIVE, f"bob waited {service.worst_probe:.2f} s"
+    assert service.worst_probe < bound, (
+        f"bob waited {service.worst_probe:.2f} s while the attack ran; without it, at most "
+        f"{calm:.2f} s (bound {bound:.2f} s)"
+    )
     assert service.peak_self - baseline < SERVICE_GROWTH, service.peak_self - baseline
     assert service.peak_total < baseline + SERVICE_GROWTH + WORKERS * MEMORY
     after = await service.client.get("/healthz")
@@ -268,12 +286,11 @@ class TestJq:
         """The same program in a batch: the target fails with the limit and a hint."""
 
         async def attack() -> None:
-            terminal = service.recorder.terminal()
             r = await service.batch(
                 {"url": service.url("/data.json"), "options": {"jq": "def f: f; f"}}
             )
             assert 202 == r.status_code
-            (target,) = await service.finished(r.json()["id"], terminal)
+            (target,) = await service.finished(r.json()["id"])
             assert "failed" == target["status"]
             assert "CPU time" in str(target["error"])
             assert "ask for less" in str(target["hint"])
@@ -380,7 +397,9 @@ class TestUnicode:
         raw = json.dumps({"targets": [body]}).replace("URL", service.url("/small.txt"))
 
         async def attack() -> None:
-            r = await service.client.post("/v1/batch", content=raw.encode(), headers=_auth(ALICE))
+            r = await service.client.post(
+                "/v1/batch", content=raw.encode(), headers=_auth(ALICE_KEY)
+            )
             assert (400, field) == (r.status_code, r.json()["field"])
 
         await under_watch(service, attack)
@@ -406,10 +425,9 @@ class TestRedirects:
 
         async def attack() -> None:
             names = [*REDIRECTS, "loop"]
-            terminal = service.recorder.terminal()
             r = await service.batch(*[{"url": service.url(f"/r/{n}")} for n in names])
             assert 202 == r.status_code
-            targets = await service.finished(r.json()["id"], terminal)
+            targets = await service.finished(r.json()["id"])
             for target in targets:
                 assert "failed" == target["status"]
                 assert "internal error" != target["error"]
@@ -432,7 +450,9 @@ class TestBodies:
         async def attack() -> None:
             for _ in range(5):
                 content = chunks() if chunked else b"x" * 300 * 1024
-                r = await service.client.post("/v1/batch", content=content, headers=_auth(ALICE))
+                r = await service.client.post(
+                    "/v1/batch", content=content, headers=_auth(ALICE_KEY)
+                )
                 assert (413, "body") == (r.status_code, r.json()["field"])
 
         await under_watch(service, attack)

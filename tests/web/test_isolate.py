@@ -303,6 +303,8 @@ def test_warm_starts_a_worker_before_any_fetch_and_the_first_fetch_starts_no_oth
 
 
 def test_warm_outside_the_block_is_a_clear_error() -> None:
+    """``warm()`` outside the fetcher's block is a clear error: not open before, closed after."""
+
     async def main() -> None:
         fetch = fetcher()
         with pytest.raises(RuntimeError, match="not open"):

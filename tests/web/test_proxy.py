@@ -6,13 +6,13 @@ import pytest
 import trio
 import trio.testing
 
-from tests.web.render_support import (
+from tests.support import open_site
+from tests.web.support import (
     ALLOW,
     ALLOWED_HOST,
     FORBIDDEN_HOST,
-    Page,
-    serve_counter,
-    serve_site,
+    html_page,
+    open_counting_listener,
 )
 from trio_batch import HostBudget, HostSlot
 from trio_batch.web._render._proxy import MAX_HEAD_BYTES, REFUSED_HEADER, open_guarded_proxy
@@ -40,7 +40,7 @@ class TestRefusal:
     ) -> None:
         """A request for an address outside the allow-list is answered 403 by the proxy, counted
         as refused, and nothing reaches the address."""
-        async with serve_counter() as private, open_guarded_proxy(allow=ALLOW) as proxy:
+        async with open_counting_listener() as private, open_guarded_proxy(allow=ALLOW) as proxy:
             where = f"{FORBIDDEN_HOST}:{private.port}"
             answer = await exchange(proxy.port, get(f"http://{where}/secret", where))
 
@@ -51,7 +51,7 @@ class TestRefusal:
 
     async def test_a_tunnel_to_a_refused_address_gets_a_403_and_no_connection(self) -> None:
         """CONNECT (HTTPS, WebSockets) to a refused address is answered 403, nothing reached."""
-        async with serve_counter() as private, open_guarded_proxy(allow=ALLOW) as proxy:
+        async with open_counting_listener() as private, open_guarded_proxy(allow=ALLOW) as proxy:
             where = f"{FORBIDDEN_HOST}:{private.port}"
             answer = await exchange(
                 proxy.port, f"CONNECT {where} HTTP/1.1\r\nHost: {where}\r\n\r\n".encode()
@@ -70,7 +70,7 @@ class TestRefusal:
             return [ALLOWED_HOST, FORBIDDEN_HOST]
 
         async with (
-            serve_counter() as private,
+            open_counting_listener() as private,
             open_guarded_proxy(allow=ALLOW, resolver=resolver) as proxy,
         ):
             where = f"site.example:{private.port}"
@@ -89,10 +89,10 @@ class TestRefusal:
             return answers.pop(0)
 
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             open_guarded_proxy(allow=ALLOW, resolver=resolver) as proxy,
         ):
-            site.pages["/"] = Page(b"hello")
+            site.route("/", html_page(b"hello"))
             where = f"site.example:{site.port}"
             answer = await exchange(proxy.port, get(f"http://{where}/", where))
 
@@ -143,8 +143,8 @@ class TestRelay:
     async def test_an_allowed_request_is_relayed_with_connection_close(self) -> None:
         """An allowed plain request reaches the site in origin form without the proxy's own
         headers, and its answer comes back marked Connection: close."""
-        async with serve_site() as site, open_guarded_proxy(allow=ALLOW) as proxy:
-            site.pages["/page"] = Page(b"<p>hi</p>")
+        async with open_site(ALLOWED_HOST) as site, open_guarded_proxy(allow=ALLOW) as proxy:
+            site.route("/page", html_page(b"<p>hi</p>"))
             where = f"{ALLOWED_HOST}:{site.port}"
             answer = await exchange(
                 proxy.port, get(f"http://{where}/page?q=1", where, "Accept-Language: fr")
@@ -161,8 +161,8 @@ class TestRelay:
 
     async def test_a_request_body_is_relayed(self) -> None:
         """A body with a Content-Length reaches the site whole."""
-        async with serve_site() as site, open_guarded_proxy(allow=ALLOW) as proxy:
-            site.pages["/form"] = Page(b"ok")
+        async with open_site(ALLOWED_HOST) as site, open_guarded_proxy(allow=ALLOW) as proxy:
+            site.route("/form", html_page(b"ok"))
             where = f"{ALLOWED_HOST}:{site.port}"
             request = (
                 f"POST http://{where}/form HTTP/1.1\r\nHost: {where}\r\n"
@@ -175,8 +175,8 @@ class TestRelay:
 
     async def test_a_tunnel_relays_bytes_both_ways(self) -> None:
         """CONNECT to an allowed address answers 200 and then carries the bytes as they are."""
-        async with serve_site() as site, open_guarded_proxy(allow=ALLOW) as proxy:
-            site.pages["/"] = Page(b"through the tunnel")
+        async with open_site(ALLOWED_HOST) as site, open_guarded_proxy(allow=ALLOW) as proxy:
+            site.route("/", html_page(b"through the tunnel"))
             where = f"{ALLOWED_HOST}:{site.port}"
             request = f"CONNECT {where} HTTP/1.1\r\nHost: {where}\r\n\r\n".encode()
             request += f"GET / HTTP/1.1\r\nHost: {where}\r\nConnection: close\r\n\r\n".encode()
@@ -193,13 +193,13 @@ class TestBudget:
         a second request reaches the site only after the first has been answered."""
         budget = HostBudget(concurrency=1)
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             open_guarded_proxy(allow=ALLOW, budget=budget) as proxy,
             trio.open_nursery() as nursery,
         ):
             release = trio.Event()
-            site.pages["/slow"] = Page(b"slow", hold=release)
-            site.pages["/other"] = Page(b"other")
+            site.route("/slow", html_page(b"slow", hold=release))
+            site.route("/other", html_page(b"other"))
             where = f"{ALLOWED_HOST}:{site.port}"
             answers: list[bytes] = []
 
@@ -222,8 +222,11 @@ class TestBudget:
         """Requests to the host whose slot the caller already holds (the engine's) run in that
         slot instead of waiting for a second one, which at concurrency 1 would never come."""
         budget = HostBudget(concurrency=1)
-        async with serve_site() as site, open_guarded_proxy(allow=ALLOW, budget=budget) as proxy:
-            site.pages["/"] = Page(b"mine")
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            open_guarded_proxy(allow=ALLOW, budget=budget) as proxy,
+        ):
+            site.route("/", html_page(b"mine"))
             where = f"{ALLOWED_HOST}:{site.port}"
             slot = budget.try_start(where)
             assert isinstance(slot, HostSlot)
@@ -235,8 +238,11 @@ class TestBudget:
     async def test_a_429_pushes_the_host_back(self) -> None:
         """A site's 429 through the proxy backs its scope off, as the fetcher's requests do."""
         budget = HostBudget(concurrency=1)
-        async with serve_site() as site, open_guarded_proxy(allow=ALLOW, budget=budget) as proxy:
-            site.pages["/"] = Page(b"slow down", 429)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            open_guarded_proxy(allow=ALLOW, budget=budget) as proxy,
+        ):
+            site.route("/", html_page(b"slow down", 429))
             where = f"{ALLOWED_HOST}:{site.port}"
             await exchange(proxy.port, get(f"http://{where}/", where))
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web.support import CALLER, LOOPBACK, TEXT, LocalServer, Reply
+from tests.support import LocalSite, Reply, redirect
+from tests.web.support import CALLER, LOOPBACK, TEXT
 from trio_batch import Target, TargetError
 from trio_batch.web import WebFetcher
 
@@ -25,11 +26,11 @@ class TestRedirectFailures:
         ],
     )
     async def test_a_bad_location_fails_the_target_with_a_hint(
-        self, server: LocalServer, location: str, status: int, fragment: str
+        self, server: LocalSite, location: str, status: int, fragment: str
     ) -> None:
         """An unparsable Location, another scheme or a refused address: a 4xx/502 TargetError
         with a hint (before, httpx raised a bare InvalidURL for https:x: an internal error)."""
-        server.route("/r", Reply(302, headers=[("location", location)]))
+        server.route("/r", redirect(location))
         async with WebFetcher(allow=LOOPBACK) as fetch:
             with pytest.raises(TargetError) as info:
                 await fetch(CALLER, Target(server.url("/r")))
@@ -40,7 +41,7 @@ class TestRedirectFailures:
 
     @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
     async def test_odd_locations_read_as_paths_stay_on_the_site(
-        self, server: LocalServer, code: int
+        self, server: LocalSite, code: int
     ) -> None:
         """http:127.0.0.1:8/ is a relative reference (a path on the same site), as httpx and
         browsers read it: the fetch stays on the site, whatever the redirect code."""
@@ -52,7 +53,7 @@ class TestRedirectFailures:
         assert result.content == "same site"
         assert result.meta["redirects"] == 1
 
-    async def test_a_3xx_without_location_is_a_502(self, server: LocalServer) -> None:
+    async def test_a_3xx_without_location_is_a_502(self, server: LocalSite) -> None:
         """A redirect status without a Location has nothing to read: 502 with a hint."""
         server.route("/r", Reply(302, body=b"moved somewhere", headers=TEXT))
         async with WebFetcher(allow=LOOPBACK) as fetch:

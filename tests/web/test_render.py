@@ -13,35 +13,23 @@ import pytest
 import trio
 import trio.testing
 
-from tests.web.render_support import (
+from tests.support import LocalSite, Reply, open_site, redirect
+from tests.web.support import (
     ALLOW,
     ALLOWED_HOST,
     FORBIDDEN_HOST,
-    Counter,
-    Page,
-    Site,
-    serve_counter,
-    serve_site,
+    SPA,
+    CountingListener,
+    html_page,
+    needs_chromium,
+    open_counting_listener,
 )
 from trio_batch import HostBudget, HostSlot, TargetError
-from trio_batch.web._render._browser import find_chromium
 from trio_batch.web._render._cdp import CdpClosed, CdpError, open_cdp
 from trio_batch.web._render._pool import open_render_pool
 
-needs_chromium = pytest.mark.skipif(
-    find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"
-)
 
-SPA = b"""<!doctype html><html><head><title>App</title></head><body>
-<div id="app">Loading...</div>
-<script>
-setTimeout(() => {
-  document.getElementById("app").innerHTML = '<h1 id="ready">Rendered by a script</h1>';
-}, 50);
-</script></body></html>"""
-
-
-def page_with_script(script: str) -> Page:
+def page_with_script(script: str) -> Reply:
     """A page that runs ``script`` and then writes ``done`` into #app."""
     html = f"""<!doctype html><html><body><div id="app">Loading...</div>
 <script>
@@ -50,10 +38,10 @@ def page_with_script(script: str) -> Page:
   document.getElementById("app").innerHTML = '<p id="done">done</p>';
 }})();
 </script></body></html>"""
-    return Page(html.encode())
+    return html_page(html.encode())
 
 
-def attempts_on(private: Counter) -> str:
+def attempts_on(private: CountingListener) -> str:
     """A script that tries every way out to the private listener, each failure swallowed."""
     where = f"{FORBIDDEN_HOST}:{private.port}"
     return f"""
@@ -79,8 +67,11 @@ def attempts_on(private: Counter) -> str:
 class TestRendering:
     async def test_a_single_page_app_gives_its_rendered_text(self) -> None:
         """A page whose content a script writes after load comes back with that content."""
-        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
-            site.pages["/"] = Page(SPA)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            site.route("/", html_page(SPA))
             page = await pool.render(site.url("/"))
 
         assert "Rendered by a script" in page.html
@@ -92,8 +83,11 @@ class TestRendering:
 
     async def test_wait_for_waits_for_the_selector(self) -> None:
         """With wait_for the DOM is taken once the selector matches, not before."""
-        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
-            site.pages["/"] = page_with_script("await new Promise((r) => setTimeout(r, 300));")
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            site.route("/", page_with_script("await new Promise((r) => setTimeout(r, 300));"))
             page = await pool.render(site.url("/"), wait_for="#done")
 
         assert '<p id="done">done</p>' in page.html
@@ -101,9 +95,12 @@ class TestRendering:
 
     async def test_max_wait_takes_the_dom_as_it_is(self) -> None:
         """A page that never gets quiet is taken as it is after max_wait (settled False)."""
-        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
-            site.pages["/"] = Page(SPA.replace(b"</body>", b'<img src="/never"></body>'))
-            site.pages["/never"] = Page(stall=True)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            site.route("/", html_page(SPA.replace(b"</body>", b'<img src="/never"></body>')))
+            site.route("/never", Reply(silent=True))
             page = await pool.render(site.url("/"), max_wait=1.0)
 
         assert "Rendered by a script" in page.html
@@ -111,8 +108,11 @@ class TestRendering:
 
     async def test_an_invalid_selector_is_a_400(self) -> None:
         """A wait_for that is not CSS fails with a hint instead of waiting for nothing."""
-        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
-            site.pages["/"] = Page(SPA)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            site.route("/", html_page(SPA))
             with pytest.raises(
                 TargetError, match=r"^wait_for is not a valid CSS selector$"
             ) as info:
@@ -122,8 +122,11 @@ class TestRendering:
 
     async def test_renders_past_the_pool_size_wait_for_a_renderer(self) -> None:
         """More renders than render_workers all finish, never with more browsers than that."""
-        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
-            site.pages["/"] = Page(SPA)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            site.route("/", html_page(SPA))
             pages: list[str] = []
             most = 0
 
@@ -148,11 +151,11 @@ class TestGuard:
         """fetch (http and https), a WebSocket and an image aimed at a private address are all
         refused by the proxy; the render still ends and nothing reached the address."""
         async with (
-            serve_site() as site,
-            serve_counter() as private,
+            open_site(ALLOWED_HOST) as site,
+            open_counting_listener() as private,
             open_render_pool(allow=ALLOW, workers=1) as pool,
         ):
-            site.pages["/"] = page_with_script(attempts_on(private))
+            site.route("/", page_with_script(attempts_on(private)))
             page = await pool.render(site.url("/"), wait_for="#done")
 
         assert '<p id="done">done</p>' in page.html
@@ -164,12 +167,12 @@ class TestGuard:
         """A redirect of the page to a private address fails the render with a 403, and
         nothing reached the address."""
         async with (
-            serve_site() as site,
-            serve_counter() as private,
+            open_site(ALLOWED_HOST) as site,
+            open_counting_listener() as private,
             open_render_pool(allow=ALLOW, workers=1) as pool,
         ):
             target = f"{scheme}://{FORBIDDEN_HOST}:{private.port}/"
-            site.pages["/go"] = Page(b"", 302, [("location", target)])
+            site.route("/go", redirect(target))
             with pytest.raises(TargetError, match=r"non-public address") as info:
                 await pool.render(site.url("/go"))
 
@@ -179,13 +182,13 @@ class TestGuard:
     async def test_a_script_redirect_to_a_private_address_is_refused(self) -> None:
         """A script that sends the page to a private address fails the render with a 403."""
         async with (
-            serve_site() as site,
-            serve_counter() as private,
+            open_site(ALLOWED_HOST) as site,
+            open_counting_listener() as private,
             open_render_pool(allow=ALLOW, workers=1) as pool,
         ):
             where = f"http://{FORBIDDEN_HOST}:{private.port}/"
-            site.pages["/"] = Page(
-                f"<script>location.href = {json.dumps(where)};</script>".encode()
+            site.route(
+                "/", html_page(f"<script>location.href = {json.dumps(where)};</script>".encode())
             )
             with pytest.raises(TargetError, match=r"non-public address"):
                 await pool.render(site.url("/"))
@@ -195,13 +198,15 @@ class TestGuard:
     async def test_webrtc_sends_nothing_outside_the_proxy(self) -> None:
         """A peer connection's ICE gathering sends no UDP to a private STUN server."""
         async with (
-            serve_site() as site,
-            serve_counter() as private,
+            open_site(ALLOWED_HOST) as site,
+            open_counting_listener() as private,
             open_render_pool(allow=ALLOW, workers=1) as pool,
         ):
             stun = f"stun:{FORBIDDEN_HOST}:{private.port}"
-            site.pages["/"] = page_with_script(
-                f"""
+            site.route(
+                "/",
+                page_with_script(
+                    f"""
   const pc = new RTCPeerConnection({{iceServers: [{{urls: {json.dumps(stun)}}}]}});
   pc.createDataChannel("x");
   await pc.setLocalDescription(await pc.createOffer());
@@ -210,6 +215,7 @@ class TestGuard:
     setTimeout(resolve, 1500);
   }});
 """
+                ),
             )
             page = await pool.render(site.url("/"), wait_for="#done")
 
@@ -227,14 +233,12 @@ class TestGuard:
             return answers.get(host, [])
 
         async with (
-            serve_site() as site,
-            serve_counter() as private,
+            open_site(ALLOWED_HOST) as site,
+            open_counting_listener() as private,
             open_render_pool(allow=ALLOW, workers=1, resolver=resolver) as pool,
         ):
             evil = f"http://evil.test:{private.port}/"
-            site.pages["/"] = page_with_script(
-                f"await fetch({json.dumps(evil)}).catch(() => null);"
-            )
+            site.route("/", page_with_script(f"await fetch({json.dumps(evil)}).catch(() => null);"))
             page = await pool.render(f"http://app.test:{site.port}/", wait_for="#done")
 
         assert "done" in page.html
@@ -247,10 +251,10 @@ class TestGuard:
         that host run in it instead of waiting forever for a second one."""
         budget = HostBudget(concurrency=1)
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             open_render_pool(allow=ALLOW, workers=1, budget=budget) as pool,
         ):
-            site.pages["/"] = Page(SPA.replace(b"</body>", b'<img src="/pixel"></body>'))
+            site.route("/", html_page(SPA.replace(b"</body>", b'<img src="/pixel"></body>')))
             slot = budget.try_start(f"{site.host}:{site.port}")
             assert isinstance(slot, HostSlot)
             with trio.fail_after(20):
@@ -264,7 +268,7 @@ class TestGuard:
 @needs_chromium
 class TestCredentials:
     @staticmethod
-    def credentials_seen(site: Site) -> list[str]:
+    def credentials_seen(site: LocalSite) -> list[str]:
         return [
             seen.path
             for seen in site.seen
@@ -275,11 +279,11 @@ class TestCredentials:
         """Cookie and Authorization reach the target's own requests, never a subresource or a
         fetch of another origin (the same host on another port is another origin)."""
         async with (
-            serve_site() as site,
-            serve_site() as other,
+            open_site(ALLOWED_HOST) as site,
+            open_site(ALLOWED_HOST) as other,
             open_render_pool(allow=ALLOW, workers=1) as pool,
         ):
-            other.pages["/data"] = Page(b"{}", headers=[("content-type", "application/json")])
+            other.route("/data", html_page(b"{}", headers=[("content-type", "application/json")]))
             script = f"""
   await fetch("/same").catch(() => null);
   await fetch({json.dumps(other.url("/data"))}).catch(() => null);
@@ -289,8 +293,8 @@ class TestCredentials:
     img.src = {json.dumps(other.url("/pixel"))};
   }});
 """
-            site.pages["/"] = page_with_script(script)
-            site.pages["/same"] = Page(b"same")
+            site.route("/", page_with_script(script))
+            site.route("/same", html_page(b"same"))
             headers = {"Authorization": "Bearer token-1", "Cookie": "secret=1"}
             await pool.render(site.url("/"), wait_for="#done", headers=headers)
 
@@ -301,12 +305,12 @@ class TestCredentials:
     async def test_headers_are_not_sent_after_a_redirect_to_another_origin(self) -> None:
         """A target that redirects to another origin loses its credentials on the way."""
         async with (
-            serve_site() as site,
-            serve_site() as other,
+            open_site(ALLOWED_HOST) as site,
+            open_site(ALLOWED_HOST) as other,
             open_render_pool(allow=ALLOW, workers=1) as pool,
         ):
-            site.pages["/hop"] = Page(b"", 302, [("location", other.url("/landing"))])
-            other.pages["/landing"] = Page(SPA)
+            site.route("/hop", redirect(other.url("/landing")))
+            other.route("/landing", html_page(SPA))
             page = await pool.render(
                 site.url("/hop"), headers={"Authorization": "Bearer token-1", "Cookie": "secret=1"}
             )
@@ -338,12 +342,12 @@ class TestLimits:
         shorter one the caller gives) with a hint, its browser is killed, and the pool goes on
         serving other pages."""
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             open_render_pool(allow=ALLOW, workers=1, seconds=pool_seconds) as pool,
         ):
-            site.pages["/"] = Page(SPA)
-            site.pages["/forever"] = Page(SPA.replace(b"</body>", b'<img src="/never"></body>'))
-            site.pages["/never"] = Page(stall=True)
+            site.route("/", html_page(SPA))
+            site.route("/forever", html_page(SPA.replace(b"</body>", b'<img src="/never"></body>')))
+            site.route("/never", Reply(silent=True))
             with pytest.raises(
                 TargetError, match=r"^the page did not finish rendering within 3 s$"
             ) as info:
@@ -359,9 +363,12 @@ class TestLimits:
     async def test_a_cancelled_render_kills_its_browser_and_the_pool_goes_on(self) -> None:
         """A caller that gives up mid-page (its deadline) leaves no browser stuck in the page:
         the next render gets a fresh one."""
-        async with serve_site() as site, open_render_pool(allow=ALLOW, workers=1) as pool:
-            site.pages["/"] = Page(SPA)
-            site.pages["/never"] = Page(stall=True)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            open_render_pool(allow=ALLOW, workers=1) as pool,
+        ):
+            site.route("/", html_page(SPA))
+            site.route("/never", Reply(silent=True))
             with trio.move_on_after(2) as gave_up:
                 await pool.render(site.url("/never"))
             page = await pool.render(site.url("/"))
@@ -378,18 +385,21 @@ class TestLimits:
         """A page that keeps allocating fails once its browser holds render_memory, and the
         pool goes on serving other pages."""
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             open_render_pool(allow=ALLOW, workers=1, memory=512 * 2**20, seconds=30) as pool,
         ):
-            site.pages["/"] = Page(SPA)
-            site.pages["/bomb"] = Page(
-                b"""<script>
+            site.route("/", html_page(SPA))
+            site.route(
+                "/bomb",
+                html_page(
+                    b"""<script>
 const keep = [];
 (function grow() {
   for (let i = 0; i < 64; i++) keep.push(new Uint8Array(4 * 2**20).fill(7));
   setTimeout(grow, 0);
 })();
 </script>"""
+                ),
             )
             with pytest.raises(TargetError, match=r"^the page used more than 512 MiB") as info:
                 await pool.render(site.url("/bomb"), wait_for="#never-there")

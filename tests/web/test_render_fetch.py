@@ -10,25 +10,19 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.support import Recorder
-from tests.web.render_support import ALLOW, Page, serve_counter, serve_site
-from tests.web.support import CALLER
+from tests.support import open_site, redirect, wait_ended
+from tests.web.support import (
+    ALLOW,
+    ALLOWED_HOST,
+    CALLER,
+    SPA,
+    html_page,
+    needs_chromium,
+    open_counting_listener,
+)
 from trio_batch import Config, JobStatus, Options, Target, TargetError, TargetState, open_engine
 from trio_batch.stores import MemoryStore
 from trio_batch.web import WebFetcher, validate_options
-from trio_batch.web._render._browser import find_chromium
-
-needs_chromium = pytest.mark.skipif(
-    find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"
-)
-
-SPA = b"""<!doctype html><html><head><title>App</title></head><body>
-<div id="app">Loading...</div>
-<script>
-setTimeout(() => {
-  document.getElementById("app").innerHTML = '<h1 id="ready">Rendered by a script</h1>';
-}, 50);
-</script></body></html>"""
 
 LATE = b"""<!doctype html><html><body><div id="app">Loading...</div>
 <script>
@@ -48,8 +42,11 @@ def rendered(url: str, **options: object) -> Target:
 class TestRenderedTargets:
     async def test_a_single_page_app_needs_render(self) -> None:
         """Without render the app says Loading...; with it, the text its script wrote."""
-        async with serve_site() as site, WebFetcher(allow=ALLOW, render_workers=1) as fetch:
-            site.pages["/"] = Page(SPA)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            WebFetcher(allow=ALLOW, render_workers=1) as fetch,
+        ):
+            site.route("/", html_page(SPA))
             plain = await fetch(CALLER, Target(site.url("/")))
             page = await fetch(CALLER, rendered(site.url("/")))
 
@@ -67,16 +64,22 @@ class TestRenderedTargets:
 
     async def test_markdown_of_the_rendered_dom(self) -> None:
         """The rendered DOM goes through the usual shaper: mode=markdown gives a heading."""
-        async with serve_site() as site, WebFetcher(allow=ALLOW, render_workers=1) as fetch:
-            site.pages["/"] = Page(SPA)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            WebFetcher(allow=ALLOW, render_workers=1) as fetch,
+        ):
+            site.route("/", html_page(SPA))
             page = await fetch(CALLER, rendered(site.url("/"), mode="markdown"))
 
         assert "# Rendered by a script" in page.content
 
     async def test_wait_for_waits_for_the_selector(self) -> None:
         """With wait_for the DOM is taken once the selector matches, after network idle."""
-        async with serve_site() as site, WebFetcher(allow=ALLOW, render_workers=1) as fetch:
-            site.pages["/"] = Page(LATE)
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            WebFetcher(allow=ALLOW, render_workers=1) as fetch,
+        ):
+            site.route("/", html_page(LATE))
             page = await fetch(CALLER, rendered(site.url("/"), wait_for="#late"))
 
         assert "Written late" in page.content
@@ -84,12 +87,12 @@ class TestRenderedTargets:
     async def test_a_redirect_to_a_private_address_is_refused(self) -> None:
         """A page that redirects to a forbidden address fails 403; nothing reaches it."""
         async with (
-            serve_counter() as private,
-            serve_site() as site,
+            open_counting_listener() as private,
+            open_site(ALLOWED_HOST) as site,
             WebFetcher(allow=ALLOW, render_workers=1) as fetch,
         ):
             to = f"http://{private.host}:{private.port}/"
-            site.pages["/"] = Page(status=302, headers=[("location", to)])
+            site.route("/", redirect(to))
             with pytest.raises(TargetError) as info:
                 await fetch(CALLER, rendered(site.url("/")))
 
@@ -98,7 +101,10 @@ class TestRenderedTargets:
 
     async def test_an_error_status_fails_as_a_fetch_does(self) -> None:
         """The page's own HTTP status maps to the error a plain fetch gets (404 keeps it)."""
-        async with serve_site() as site, WebFetcher(allow=ALLOW, render_workers=1) as fetch:
+        async with (
+            open_site(ALLOWED_HOST) as site,
+            WebFetcher(allow=ALLOW, render_workers=1) as fetch,
+        ):
             with pytest.raises(TargetError) as info:
                 await fetch(CALLER, rendered(site.url("/missing")))
 
@@ -108,13 +114,13 @@ class TestRenderedTargets:
         """render + headers: the Cookie goes to the target's origin, not to another origin's
         subresource (a second site, on another port)."""
         async with (
-            serve_site() as site,
-            serve_site() as other,
+            open_site(ALLOWED_HOST) as site,
+            open_site(ALLOWED_HOST) as other,
             WebFetcher(allow=ALLOW, render_workers=1) as fetch,
         ):
             html = f'<html><body><p>hi</p><img src="{other.url("/pixel.png")}"></body></html>'
-            site.pages["/"] = Page(html.encode())
-            other.pages["/pixel.png"] = Page(b"", headers=[("content-type", "image/png")])
+            site.route("/", html_page(html.encode()))
+            other.route("/pixel.png", html_page(b"", headers=[("content-type", "image/png")]))
             target = Target(
                 site.url("/"), Options(render=True, headers={"Cookie": "session=abc123"})
             )
@@ -129,10 +135,10 @@ class TestRenderedTargets:
     async def test_a_rendered_target_is_never_cached(self) -> None:
         """Two renders of one page load it twice: no response cache read or written."""
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             WebFetcher(store=MemoryStore(), allow=ALLOW, render_workers=1) as fetch,
         ):
-            site.pages["/"] = Page(SPA)
+            site.route("/", html_page(SPA))
             await fetch(CALLER, rendered(site.url("/")))
             again = await fetch(CALLER, rendered(site.url("/")))
 
@@ -141,17 +147,16 @@ class TestRenderedTargets:
 
     async def test_a_job_of_rendered_targets_ends_done(self) -> None:
         """Through the engine: a job with render ends done with the rendered content."""
-        recorder = Recorder()
         store = MemoryStore()
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             WebFetcher(store=store, allow=ALLOW, render_workers=1) as fetch,
-            open_engine(store, fetch, Config(hooks=recorder.hooks())) as engine,
+            open_engine(store, fetch, Config()) as engine,
         ):
-            site.pages["/"] = Page(SPA)
+            site.route("/", html_page(SPA))
             submitted = await engine.submit(CALLER, "fleet", [rendered(site.url("/"))])
             with trio.fail_after(60):
-                await recorder.wait_terminal(1)
+                await wait_ended(engine, submitted.id)
             snapshot = await engine.status(submitted.id)
 
         assert snapshot is not None
@@ -166,10 +171,10 @@ class TestWithoutChromium:
     async def test_a_missing_chromium_is_a_501_naming_the_package(self) -> None:
         """No browser installed: the render fails with a hint to install Debian's chromium."""
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             WebFetcher(allow=ALLOW, render_executable="/nonexistent/chromium") as fetch,
         ):
-            site.pages["/"] = Page(SPA)
+            site.route("/", html_page(SPA))
             with pytest.raises(TargetError) as info:
                 await fetch(CALLER, rendered(site.url("/")))
 
@@ -187,6 +192,7 @@ class TestWithoutChromium:
 
 class TestSubmitChecks:
     def test_render_must_be_a_bool(self) -> None:
+        """``Options.render`` is a bool; anything else is a TypeError naming the type."""
         with pytest.raises(TypeError, match=r"^Options.render must be a bool \(got str\)$"):
             Options(render="yes")  # type: ignore[arg-type]
 
@@ -206,6 +212,7 @@ class TestSubmitChecks:
         ],
     )
     def test_a_bad_render_option_is_a_400_with_a_hint(self, options: Options, message: str) -> None:
+        """A render option out of its range is a 400 TargetError with a hint."""
         with pytest.raises(TargetError, match=message) as info:
             validate_options(options)
 
@@ -213,6 +220,7 @@ class TestSubmitChecks:
         assert info.value.hint
 
     def test_good_render_options_pass(self) -> None:
+        """``render`` with a CSS ``wait_for`` and any mode passes the checks."""
         validate_options(Options(render=True))
         validate_options(Options(render=True, wait_for="main article > h1", mode="markdown"))
 

@@ -15,16 +15,18 @@ import ipaddress
 import pytest
 import trio
 
-from tests.web.render_support import ALLOW, Page, serve_counter, serve_site
-from tests.web.support import CALLER
+from tests.support import LocalSite, open_site, redirect
+from tests.web.support import (
+    ALLOW,
+    ALLOWED_HOST,
+    CALLER,
+    html_page,
+    needs_chromium,
+    open_counting_listener,
+)
 from trio_batch import Options, Target, TargetError
 from trio_batch.web import WebFetcher
-from trio_batch.web._render._browser import find_chromium
 from trio_batch.web._render._pool import open_render_pool
-
-needs_chromium = pytest.mark.skipif(
-    find_chromium() is None, reason="no /usr/bin/chromium (apt-get install chromium)"
-)
 
 RENDER_SECONDS = 60.0
 """The render limit of these tests; a render that ran into it would fail the test's bound."""
@@ -62,17 +64,22 @@ def rendered(url: str, **options: object) -> Target:
     return Target(url, Options(render=True, **options))  # type: ignore[arg-type]
 
 
-def robots_site_pages(site_pages: dict[str, Page]) -> None:
-    site_pages["/robots.txt"] = Page(ROBOTS, headers=[("content-type", "text/plain")])
-    site_pages["/"] = Page(SECRET_PAGE)
-    site_pages["/private/app.js"] = Page(
-        b'document.title = "js ran: secret script";',
-        headers=[("content-type", "text/javascript")],
+def robots_site_pages(site: LocalSite) -> None:
+    """The site's robots.txt (disallowing /private) and a page that asks for three private parts."""
+    site.route("/robots.txt", html_page(ROBOTS, headers=[("content-type", "text/plain")]))
+    site.route("/", html_page(SECRET_PAGE))
+    site.route(
+        "/private/app.js",
+        html_page(
+            b'document.title = "js ran: secret script";',
+            headers=[("content-type", "text/javascript")],
+        ),
     )
-    site_pages["/private/data.json"] = Page(
-        b'"secret data"', headers=[("content-type", "application/json")]
+    site.route(
+        "/private/data.json",
+        html_page(b'"secret data"', headers=[("content-type", "application/json")]),
     )
-    site_pages["/private/pixel.png"] = Page(b"", headers=[("content-type", "image/png")])
+    site.route("/private/pixel.png", html_page(b"", headers=[("content-type", "image/png")]))
 
 
 @pytest.mark.slow
@@ -82,10 +89,10 @@ class TestRobotsInTheBrowser:
         """robots on: the page's disallowed script, fetch and image never leave the browser,
         nothing of theirs reaches the result, and meta counts them."""
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             WebFetcher(allow=ALLOW, render_workers=1, render_seconds=RENDER_SECONDS) as fetch,
         ):
-            robots_site_pages(site.pages)
+            robots_site_pages(site)
             with trio.fail_after(SOON):
                 page = await fetch(CALLER, rendered(site.url("/"), robots=True, wait_for="#done"))
 
@@ -98,10 +105,10 @@ class TestRobotsInTheBrowser:
     async def test_without_robots_the_same_page_loads_everything(self) -> None:
         """robots off: the same page loads its private parts (the test's control)."""
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             WebFetcher(allow=ALLOW, render_workers=1, render_seconds=RENDER_SECONDS) as fetch,
         ):
-            robots_site_pages(site.pages)
+            robots_site_pages(site)
             with trio.fail_after(SOON):
                 page = await fetch(CALLER, rendered(site.url("/"), wait_for="#done"))
 
@@ -112,13 +119,13 @@ class TestRobotsInTheBrowser:
     async def test_a_redirect_of_the_page_into_a_disallowed_path_fails_403(self) -> None:
         """The target redirects to a path robots.txt disallows: 403, the path never asked."""
         async with (
-            serve_site() as site,
+            open_site(ALLOWED_HOST) as site,
             WebFetcher(
                 allow=ALLOW, render_workers=1, render_seconds=RENDER_SECONDS, robots=True
             ) as fetch,
         ):
-            robots_site_pages(site.pages)
-            site.pages["/go"] = Page(b"", 302, [("location", site.url("/private/x"))])
+            robots_site_pages(site)
+            site.route("/go", redirect(site.url("/private/x")))
             with trio.fail_after(SOON), pytest.raises(TargetError) as refused:
                 await fetch(CALLER, rendered(site.url("/go")))
 
@@ -131,15 +138,16 @@ class TestRobotsInTheBrowser:
         and its disallowed request is stopped in the browser, before the proxy."""
         both = [*ALLOW, ipaddress.ip_network("127.0.0.4/32")]
         async with (
-            serve_site() as site,
-            serve_site("127.0.0.4") as other,
+            open_site(ALLOWED_HOST) as site,
+            open_site("127.0.0.4") as other,
             open_render_pool(allow=both, workers=1, seconds=RENDER_SECONDS) as pool,
         ):
-            other.pages["/frame.html"] = Page(
-                b'<p>frame</p><script>fetch("/private/x").catch(() => {});</script>'
+            other.route(
+                "/frame.html",
+                html_page(b'<p>frame</p><script>fetch("/private/x").catch(() => {});</script>'),
             )
             frame = other.url("/frame.html")
-            site.pages["/"] = Page(f'<p>home</p><iframe src="{frame}"></iframe>'.encode())
+            site.route("/", html_page(f'<p>home</p><iframe src="{frame}"></iframe>'.encode()))
             asked: list[str] = []
 
             async def robots(url: str) -> str | None:
@@ -169,13 +177,13 @@ class TestRefusedPartsEndTheRender:
         """A refused iframe, a form posted into one, or a meta refresh with no delay (to the
         page itself, or to another page) ends the render within seconds."""
         async with (
-            serve_counter() as private,
-            serve_site() as site,
+            open_counting_listener() as private,
+            open_site(ALLOWED_HOST) as site,
             open_render_pool(allow=ALLOW, workers=1, seconds=RENDER_SECONDS) as pool,
         ):
             refused = f"http://{private.host}:{private.port}/c"
-            site.pages["/"] = Page(PAGES[kind].replace("REFUSED", refused).encode())
-            site.pages["/b"] = Page(b"<p>page b</p>")
+            site.route("/", html_page(PAGES[kind].replace("REFUSED", refused).encode()))
+            site.route("/b", html_page(b"<p>page b</p>"))
             with trio.fail_after(SOON):
                 page = await pool.render(site.url("/"))
 
@@ -187,13 +195,13 @@ class TestRefusedPartsEndTheRender:
         """A meta refresh with no delay to a refused address: 403 within seconds, as a
         script's navigation there is."""
         async with (
-            serve_counter() as private,
-            serve_site() as site,
+            open_counting_listener() as private,
+            open_site(ALLOWED_HOST) as site,
             open_render_pool(allow=ALLOW, workers=1, seconds=RENDER_SECONDS) as pool,
         ):
             refused = f"http://{private.host}:{private.port}/c"
-            site.pages["/"] = Page(
-                f'<meta http-equiv="refresh" content="0;url={refused}">'.encode()
+            site.route(
+                "/", html_page(f'<meta http-equiv="refresh" content="0;url={refused}">'.encode())
             )
             with trio.fail_after(SOON), pytest.raises(TargetError) as failed:
                 await pool.render(site.url("/"))

@@ -367,6 +367,7 @@ class TestStatusRules:
     """RFC 9309 §2.3.1: what the robots.txt answer's status means."""
 
     def test_success_is_parsed(self) -> None:
+        """A 200 robots.txt is read for its rules."""
         assert not rules_for_status(200, star("Disallow: /")).check("/x").allowed
 
     @pytest.mark.parametrize("status", [301, 400, 401, 403, 404, 410, 451])
@@ -546,6 +547,7 @@ class TestRobotsCache:
         ] == site.requests
 
     async def test_robots_txt_is_allowed_without_a_fetch(self) -> None:
+        """robots.txt itself is always allowed, without a request for it."""
         site = FakeSite(503)
         cache = RobotsCache(site.get)
 
@@ -611,6 +613,8 @@ class TestRobotsCache:
 
     @pytest.mark.parametrize("url", ["ftp://site.example/x", "http:///x", "/relative/path"])
     async def test_a_url_without_an_http_origin_is_refused(self, url: str) -> None:
+        """A URL without an http or https origin is a ValueError: robots.txt does not apply to
+        it."""
         with pytest.raises(ValueError, match=r"^robots.txt applies to http:// and https:// URLs"):
             await RobotsCache(FakeSite().get).check(url)
 

@@ -18,7 +18,10 @@ from trio_batch.web import WebFetcher
 SITE = "http://127.0.0.1:8"
 
 
-class Site:
+class MockSite:
+    """A site behind a mock transport: its robots.txt, a page for every other path, and every
+    request it received (path, Trio's time)."""
+
     def __init__(self, robots: httpx.Response) -> None:
         self.robots = robots
         self.requests: list[tuple[str, float]] = []
@@ -38,7 +41,8 @@ def robots_txt(text: str) -> httpx.Response:
 
 
 async def test_a_disallowed_url_fails_without_a_request_and_quotes_the_rule() -> None:
-    site = Site(robots_txt("User-agent: *\nDisallow: /private/\n"))
+    """A URL robots.txt disallows is a 403 quoting the rule, and the site never sees the request."""
+    site = MockSite(robots_txt("User-agent: *\nDisallow: /private/\n"))
     async with WebFetcher(
         allow=LOOPBACK, transport=mock_transport(site.handle), robots=True
     ) as fetch:
@@ -54,7 +58,8 @@ async def test_a_disallowed_url_fails_without_a_request_and_quotes_the_rule() ->
 
 
 async def test_without_robots_the_file_is_never_read() -> None:
-    site = Site(robots_txt("User-agent: *\nDisallow: /\n"))
+    """Without ``robots=True`` the fetcher never asks for robots.txt."""
+    site = MockSite(robots_txt("User-agent: *\nDisallow: /\n"))
     async with WebFetcher(allow=LOOPBACK, transport=mock_transport(site.handle)) as fetch:
         await fetch(CALLER, Target(SITE + "/x"))
     assert ["/x"] == site.paths()
@@ -63,7 +68,7 @@ async def test_without_robots_the_file_is_never_read() -> None:
 async def test_an_unreachable_robots_txt_backs_off_then_fails() -> None:
     """A 5xx robots.txt: busy for now (the host backs off as for a 503); past the host's block
     limit, a 503 that says why."""
-    site = Site(httpx.Response(500))
+    site = MockSite(httpx.Response(500))
     async with WebFetcher(
         allow=LOOPBACK, transport=mock_transport(site.handle), robots=True
     ) as fetch:
@@ -81,7 +86,8 @@ async def test_an_unreachable_robots_txt_backs_off_then_fails() -> None:
 
 
 async def test_crawl_delay_spaces_the_host() -> None:
-    site = Site(robots_txt("User-agent: *\nCrawl-delay: 1\n"))
+    """robots.txt's Crawl-delay spaces the fetches to the host, whatever its budget allows."""
+    site = MockSite(robots_txt("User-agent: *\nCrawl-delay: 1\n"))
     budget = HostBudget(concurrency=4)
     async with WebFetcher(
         allow=LOOPBACK, transport=mock_transport(site.handle), robots=True, budget=budget
@@ -96,7 +102,7 @@ async def test_crawl_delay_spaces_the_host() -> None:
 async def test_a_target_may_ask_for_robots_or_not_whatever_the_default() -> None:
     """Options.robots decides for its target: True obeys with the default off, False does not
     with the default on."""
-    site = Site(robots_txt("User-agent: *\nDisallow: /\n"))
+    site = MockSite(robots_txt("User-agent: *\nDisallow: /\n"))
     async with WebFetcher(allow=LOOPBACK, transport=mock_transport(site.handle)) as fetch:
         with pytest.raises(TargetError, match="robots"):
             await fetch(CALLER, Target(SITE + "/a", Options(robots=True)))
@@ -215,7 +221,7 @@ class TestTheFormSent:
         self, rule: str, path: str
     ) -> None:
         """The page is never requested, however the rule or the URL escapes its characters."""
-        site = Site(robots_txt(f"User-agent: *\nDisallow: {rule}\n"))
+        site = MockSite(robots_txt(f"User-agent: *\nDisallow: {rule}\n"))
         async with WebFetcher(
             allow=LOOPBACK, transport=mock_transport(site.handle), robots=True
         ) as fetch:

@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.pg_support import PG_DSN, SKIP_REASON, open_test_schema
+from .support import PG_DSN, SKIP_REASON, open_test_schema
 
 if importlib.util.find_spec("psycopg") is None:  # installed without trio-batch[postgres]
     collect_ignore_glob = ["test_*.py"]

@@ -46,6 +46,7 @@ async def waited_for(first: AdmissionsFirst) -> float:
 async def test_the_drain_waits_for_an_admission_in_flight_and_its_linger(
     autojump_clock: object,
 ) -> None:
+    """The drain waits for the admission in flight to end, then for ``ADMISSION_LINGER``."""
     first = AdmissionsFirst()
     async with trio.open_nursery() as nursery:
         await nursery.start(admission, first, ADMISSION_FIRST / 4)
@@ -54,6 +55,7 @@ async def test_the_drain_waits_for_an_admission_in_flight_and_its_linger(
 
 
 async def test_a_burst_of_admissions_holds_the_drain_until_it_ends(autojump_clock: object) -> None:
+    """Admissions that follow one another closer than the linger hold the drain until the last."""
     first = AdmissionsFirst()
     seconds, gap = ADMISSION_FIRST / 10, ADMISSION_LINGER / 2
     async with trio.open_nursery() as nursery:
@@ -63,6 +65,7 @@ async def test_a_burst_of_admissions_holds_the_drain_until_it_ends(autojump_cloc
 
 
 async def test_the_drain_waits_no_longer_than_its_bound(autojump_clock: object) -> None:
+    """However long an admission takes, the drain waits at most ``ADMISSION_FIRST``."""
     first = AdmissionsFirst()
     async with trio.open_nursery() as nursery:
         await nursery.start(admission, first, 1.0)
@@ -73,6 +76,8 @@ async def test_the_drain_waits_no_longer_than_its_bound(autojump_clock: object) 
 async def test_a_burst_longer_than_the_bound_holds_each_statement_only_for_the_bound(
     autojump_clock: object,
 ) -> None:
+    """A burst longer than ``ADMISSION_FIRST`` holds each drain only that long, so outcomes still
+    land."""
     first = AdmissionsFirst()
     async with trio.open_nursery() as nursery:
         await nursery.start(burst, first, ADMISSION_FIRST / 4, ADMISSION_LINGER / 2, 40)
@@ -82,11 +87,13 @@ async def test_a_burst_longer_than_the_bound_holds_each_statement_only_for_the_b
 
 
 async def test_with_no_admission_the_drain_does_not_wait(autojump_clock: object) -> None:
+    """With no admission in flight the drain goes at once."""
     first = AdmissionsFirst()
     assert await waited_for(first) == 0
 
 
 async def test_an_admission_past_its_linger_does_not_hold_the_drain(autojump_clock: object) -> None:
+    """An admission that ended more than the linger ago does not hold the drain."""
     first = AdmissionsFirst()
     with first.admitting():
         pass

@@ -19,6 +19,7 @@ from trio_batch import JobStatus, TargetState, open_engine
 from trio_batch.stores import PostgresStore
 from trio_batch.testing import ScriptedFetch
 
+from ...support import wait_ended_polling
 from . import crash_child
 
 CHILD = Path(crash_child.__file__)
@@ -74,14 +75,11 @@ class TestCrash:
 
             fetch = ScriptedFetch()
             async with open_engine(store, fetch) as engine:
-                with trio.fail_after(crash_child.CLAIM_TIMEOUT + 1.0 + SLACK + 5):
-                    while True:
-                        after = await engine.status(job_id)
-                        assert after is not None
-                        if not after.job.status.live:
-                            break
-                        await trio.sleep(0.02)  # another process's claim: poll the real clock
+                within = crash_child.CLAIM_TIMEOUT + 1.0 + SLACK + 5
+                await wait_ended_polling(engine, job_id, within=within)  # another's claim
                 elapsed = time.monotonic() - killed_at
+                after = await engine.status(job_id)
+                assert after is not None
 
         assert before is not None
         assert [TargetState.DONE, TargetState.DONE, TargetState.RUNNING, TargetState.PENDING] == [

@@ -27,8 +27,8 @@ from trio_batch import (
 from trio_batch.stores import Outcome, PostgresStore
 from trio_batch.testing import ScriptedFetch
 
-from ...support import ALICE, BOB, Recorder, targets, url
-from ..support import wait_status
+from ...support import ALICE, BOB, Recorder, targets, url, wait_ended_polling
+from ..support import wait_target
 
 CAROL = Caller("carol")
 
@@ -92,7 +92,7 @@ class TestOneRotation:
             subs = [await a.submit(ALICE, "fleet", targets(f"j{i}", 4)) for i in range(4)]
             log.gate.set()
             for sub in subs:
-                await wait_status(a, sub.id, JobStatus.DONE)
+                assert [JobStatus.DONE] == await wait_ended_polling(a, sub.id)
             snaps = [await b.status(sub.id) for sub in subs]
 
         assert {"a", "b"} == {name for name, _ in log.turns}
@@ -120,7 +120,7 @@ class TestOneRotation:
                     ]
                     log.gate.set()
                     for sub in subs:
-                        await wait_status(a, sub.id, JobStatus.DONE)
+                        assert [JobStatus.DONE] == await wait_ended_polling(a, sub.id)
 
             order = [u.split("//")[1].split(".")[0] for _, u in log.turns]
             counts = dict.fromkeys("xyz", 0)
@@ -134,7 +134,7 @@ class TestOneRotation:
 @asynccontextmanager
 async def open_schema_copy(dsn: str) -> AsyncIterator[str]:
     """A fresh schema of its own for one repetition of a test."""
-    from tests.pg_support import open_test_schema
+    from .support import open_test_schema
 
     async with open_test_schema(dsn) as schema:
         yield schema
@@ -162,7 +162,7 @@ class TestInstancesComeAndGo:
             assert JobStatus.RUNNING == job.status  # live, the fleet's: not interrupted
             again = ScriptedFetch()
             async with open_engine(store, again, Config()) as engine:
-                await wait_status(engine, sub.id, JobStatus.DONE)
+                assert [JobStatus.DONE] == await wait_ended_polling(engine, sub.id)
 
         assert [url("a", 0)] == held.calls
         assert [url("a", 0), url("a", 1)] == again.calls
@@ -215,7 +215,7 @@ class TestInstancesComeAndGo:
                 PostgresStore.open(pg_dsn, schema=pg_schema, claim_timeout=0.3) as second,
                 open_engine(second, fetch, Config(hooks=rec.hooks())) as engine,
             ):
-                await wait_status(engine, job.id, JobStatus.DONE)
+                assert [JobStatus.DONE] == await wait_ended_polling(engine, job.id)
 
             late = Outcome(TargetState.FAILED, error="late", claim=claim.token)
             (stored,) = await first.finish_targets([(job.id, 0, late)], 9.0, 1 << 30)
@@ -240,7 +240,7 @@ class TestInstancesComeAndGo:
             PostgresStore.open(pg_dsn, schema=pg_schema) as store,
             open_engine(store, fetch, Config()) as engine,
         ):
-            await wait_status(engine, job.id, JobStatus.DONE)
+            assert [JobStatus.DONE] == await wait_ended_polling(engine, job.id)
 
         assert [url("e", 0), url("e", 1)] == fetch.calls
 
@@ -260,13 +260,9 @@ class TestFleetRules:
             assert await b.cancel(sub.id)
             gate_a.set()
             gate_b.set()
-            with trio.fail_after(30):
-                while True:
-                    snap = await a.status(sub.id)
-                    assert snap is not None
-                    if TargetState.RUNNING not in [t.status for t in snap.targets]:
-                        break
-                    await trio.sleep(0.02)
+            await wait_target(a, sub.id, 0, TargetState.DONE)  # the cancelled job's last fetch
+            snap = await a.status(sub.id)
+            assert snap is not None
 
         assert JobStatus.CANCELLED == snap.job.status
         assert [TargetState.DONE, TargetState.PENDING, TargetState.PENDING] == [
@@ -288,7 +284,7 @@ class TestFleetRules:
             open_engine(store, fetch, Config(hooks=rec.hooks(), retry_wait=0.05)) as engine,
         ):
             sub = await engine.submit(ALICE, "fleet", targets("b", 2))
-            await wait_status(engine, sub.id, JobStatus.DONE)
+            assert [JobStatus.DONE] == await wait_ended_polling(engine, sub.id)
 
         assert [url("b", 0), url("b", 0), url("b", 1)] == fetch.calls
         assert [0.05] == rec.retries

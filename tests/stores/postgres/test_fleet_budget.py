@@ -27,12 +27,12 @@ from trio_batch import (
 )
 from trio_batch.stores import PostgresStore
 
-from ...support import Recorder, Site, host_of, targets
+from ...support import FakeHosts, Recorder, host_of, targets, wait_ended_polling
 
 
 @asynccontextmanager
 async def polite_fleet(
-    dsn: str, schema: str, site: Site, budgets: list[HostBudget], **config: Any
+    dsn: str, schema: str, site: FakeHosts, budgets: list[HostBudget], **config: Any
 ) -> AsyncIterator[tuple[list[BatchEngine], Recorder]]:
     """One engine per budget, each on its own store instance of ``schema``; one recorder."""
     settings: dict[str, Any] = {"jobs_per_caller": 4, "jobs_total": 16, "workers": 4}
@@ -53,26 +53,11 @@ async def polite_fleet(
         yield engines, rec
 
 
-async def wait_jobs(engine: BatchEngine, ids: list[str]) -> list[JobStatus]:
-    """The jobs' terminal statuses, waited for on the store (any instance may run them)."""
-    statuses: list[JobStatus] = []
-    for job_id in ids:
-        with trio.fail_after(60):
-            while True:
-                job = await engine.job(job_id)
-                assert job is not None
-                if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
-                    statuses.append(job.status)
-                    break
-                await trio.sleep(0.05)
-    return statuses
-
-
 async def test_one_budget_for_five_callers_on_two_instances(pg_dsn: str, pg_schema: str) -> None:
     """Budget 1 in flight and 0.2 s between starts, jobs admitted by both instances of eight
     workers in all: the host never sees two requests at once, nor two starts < 0.19 s apart,
     and a sixth caller on another host is not held back by it."""
-    site = Site(seconds=0.05)
+    site = FakeHosts(seconds=0.05)
     budgets = [HostBudget(concurrency=1, interval=0.2) for _ in range(2)]
     async with polite_fleet(pg_dsn, pg_schema, site, budgets) as ((a, b), _):
         ids = []
@@ -81,9 +66,9 @@ async def test_one_budget_for_five_callers_on_two_instances(pg_dsn: str, pg_sche
             ids.append((await engine.submit(Caller(f"c{i}"), "fleet", targets("shared", 3))).id)
         t0 = trio.current_time()
         solo = await a.submit(Caller("solo"), "fleet", targets("other", 3))
-        assert [JobStatus.DONE] == await wait_jobs(b, [solo.id])
+        assert [JobStatus.DONE] == await wait_ended_polling(b, solo.id)
         solo_seconds = trio.current_time() - t0
-        assert [JobStatus.DONE] * 5 == await wait_jobs(b, ids)
+        assert [JobStatus.DONE] * 5 == await wait_ended_polling(b, *ids)
         shared_seconds = trio.current_time() - t0
     assert 1 == site.most["shared.example.test"]
     starts = site.starts["shared.example.test"]
@@ -96,7 +81,7 @@ async def test_one_budget_for_five_callers_on_two_instances(pg_dsn: str, pg_sche
 async def test_a_429_seen_by_one_instance_holds_back_the_fleet(pg_dsn: str, pg_schema: str) -> None:
     """A host answering 429 (Retry-After: 2) for 3 s to callers on two instances gets at most
     one request per 2 s from the fleet together; then every job ends done."""
-    site = Site(seconds=0.05)
+    site = FakeHosts(seconds=0.05)
     budgets = [HostBudget(concurrency=2) for _ in range(2)]
     async with polite_fleet(pg_dsn, pg_schema, site, budgets, retry_for=60.0) as ((a, b), _):
         site.busy_until["x.example.test"] = trio.current_time() + 3.0
@@ -104,7 +89,7 @@ async def test_a_429_seen_by_one_instance_holds_back_the_fleet(pg_dsn: str, pg_s
         for i in range(4):
             engine = a if i % 2 else b
             ids.append((await engine.submit(Caller(f"c{i}"), "fleet", targets("x", 2))).id)
-        assert [JobStatus.DONE] * 4 == await wait_jobs(a, ids)
+        assert [JobStatus.DONE] * 4 == await wait_ended_polling(a, *ids)
     busy_end = site.busy_until["x.example.test"]
     starts = site.starts["x.example.test"]
     # Requests started before the first 429 came back are one event; after it, one per 2 s.
@@ -118,7 +103,7 @@ async def test_a_host_blocked_past_the_limit_fails_on_every_instance(
 ) -> None:
     """A host that always answers 429: past the block limit its targets fail with a hint on
     both instances, whoever saw the 429s; a job on another host ends done meanwhile."""
-    site = Site(seconds=0.02)
+    site = FakeHosts(seconds=0.02)
     site.retry_after = None
     budgets = [HostBudget(concurrency=1, block_limit=1.0, max_backoff=0.4) for _ in range(2)]
     async with polite_fleet(pg_dsn, pg_schema, site, budgets, retry_for=60.0) as ((a, b), _):
@@ -128,8 +113,8 @@ async def test_a_host_blocked_past_the_limit_fails_on_every_instance(
             (await b.submit(Caller("b"), "fleet", targets("x", 3))).id,
         ]
         fine = await b.submit(Caller("c"), "fleet", targets("y", 3))
-        assert [JobStatus.DONE] == await wait_jobs(a, [fine.id])
-        assert [JobStatus.FAILED] * 2 == await wait_jobs(a, blocked)
+        assert [JobStatus.DONE] == await wait_ended_polling(a, fine.id)
+        assert [JobStatus.FAILED] * 2 == await wait_ended_polling(a, *blocked)
         snaps = [await a.status(job_id) for job_id in blocked]
     for snap in snaps:
         assert snap is not None
@@ -145,7 +130,7 @@ async def test_requests_outside_the_rotation_share_the_fleets_budget(
     """Requests that take their slot with HostBudget.acquire (POST /v1/fetch, a redirect to
     another host, robots.txt) on both instances, beside jobs of both on the same host: with a
     budget of one, the host never sees two at once; the leases go back as each one ends."""
-    site = Site(seconds=0.03)
+    site = FakeHosts(seconds=0.03)
     budgets = [HostBudget(concurrency=1) for _ in range(2)]
     async with polite_fleet(pg_dsn, pg_schema, site, budgets) as ((a, b), _):
         ids = [
@@ -163,6 +148,6 @@ async def test_requests_outside_the_rotation_share_the_fleets_budget(
         async with trio.open_nursery() as nursery:
             for i in range(6):
                 nursery.start_soon(outside, budgets[i % 2])
-        assert [JobStatus.DONE] * 2 == await wait_jobs(a, ids)
+        assert [JobStatus.DONE] * 2 == await wait_ended_polling(a, *ids)
     assert 1 == site.most["x.example.test"]
     assert 14 == len(site.starts["x.example.test"])

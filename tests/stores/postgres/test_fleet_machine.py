@@ -56,8 +56,9 @@ from trio_batch import (
 from trio_batch.stores import Limits, MemoryStore, NewJob, PostgresStore
 from trio_batch.testing import ScriptedFetch
 
-from ...pg_support import PG_DSN, open_test_schema
 from ...support import Recorder, targets
+from ..support import wait_target
+from .support import PG_DSN, open_test_schema
 
 pytestmark = pytest.mark.slow
 
@@ -91,9 +92,9 @@ class Held:
 class TrioThread:
     """One Trio run in a thread of its own for the life of one Hypothesis example.
 
-    Unlike the guest run of ``tests/trio_guest.py``, which moves only while a rule calls into
-    it, this run keeps going between rules: on a real clock, claims are renewed and expire,
-    and fetches end, whatever Hypothesis does meanwhile. Rules call in with
+    Unlike the guest run of ``tests.support.TrioGuestDriver``, which moves only while a rule
+    calls into it, this run keeps going between rules: on a real clock, claims are renewed and
+    expire, and fetches end, whatever Hypothesis does meanwhile. Rules call in with
     ``trio.from_thread.run``; each ``async with`` is held open by a task of its own, since a
     nursery must be exited by the task that entered it.
     """
@@ -623,19 +624,9 @@ async def test_a_dead_claim_of_a_cancelled_job_gives_its_target_back(
             open_engine(second, ScriptedFetch(), Config()) as engine,
         ):
             assert await engine.cancel(job.id)
-            with trio.move_on_after(5.0):  # past the deadline, a poll and a heartbeat or two
-                while True:
-                    snap = await wait_for_snapshot(engine, job.id)
-                    if snap.targets[0].status is TargetState.PENDING:
-                        break
-                    await trio.sleep(0.05)
-            snap = await wait_for_snapshot(engine, job.id)
+            await wait_target(engine, job.id, 0, TargetState.PENDING)  # once the claim expired
+            snap = await engine.status(job.id)
 
+    assert snap is not None
     assert JobStatus.CANCELLED == snap.job.status
     assert [TargetState.PENDING, TargetState.PENDING] == [t.status for t in snap.targets]
-
-
-async def wait_for_snapshot(engine: BatchEngine, job_id: str) -> Snapshot:
-    snap = await engine.status(job_id)
-    assert snap is not None
-    return snap

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,9 +32,8 @@ from trio_batch import (
 )
 from trio_batch.stores import PostgresStore, SQLiteStore
 
-from ...pg_support import open_test_schema
-from ...support import ALICE, BOB, Recorder, host_of, targets
-from ..support import wait_status
+from ...support import ALICE, BOB, Recorder, host_of, targets, wait_ended_polling
+from .support import open_test_schema
 
 
 @asynccontextmanager
@@ -49,24 +49,33 @@ async def instance(
         )
 
 
+@dataclass
+class Running:
+    """Fetches running now, over every instance that shares it, and the most at once."""
+
+    now: int = 0
+    most: int = 0
+
+
 class CountingFetch:
     """Counts the fetches of each URL and those running; optionally waits on a gate first."""
 
-    def __init__(self, seconds: float = 0.0) -> None:
+    def __init__(self, seconds: float = 0.0, running: Running | None = None) -> None:
         self.fetched: Counter[str] = Counter()
         self.seconds = seconds
         self.gate: trio.Event | None = None
-        self.running = 0
+        self.running = Running() if running is None else running
 
     async def __call__(self, caller: Caller, target: Target) -> Result:
         if self.gate is not None:
             await self.gate.wait()
         self.fetched[target.url] += 1
-        self.running += 1
+        self.running.now += 1
+        self.running.most = max(self.running.most, self.running.now)
         try:
             await trio.sleep(self.seconds)
         finally:
-            self.running -= 1
+            self.running.now -= 1
         return Result("ok")
 
 
@@ -86,7 +95,7 @@ class TestResumeOnAFleet:
             pg_dsn, pg_schema, fetch, events, workers=1, resume=True, jobs_per_caller=3
         ) as b:
             for sub in subs:
-                await wait_status(b, sub.id, JobStatus.DONE)
+                assert [JobStatus.DONE] == await wait_ended_polling(b, sub.id)
 
         assert 12 == len(fetch.fetched)
         assert {1} == set(fetch.fetched.values())
@@ -99,18 +108,15 @@ class TestConcurrencyOnAFleet:
     ) -> None:
         """A job of ``concurrency`` 4 on three instances has up to 4 targets in flight at once,
         never more, and every target is stored once, in index order in its results."""
-        fetches = [CountingFetch(0.2) for _ in range(3)]
+        running = Running()  # the fleet's, all three instances in this process
+        fetches = [CountingFetch(0.2, running) for _ in range(3)]
         async with AsyncExitStack() as stack:
             engines = [
                 await stack.enter_async_context(instance(pg_dsn, pg_schema, f, workers=4))
                 for f in fetches
             ]
             sub = await engines[0].submit(ALICE, "fleet", targets("c", 12), concurrency=4)
-            most = 0
-            with trio.fail_after(30):
-                while (job := await engines[0].job(sub.id)) is not None and job.status.live:
-                    most = max(most, sum(f.running for f in fetches))
-                    await trio.sleep(0.01)
+            await wait_ended_polling(engines[0], sub.id, within=30)
             snap = await engines[1].status(sub.id)
 
         fetched: Counter[str] = Counter()
@@ -122,7 +128,7 @@ class TestConcurrencyOnAFleet:
         assert [TargetState.DONE] * 12 == [t.status for t in snap.targets]
         assert {1} == set(fetched.values())
         assert 12 == len(fetched)
-        assert 2 <= most <= 4
+        assert 2 <= running.most <= 4
 
     async def test_turns_still_alternate_across_jobs(self, pg_dsn: str, pg_schema: str) -> None:
         """A job of ``concurrency`` 4 beside a serial job never takes the serial job's turn:
@@ -137,8 +143,8 @@ class TestConcurrencyOnAFleet:
         async with instance(pg_dsn, pg_schema, recording, workers=2, jobs_per_caller=2) as a:
             wide = await a.submit(ALICE, "fleet", targets("w", 12), concurrency=4)
             serial = await a.submit(BOB, "fleet", targets("s", 4))
-            await wait_status(a, serial.id, JobStatus.DONE)
-            await wait_status(a, wide.id, JobStatus.DONE)
+            assert [JobStatus.DONE] == await wait_ended_polling(a, serial.id)
+            assert [JobStatus.DONE] == await wait_ended_polling(a, wide.id)
 
         assert 4 == order.count("s")
         assert order.index("s") <= 4, order
@@ -171,7 +177,7 @@ async def others_took(engines: list[BatchEngine], fetch: BusyFirst, with_busy: b
     """Seconds from the submit until the last of the 12 other pages ended."""
     t0 = trio.current_time()
     sub = await engines[0].submit(ALICE, "fleet", busy_job(with_busy), concurrency=4)
-    await wait_status(engines[0], sub.id, JobStatus.DONE)
+    assert [JobStatus.DONE] == await wait_ended_polling(engines[0], sub.id)
     others = [v for url, v in fetch.ended.items() if "x.example" not in url]
     assert 12 == len(others)
     return max(others) - t0

@@ -32,8 +32,8 @@ from trio_batch.stores._postgres._schema import SCHEMA_VERSION
 from trio_batch.stores._protocol import Limits
 from trio_batch.testing import ScriptedFetch
 
-from ...support import Recorder, targets, url
-from ..support import new_job, wait_status, wait_target
+from ...support import Recorder, targets, url, wait_ended_polling
+from ..support import new_job, wait_target
 
 ALICE = Caller("alice")
 
@@ -157,7 +157,7 @@ class TestCancelAndStatusAcrossEngines:
             mid_a, mid_b = await a.status(sub.id), await b.status(sub.id)
             for gate in gates:
                 gate.set()
-            await wait_status(a, sub.id, JobStatus.DONE)
+            assert [JobStatus.DONE] == await wait_ended_polling(a, sub.id)
             end_a, end_b = await a.status(sub.id), await b.status(sub.id)
 
             assert mid_a is not None and end_a is not None
@@ -172,7 +172,7 @@ class TestCancelAndStatusAcrossEngines:
         rec_a, rec_b = Recorder(), Recorder()
         async with two_engines(pg_dsn, pg_schema, fetch_a, fetch_b, rec_a, rec_b) as (a, b):
             sub = await a.submit(ALICE, "fleet", targets("t", 1))
-            await wait_status(a, sub.id, JobStatus.DONE)
+            assert [JobStatus.DONE] == await wait_ended_polling(a, sub.id)
             before = await a.status(sub.id)
 
             assert await b.touch(sub.id)
@@ -199,7 +199,7 @@ class TestInstances:
                 snap = await c.status(sub.id)
             for gate in gates:
                 gate.set()
-            await wait_status(a, sub.id, JobStatus.DONE)
+            assert [JobStatus.DONE] == await wait_ended_polling(a, sub.id)
 
             assert snap is not None
             assert JobStatus.RUNNING == snap.job.status

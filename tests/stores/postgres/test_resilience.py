@@ -31,9 +31,9 @@ from trio_batch.stores import PostgresStore
 from trio_batch.stores._postgres import _sql
 from trio_batch.stores._protocol import Limits, Outcome, Stored
 
-from ...pg_support import table_locked
-from ...support import Recorder
+from ...support import Recorder, wait_ended
 from ..support import new_job
+from .support import table_locked
 
 LIMITS = Limits(ttl=3600.0, targets_per_job=50, jobs_per_caller=100, jobs_total=100)
 NOW = 1_800_000_000.0
@@ -138,7 +138,7 @@ class TestLostConnection:
                     assert await trio.to_thread.run_sync(terminate, pg_dsn, name) >= 1
                     fetch.gate.set()
                 with trio.fail_after(DEADLINE):
-                    await rec.wait_terminal(2 * (round_ + 1))
+                    await wait_ended(engine, *job_ids[-2:])
             reconnects = store.reconnects
 
         assert 2 * rounds == len(job_ids)
@@ -252,7 +252,7 @@ class TestEngineWaitsForTheStore:
                         fetch.gate.set()
                         await tried.wait()  # a write was cancelled by the server
                         live = engine.statistics().live_jobs
-                    await rec.wait_terminal(1)
+                    await wait_ended(engine, sub.id)
                 snap = await engine.status(sub.id)
         finally:
             logging.getLogger("trio_batch").removeHandler(handler)

@@ -1,4 +1,5 @@
-"""Helpers for running tests on PostgreSQL: a fresh schema per test, dropped afterwards."""
+"""What the PostgreSQL tests share: the DSN to run them on, a fresh schema per test (dropped
+afterwards), a store in one, and a lock held from another connection."""
 
 from __future__ import annotations
 
