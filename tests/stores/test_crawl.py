@@ -30,7 +30,8 @@ from trio_batch._crawl import CrawlSpec, Found
 from trio_batch._crawl_rules import canonical_url
 from trio_batch.stores import PostgresStore, Store
 
-from ..pg_support import PG_DSN, SKIP_REASON, open_test_schema
+from ..support import wait_ended_polling
+from .postgres.support import PG_DSN, SKIP_REASON, open_test_schema
 
 SITE = "https://site.example.test"
 ALICE = Caller("alice")
@@ -68,16 +69,12 @@ def start(limit: int, **spec: Any) -> tuple[CrawlSpec, list[Found]]:
     return crawl, [Found(crawl.url, key, 0)]
 
 
-async def until_ended(engine: BatchEngine, job_id: str, stored: int | None = None) -> None:
-    """Read the job until it has ended (or, with ``stored``, stored that many targets): a
-    bounded poll, as other engines' outcomes reach no hook of this one."""
-    with trio.fail_after(60):
-        while True:
-            job = await engine.job(job_id)
-            assert job is not None
-            if not job.status.live if stored is None else job.targets_done >= stored:
-                return
-            await trio.sleep(0.02)
+async def until_stored(engine: BatchEngine, job_id: str, stored: int) -> None:
+    """Wait until the job has stored ``stored`` targets, woken by the engine's watch (it reports
+    each outcome stored)."""
+    with trio.fail_after(60), engine.watch(job_id) as watch:
+        while (job := await engine.job(job_id)) is not None and job.targets_done < stored:
+            await watch.wait()
 
 
 class TestOneCrawl:
@@ -89,7 +86,7 @@ class TestOneCrawl:
         spec, seeds = start(60, max_depth=20, concurrency=6)
         async with open_engine(store, site, Config(workers=6, max_workers=6)) as engine:
             sub = await engine.crawl(ALICE, "fleet", spec, seeds)
-            await until_ended(engine, sub.id)
+            await wait_ended_polling(engine, sub.id)
             snap = await engine.status(sub.id)
             info = await store.crawl_info(sub.id)
 
@@ -109,7 +106,7 @@ class TestOneCrawl:
         spec, seeds = start(1000, max_depth=3, concurrency=4)
         async with open_engine(store, site, Config(workers=4, max_workers=4)) as engine:
             sub = await engine.crawl(ALICE, "fleet", spec, seeds)
-            await until_ended(engine, sub.id)
+            await wait_ended_polling(engine, sub.id)
             snap = await engine.status(sub.id)
             info = await store.crawl_info(sub.id)
 
@@ -131,11 +128,11 @@ class TestOneCrawl:
         config = Config(workers=1, max_workers=1, jobs_per_caller=2)
         async with open_engine(store, site, config) as engine:
             crawl = await engine.crawl(ALICE, "fleet", spec, seeds)
-            await until_ended(engine, crawl.id, stored=5)
+            await until_stored(engine, crawl.id, 5)
             batch = await engine.submit(
                 Caller("bob"), "fleet", [Target(f"{SITE}/b/{i}") for i in range(3)]
             )
-            await until_ended(engine, batch.id)
+            await wait_ended_polling(engine, batch.id)
             crawled = await engine.job(crawl.id)
             await engine.cancel(crawl.id)
 
@@ -171,7 +168,7 @@ class TestOnAFleet:
         spec, seeds = start(200, max_depth=20, concurrency=8)
         async with open_test_schema(PG_DSN) as schema, fleet(schema, site, 3, workers=4) as engines:
             sub = await engines[0].crawl(ALICE, "fleet", spec, seeds)
-            await until_ended(engines[1], sub.id)
+            await wait_ended_polling(engines[1], sub.id)
             snap = await engines[2].status(sub.id)
 
         assert snap is not None
