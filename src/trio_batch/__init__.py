@@ -13,11 +13,13 @@ from ._budget import (
     Waiting as Waiting,
 )
 from ._config import Config as Config, Hooks as Hooks
+from ._crawl import CrawlInfo as CrawlInfo, CrawlSpec as CrawlSpec
 from ._engine import (
     BatchEngine as BatchEngine,
     EngineStatistics as EngineStatistics,
     FetchFunc as FetchFunc,
     JobWatch as JobWatch,
+    SiteGuide as SiteGuide,
     WaitingTarget as WaitingTarget,
     open_engine as open_engine,
 )
@@ -56,6 +58,8 @@ __all__ = [
     "Caller",
     "CallerBusy",
     "Config",
+    "CrawlInfo",
+    "CrawlSpec",
     "EngineStatistics",
     "Error",
     "FetchFunc",
@@ -71,6 +75,7 @@ __all__ = [
     "Options",
     "Result",
     "RetryLater",
+    "SiteGuide",
     "Snapshot",
     "StoreError",
     "SubmitError",

@@ -26,8 +26,7 @@ from trio_batch import (
     TargetState,
     open_engine,
 )
-from trio_batch._crawl import CrawlSpec, Found
-from trio_batch._crawl_rules import canonical_url
+from trio_batch._crawl import CrawlSpec
 from trio_batch.stores import PostgresStore, Store
 
 from ..support import wait_ended_polling
@@ -61,12 +60,9 @@ class TreeSite:
         return Result(f"page {n}", meta)
 
 
-def start(limit: int, **spec: Any) -> tuple[CrawlSpec, list[Found]]:
-    """A crawl of the tree from its root, and its one seed."""
-    crawl = CrawlSpec(f"{SITE}/0", limit=limit, **spec)
-    key = canonical_url(crawl.url)
-    assert key is not None
-    return crawl, [Found(crawl.url, key, 0)]
+def start(limit: int, **spec: Any) -> CrawlSpec:
+    """A crawl of the tree from its root."""
+    return CrawlSpec(f"{SITE}/0", limit=limit, **spec)
 
 
 async def until_stored(engine: BatchEngine, job_id: str, stored: int) -> None:
@@ -83,9 +79,9 @@ class TestOneCrawl:
         each fetched once, the aliases (one canonical) skipped as duplicates, the rest counted
         skipped for the limit."""
         site = TreeSite()
-        spec, seeds = start(60, max_depth=20, concurrency=6)
+        spec = start(60, max_depth=20, concurrency=6)
         async with open_engine(store, site, Config(workers=6, max_workers=6)) as engine:
-            sub = await engine.crawl(ALICE, "fleet", spec, seeds)
+            sub = await engine.crawl(ALICE, "fleet", spec)
             await wait_ended_polling(engine, sub.id)
             snap = await engine.status(sub.id)
             info = await store.crawl_info(sub.id)
@@ -103,9 +99,9 @@ class TestOneCrawl:
         pages), then nothing left: the crawl ends below its limit, depth skips counted, and
         each page says its depth and the page that found it."""
         site = TreeSite()
-        spec, seeds = start(1000, max_depth=3, concurrency=4)
+        spec = start(1000, max_depth=3, concurrency=4)
         async with open_engine(store, site, Config(workers=4, max_workers=4)) as engine:
-            sub = await engine.crawl(ALICE, "fleet", spec, seeds)
+            sub = await engine.crawl(ALICE, "fleet", spec)
             await wait_ended_polling(engine, sub.id)
             snap = await engine.status(sub.id)
             info = await store.crawl_info(sub.id)
@@ -120,14 +116,53 @@ class TestOneCrawl:
         assert page5 is not None
         assert {"depth": 2, "found_by": by_url_index(snap, f"{SITE}/2")} == page5.meta["crawl"]
 
+    async def test_sitemaps_seed_the_crawl_and_robots_skips_are_counted(self, store: Store) -> None:
+        """With sitemaps "include", the sitemaps' pages in scope are seeds at depth 0 (one off
+        scope and one repeat counted skipped); a link robots.txt disallows is never admitted,
+        counted ``robots``; with "only", the sitemaps' pages alone are fetched, no link."""
+        site = TreeSite()
+        guide = Guide(
+            sitemap=[f"{SITE}/40", f"{SITE}/41", f"{SITE}/40#x", "https://elsewhere.test/1"],
+            disallowed={f"{SITE}/2"},
+        )
+        spec = start(1000, max_depth=1, sitemaps="include")
+        only = start(1000, max_depth=5, sitemaps="only")
+        async with open_engine(store, site, Config(), site_guide=guide) as engine:
+            sub = await engine.crawl(ALICE, "fleet", spec)
+            await wait_ended_polling(engine, sub.id)
+            snap = await engine.status(sub.id)
+            info = await store.crawl_info(sub.id)
+            sub_only = await engine.crawl(ALICE, "fleet", only)
+            await wait_ended_polling(engine, sub_only.id)
+            snap_only = await engine.status(sub_only.id)
+
+        assert snap is not None and info is not None and snap_only is not None
+        urls = sorted(t.url for t in snap.targets)
+        # the start page, its link 1 (2 is disallowed), the sitemaps' 40 and 41 and their links
+        # (41's alias of 42 is page 42's only name here; 40's alias of 41 is a duplicate)
+        pages = (0, 1, 40, 41, 81, 82, 83, 84, "alias/42")
+        assert sorted(f"{SITE}/{n}" for n in pages) == urls
+        assert 1 == info.skipped["scope"]  # elsewhere.test, from the sitemap
+        assert info.skipped["robots"] >= 1
+        assert info.skipped["duplicate"] >= 1  # /40#x is /40
+        assert [f"{SITE}/40", f"{SITE}/41"] == [t.url for t in snap_only.targets]
+
+    async def test_sitemaps_need_a_site_guide(self, store: Store) -> None:
+        """A crawl that asks for sitemaps of an engine with no site guide is refused with a
+        hint, and nothing is stored."""
+        async with open_engine(store, TreeSite()) as engine:
+            with pytest.raises(ValueError, match="sitemaps"):
+                await engine.crawl(ALICE, "fleet", start(10, sitemaps="include"))
+            assert [] == await engine.jobs(ALICE.name)
+
     async def test_a_crawl_is_one_job_in_the_rotation(self, store: Store) -> None:
         """A batch submitted while a long crawl runs gets its turns at once: its targets all end
         while the crawl is still far from its limit (one worker, the round robin's rule)."""
         site = TreeSite(seconds=0.02)
-        spec, seeds = start(5000, max_depth=30, concurrency=1)
+        spec = start(5000, max_depth=30, concurrency=1)
         config = Config(workers=1, max_workers=1, jobs_per_caller=2)
         async with open_engine(store, site, config) as engine:
-            crawl = await engine.crawl(ALICE, "fleet", spec, seeds)
+            crawl = await engine.crawl(ALICE, "fleet", spec)
             await until_stored(engine, crawl.id, 5)
             batch = await engine.submit(
                 Caller("bob"), "fleet", [Target(f"{SITE}/b/{i}") for i in range(3)]
@@ -138,6 +173,20 @@ class TestOneCrawl:
 
         assert crawled is not None
         assert crawled.targets_done < 5 + 3 * 2  # the batch's 3 turns came in the first rounds
+
+
+@dataclasses.dataclass
+class Guide:
+    """A site guide with a fixed sitemap and robots.txt disallowing some URLs."""
+
+    sitemap: list[str]
+    disallowed: set[str]
+
+    async def allows(self, caller: Caller, url: str) -> bool:
+        return url not in self.disallowed
+
+    async def sitemap_urls(self, caller: Caller, url: str, limit: int) -> list[str]:
+        return self.sitemap[:limit]
 
 
 def by_url_index(snap: Any, url: str) -> int:
@@ -165,9 +214,9 @@ class TestOnAFleet:
         if not PG_DSN:
             pytest.skip(SKIP_REASON)
         site = TreeSite(seconds=0.02)
-        spec, seeds = start(200, max_depth=20, concurrency=8)
+        spec = start(200, max_depth=20, concurrency=8)
         async with open_test_schema(PG_DSN) as schema, fleet(schema, site, 3, workers=4) as engines:
-            sub = await engines[0].crawl(ALICE, "fleet", spec, seeds)
+            sub = await engines[0].crawl(ALICE, "fleet", spec)
             await wait_ended_polling(engines[1], sub.id)
             snap = await engines[2].status(sub.id)
 

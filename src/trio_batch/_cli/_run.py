@@ -26,7 +26,7 @@ import trio
 
 from .._budget import HostBudget
 from .._config import Config
-from .._engine import BatchEngine, FetchFunc, open_engine
+from .._engine import BatchEngine, FetchFunc, SiteGuide, open_engine
 from .._errors import Busy, CallerBusy, TargetError
 from .._headers import SECRETS
 from .._model import Caller, JSONValue, Target, TargetStatus
@@ -149,7 +149,7 @@ async def open_web_fetch(
         UsageError: the web extra is not installed.
     """
     try:
-        from ..web import WebFetcher
+        from ..web import WebFetcher, WebSiteGuide
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.startswith("trio_batch."):
             raise
@@ -160,7 +160,7 @@ async def open_web_fetch(
     async with WebFetcher(
         store=store, allow=list(allow), per_caller=slots, pool_size=max(8, slots), budget=budget
     ) as fetch:
-        yield WebFetch(fetch, budget, fetch.scope)
+        yield WebFetch(fetch, budget, fetch.scope, WebSiteGuide(fetch))
 
 
 def fetch_of(opened: FetchFunc | WebFetch) -> FetchFunc:
@@ -174,15 +174,18 @@ def politeness_of(opened: FetchFunc | WebFetch) -> dict[str, Any]:
 
 
 class WebFetch(NamedTuple):
-    """A web fetcher with its host budget and scope function, for :func:`open_engine`."""
+    """A web fetcher with its host budget, scope function and site guide, for
+    :func:`open_engine`."""
 
     fetch: FetchFunc
     budget: HostBudget
     scope: Callable[[Target], str | None]
+    guide: SiteGuide
 
     def politeness(self) -> dict[str, Any]:
-        """``open_engine``'s keyword arguments that make the rotation keep the budget."""
-        return {"budget": self.budget, "scope": self.scope}
+        """``open_engine``'s keyword arguments that make the rotation keep the budget and a
+        crawl read robots.txt and sitemaps."""
+        return {"budget": self.budget, "scope": self.scope, "site_guide": self.guide}
 
 
 def precheck_func(allow: Sequence[IPNetwork]) -> Callable[[str], TargetError | None]:

@@ -101,8 +101,9 @@ def with_statement_timeout(dsn: str, seconds: float) -> str:
 async def _open_fetcher(
     settings: Settings, store: ServiceStore, keys: KeyRing
 ) -> AsyncIterator[tuple[FetchFunc, dict[str, Any]]]:
-    """serve's web fetcher (hinting at its flags) and ``open_engine``'s budget arguments."""
-    from ..web import WebFetcher
+    """serve's web fetcher (hinting at its flags) and ``open_engine``'s budget and crawl
+    arguments."""
+    from ..web import WebFetcher, WebSiteGuide
 
     def restricted(caller: Caller) -> bool:
         record = keys.by_hash(caller.key_sha256)
@@ -127,7 +128,8 @@ async def _open_fetcher(
     )
     async with fetcher as fetch:
         await fetch.warm()  # the service's first page waits for no shaping worker's start
-        yield serve_hints(fetch), {"budget": budget, "scope": fetch.scope}
+        politeness = {"budget": budget, "scope": fetch.scope, "site_guide": WebSiteGuide(fetch)}
+        yield serve_hints(fetch), politeness
 
 
 def serve_hints(fetch: FetchFunc) -> FetchFunc:

@@ -17,6 +17,7 @@ these names from here (or from ``trio_batch``), never from the modules behind th
 from __future__ import annotations
 
 from ._batch_engine import BatchEngine as BatchEngine, open_engine as open_engine
+from ._crawling import SiteGuide as SiteGuide
 from ._live import (
     EngineStatistics as EngineStatistics,
     FetchFunc as FetchFunc,
@@ -29,6 +30,7 @@ __all__ = [
     "EngineStatistics",
     "FetchFunc",
     "JobWatch",
+    "SiteGuide",
     "WaitingTarget",
     "open_engine",
 ]

@@ -28,7 +28,7 @@ import trio
 
 from .._budget import CURRENT_SLOT, HostBudget, HostSlot
 from .._config import Config
-from .._crawl import CrawlSpec, Found, crawl_key
+from .._crawl import CrawlSpec, crawl_key
 from .._errors import NoTargets, RetryLater, TargetError, classify_failure
 from .._hooks import SafeHooks
 from .._model import (
@@ -59,7 +59,7 @@ from ..stores._protocol import (
     is_fleet,
 )
 from ._ahead import ClaimAhead
-from ._crawling import CrawlAllowed, crawled, page_options
+from ._crawling import SiteGuide, check_crawl, crawl_seeds, crawled, page_options
 from ._fleet_turns import FleetTurns
 from ._groups import drain_in_groups
 from ._live import (
@@ -103,10 +103,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
         log: logging.Logger,
         wall_clock: Callable[[], float],
         turns: Callable[[EngineParts], Turns],
-        crawl_allowed: CrawlAllowed | None = None,
+        site_guide: SiteGuide | None = None,
     ) -> None:
         self._store = store
-        self._crawl_allowed = crawl_allowed  # robots.txt for a crawl's links, if given
+        self._guide = site_guide  # robots.txt and sitemaps for crawls, if given
         self._fetch = fetch
         self._config = config
         self._log = log
@@ -191,59 +191,57 @@ class BatchEngine(metaclass=NoPublicConstructor):
         caller: Caller,
         caller_class: CallerClass,
         spec: CrawlSpec,
-        seeds: Sequence[Found],
         *,
         webhook: Webhook | None = None,
     ) -> Submitted:
-        """Admit a crawl: a job of ``seeds`` that grows by the links its pages find (issue 38).
+        """Admit a crawl: a job of its seeds that grows by the links its pages find (issue 38).
 
-        ``seeds`` are the start page (depth 0) and any pages of the site's sitemaps, with their
-        canonical keys (``_crawl_rules.canonical_url``); the door that calls this reads the
-        sitemaps. Every page is fetched with ``spec.options`` plus what a crawl reads (links,
-        metadata) and robots.txt obeyed unless the options say otherwise. The job ends when it
-        has stored ``spec.limit`` pages done, or when nothing it found is left to fetch. The
-        rules, caps and idempotency of :meth:`submit` hold (its key is the caller, the spec and
-        the seeds); ``targets_per_job`` does not, the crawl's frontier is bounded instead
+        The seeds are the start page (depth 0) and, as ``spec.sitemaps`` asks, the pages the
+        site's sitemaps list (read through the engine's ``site_guide``), each judged by the
+        crawl's rules; what is skipped of them is counted as a link's would be. Every page is
+        fetched with ``spec.options`` plus what a crawl reads (links, metadata), robots.txt
+        obeyed unless the options say otherwise. The job ends when it has stored
+        ``spec.limit`` pages done, or when nothing it found is left to fetch. The rules, caps
+        and idempotency of :meth:`submit` hold (its key is the caller, the spec and the
+        seeds); ``targets_per_job`` does not, the crawl's frontier is bounded instead
         (``CrawlSpec.frontier_cap``).
 
-        Cancellation: as :meth:`submit`.
+        Cancellation: as :meth:`submit` (reading the sitemaps is abandoned).
 
         Raises:
-            NoTargets: no seeds.
+            NoTargets: nothing to crawl (``sitemaps="only"`` and no sitemap page in scope).
             TooManyTargets, CallerBusy, Busy: refused; nothing was stored.
-            ValueError: ``spec.limit`` over ``Config.max_crawl_pages``, or ``spec.concurrency``
-                over ``Config.max_concurrency``.
+            ValueError: the start URL cannot be crawled, ``spec.limit`` is over
+                ``Config.max_crawl_pages``, ``spec.concurrency`` over
+                ``Config.max_concurrency``, or sitemaps are asked for with no ``site_guide``.
             trio.ClosedResourceError: the engine is closed.
         """
         self._check_open()
         checked_submission(caller, caller_class, [], webhook)
-        if spec.limit > self._config.max_crawl_pages:
-            raise ValueError(
-                f"limit must be at most {self._config.max_crawl_pages} "
-                f"(Config.max_crawl_pages; got {spec.limit})"
-            )
-        if spec.concurrency > self._config.max_concurrency:
-            raise ValueError(
-                f"concurrency must be from 1 to {self._config.max_concurrency} "
-                f"(Config.max_concurrency; got {spec.concurrency})"
-            )
-        if not seeds:
-            raise NoTargets("the crawl has no start page: send its URL")
+        check_crawl(spec, self._config)
         await trio.lowlevel.checkpoint_if_cancelled()
+        seeds, skipped = await crawl_seeds(spec, caller, self._guide)
+        if not seeds:
+            raise NoTargets(
+                "the crawl has nothing to fetch: its sitemaps list no page in its scope "
+                "(sitemaps='only'); use sitemaps='include' to start from its URL too"
+            )
         options = page_options(spec)
+        targets = [Target(seed.url, options) for seed in seeds]
         job = NewJob(
             id=secrets.token_hex(16),
             caller=caller.name,
             caller_class=caller_class,
             key=crawl_key(caller.name, spec, seeds),
-            targets=[Target(seed.url, options) for seed in seeds],
+            targets=targets,
             now=self._wall(),
             workspace=caller.workspace,
             webhook="" if webhook is None else webhook.to_json(),
-            scopes=self._turns.scopes([Target(seed.url, options) for seed in seeds]),
+            scopes=self._turns.scopes(targets),
             concurrency=spec.concurrency,
             crawl=spec.to_json(),
             seeds=seeds,
+            skipped=skipped,
         )
         limits = dataclasses.replace(self._limits, targets_per_job=spec.frontier_cap)
         return await self._admitted(job, caller, caller_class, webhook, limits)
@@ -641,7 +639,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if slot is not None:
             slot.release()
         if live.crawl is not None:  # what the page found goes to the store with it
-            page = await crawled(live.crawl, live.caller, idx, result, self._crawl_allowed)
+            page = await crawled(live.crawl, live.caller, idx, result, self._guide)
             return dataclasses.replace(page, claim=live.token(idx)), None
         return Outcome(TargetState.DONE, result_json=result.to_json(), claim=live.token(idx)), None
 
@@ -806,7 +804,7 @@ async def open_engine(
     wall_clock: Callable[[], float] = time.time,
     budget: HostBudget | None = None,
     scope: HostFunc | None = None,
-    crawl_allowed: CrawlAllowed | None = None,
+    site_guide: SiteGuide | None = None,
 ) -> AsyncIterator[BatchEngine]:
     """Open a :class:`BatchEngine` whose workers live until the block exits.
 
@@ -826,8 +824,9 @@ async def open_engine(
     With ``budget`` (a :class:`HostBudget`) and ``scope`` (a target's scope, such as
     ``WebFetcher.scope``: its host and port), a job whose next target's scope is at its budget
     is passed over and keeps its place in the round robin (docs/politeness.md). With
-    ``crawl_allowed`` (``WebFetcher.allows``), a crawl's links are checked against robots.txt
-    before they are admitted (those refused are counted skipped, ``robots``).
+    ``site_guide`` (``trio_batch.web.WebSiteGuide``), a crawl's links are checked against
+    robots.txt before they are admitted (those refused are counted skipped, ``robots``) and
+    its ``sitemaps`` are read.
     """
     if not callable(fetch):
         raise TypeError("fetch must be an async function (caller, target) -> Result")
@@ -846,7 +845,7 @@ async def open_engine(
             return FleetTurns(parts, store, budget, scope)
         return LocalTurns(parts, budget, scope)
 
-    engine = BatchEngine._create(store, fetch, config, log, wall_clock, turns, crawl_allowed)
+    engine = BatchEngine._create(store, fetch, config, log, wall_clock, turns, site_guide)
     await engine._turns.open()
     try:
         async with trio.open_nursery() as nursery:

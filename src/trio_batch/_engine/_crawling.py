@@ -4,27 +4,45 @@ A crawl is a job whose targets grow (``trio_batch._crawl``). The engine holds a 
 for each crawl it runs: the crawl's rules (``_crawl_rules``), its pages stored done, and each
 held target's depth and the page that found it. When a page's fetch returns, :func:`crawled`
 reads its links from the result (``meta["links"]``), judges each (depth, scope, patterns,
-traps, and robots.txt when the engine was given a check), and builds the outcome that carries
+traps, and robots.txt through the engine's :class:`SiteGuide`), and builds the outcome that carries
 what it found to the store, which admits it with the page, deduplicated. A job starts a page
 only while its pages done and in flight stay under its limit, so the limit is exact whatever
-the concurrency. An engine over a single store holds a window of its crawl's frontier, read on
-from the store (:meth:`~trio_batch.stores.Store.crawl_frontier`) as it runs.
+the concurrency. :func:`crawl_seeds` builds a new crawl's seeds: its start page and, as its
+``sitemaps`` asks, the site's sitemaps' pages (through the :class:`SiteGuide`), judged by the
+same rules, each skipped one counted. An engine over a single store holds a window of its
+crawl's frontier, read on from the store (:meth:`~trio_batch.stores.Store.crawl_frontier`)
+as it runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import final
+from collections.abc import Mapping, Sequence
+from typing import Protocol, final
 
+from .._config import Config
 from .._crawl import CrawlSpec, Found
 from .._crawl_rules import CrawlRules, canonical_url
 from .._model import Caller, Options, Result, TargetState
 from ..stores._protocol import Outcome
 
-CrawlAllowed = Callable[[Caller, str], Awaitable[bool]]
-"""Whether robots.txt lets ``caller``'s crawl fetch a URL (the web fetcher's ``allows``)."""
+
+class SiteGuide(Protocol):
+    """What a crawl asks of the web besides its pages: robots.txt for the links it finds, and
+    the site's sitemaps for its seeds. ``trio_batch.web.WebSiteGuide`` is one; without one an
+    engine's crawls follow every link their rules allow (the fetch still obeys robots.txt)
+    and read no sitemap."""
+
+    async def allows(self, caller: Caller, url: str) -> bool:
+        """False only when robots.txt disallows ``url`` for this crawler (an unreadable file
+        or an address the guard refuses is left to the fetch, which answers for it)."""
+        ...
+
+    async def sitemap_urls(self, caller: Caller, url: str, limit: int) -> Sequence[str]:
+        """At most ``limit`` page URLs of the sitemaps of ``url``'s site (as ``caller``)."""
+        ...
+
 
 # The page formats a crawl needs besides what the caller asked: its links and its metadata
 # (its rel=canonical).
@@ -46,7 +64,17 @@ class CrawlRun:
     """What an engine holds of a crawl it runs: its rules, its pages done, its held targets'
     depths and finders, and how far it has read the frontier."""
 
-    __slots__ = ("done", "loaded", "more", "pages", "rules", "spec", "wanted_links")
+    __slots__ = (
+        "done",
+        "follow",
+        "loaded",
+        "more",
+        "pages",
+        "robots",
+        "rules",
+        "spec",
+        "wanted_links",
+    )
 
     def __init__(self, spec: CrawlSpec, done: int = 0) -> None:
         self.spec = spec
@@ -59,6 +87,10 @@ class CrawlRun:
         self.more = False
         """The store may hold pending targets past ``loaded``."""
         self.wanted_links = "links" in spec.options.formats
+        self.follow = spec.sitemaps != "only"
+        """Whether links are followed (not with ``sitemaps="only"``: the sitemaps' pages alone)."""
+        self.robots = bool(page_options(spec).robots)
+        """Whether links are checked against robots.txt (as its pages are fetched)."""
 
     def room(self, in_flight: int) -> bool:
         """Whether another page may start: pages done and in flight stay under the limit."""
@@ -79,7 +111,7 @@ class CrawlRun:
 
 
 async def crawled(
-    run: CrawlRun, caller: Caller, idx: int, result: Result, allowed: CrawlAllowed | None
+    run: CrawlRun, caller: Caller, idx: int, result: Result, web: SiteGuide | None
 ) -> Outcome:
     """The outcome of crawl page ``idx``: its result (with ``meta["crawl"]``), the links it
     found that may be fetched, its other keys (final URL, ``rel=canonical``), and what its
@@ -90,7 +122,10 @@ async def crawled(
     if not run.wanted_links:
         meta.pop("links", None)
     meta["crawl"] = {"depth": depth, "found_by": None if parent < 0 else parent}
-    found, skipped = await _judge(run, caller, idx, depth + 1, links, allowed)
+    found: list[Found] = []
+    skipped: Counter[str] = Counter()
+    if run.follow:
+        found, skipped = await _judge(run, caller, idx, depth + 1, links, web)
     page = Result(result.content, meta)
     return Outcome(
         TargetState.DONE,
@@ -130,9 +165,10 @@ async def _judge(
     idx: int,
     depth: int,
     links: Sequence[str],
-    allowed: CrawlAllowed | None,
+    web: SiteGuide | None,
 ) -> tuple[list[Found], Counter[str]]:
-    """The links that may be fetched, once each, and the others counted by reason."""
+    """The links that may be fetched, once each, and the others counted by reason (a link the
+    page repeats is a ``duplicate``)."""
     found: list[Found] = []
     skipped: Counter[str] = Counter()
     seen: set[str] = set()
@@ -142,10 +178,65 @@ async def _judge(
             skipped[reason] += 1
             continue
         if key in seen:
+            skipped["duplicate"] += 1
             continue
         seen.add(key)
-        if allowed is not None and not await allowed(caller, url):
+        if run.robots and web is not None and not await web.allows(caller, url):
             skipped["robots"] += 1
             continue
         found.append(Found(url, key, depth, idx))
     return found, skipped
+
+
+def check_crawl(spec: CrawlSpec, config: Config) -> None:
+    """Refuse a crawl past an engine's bounds (``ValueError``, naming the setting)."""
+    if not isinstance(spec, CrawlSpec):
+        raise TypeError(f"spec must be a trio_batch.CrawlSpec (got {type(spec).__name__})")
+    if spec.limit > config.max_crawl_pages:
+        raise ValueError(
+            f"limit must be at most {config.max_crawl_pages} "
+            f"(Config.max_crawl_pages; got {spec.limit})"
+        )
+    if spec.concurrency > config.max_concurrency:
+        raise ValueError(
+            f"concurrency must be from 1 to {config.max_concurrency} "
+            f"(Config.max_concurrency; got {spec.concurrency})"
+        )
+
+
+async def crawl_seeds(
+    spec: CrawlSpec, caller: Caller, web: SiteGuide | None
+) -> tuple[list[Found], Counter[str]]:
+    """A new crawl's seeds (depth 0) and what was skipped of them, by reason: the start page
+    (unless ``sitemaps="only"``) and, unless ``sitemaps="skip"``, the pages of the site's
+    sitemaps, up to the crawl's frontier cap, each judged by the crawl's rules (scope,
+    patterns, traps) and robots.txt as a link is.
+
+    Raises:
+        ValueError: the start URL cannot be crawled, or the sitemaps are asked for and the
+            engine has no :class:`SiteGuide` to read them.
+    """
+    rules = CrawlRules(spec)  # refuses a start URL that cannot be crawled
+    robots = bool(page_options(spec).robots)
+    urls = [] if spec.sitemaps == "only" else [spec.url]
+    if spec.sitemaps != "skip":
+        if web is None:
+            raise ValueError(
+                f"sitemaps={spec.sitemaps!r} needs the web fetcher to read them; "
+                "leave sitemaps out (or 'skip') with another fetch"
+            )
+        urls += await web.sitemap_urls(caller, spec.url, spec.frontier_cap)
+    seeds: list[Found] = []
+    skipped: Counter[str] = Counter()
+    seen: set[str] = set()
+    for url in urls:
+        key, reason = rules.judge(url, 0)
+        if reason or key in seen:
+            skipped[reason or "duplicate"] += 1
+            continue
+        if robots and web is not None and url != spec.url and not await web.allows(caller, url):
+            skipped["robots"] += 1
+            continue
+        seen.add(key)
+        seeds.append(Found(url, key, 0))
+    return seeds, skipped

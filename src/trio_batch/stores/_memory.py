@@ -644,4 +644,5 @@ def _crawl_of(job: NewJob) -> _Crawl | None:
     for idx, seed in enumerate(job.seeds):
         crawl.keys.setdefault(seed.key, idx)
     crawl.admitted = len(job.targets)
+    crawl.skipped.update(job.skipped)
     return crawl

@@ -55,6 +55,8 @@ class NewJob:
     targets are its seeds, and grow as its pages' outcomes admit what they found."""
     seeds: Sequence[Found] = ()
     """A crawl's seeds, one per target in order (their keys and depths); empty for a batch."""
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    """What was skipped of a crawl's seeds (its sitemaps' pages), by reason: its first counts."""
 
 
 @final

@@ -67,14 +67,24 @@ class CrawlSQL:
             return "json_array_elements_text(?::json) WITH ORDINALITY AS e (k, n)"
         return "(SELECT value AS k, key AS n FROM json_each(?)) AS e"
 
-    def admit(self, conn: Any, job_id: str, spec_json: str, seeds: Sequence[Found]) -> None:
-        """A new crawl's row, and its seeds' keys (the seeds are targets 0, 1, ...)."""
+    def admit(
+        self,
+        conn: Any,
+        job_id: str,
+        spec_json: str,
+        seeds: Sequence[Found],
+        skipped: Mapping[str, int],
+    ) -> None:
+        """A new crawl's row (with what was skipped of its seeds), and its seeds' keys (the
+        seeds are targets 0, 1, ...)."""
         spec = CrawlSpec.from_json(spec_json)
+        counts = [int(skipped.get(reason, 0)) for reason in SKIP_REASONS]
         self._run(
             conn,
-            "INSERT INTO crawls (job_id, spec, lim, cap, admitted) VALUES (?, ?, ?, ?, ?) "
+            f"INSERT INTO crawls (job_id, spec, lim, cap, admitted, {_SKIPPED}) "
+            f"VALUES (?, ?, ?, ?, ?, {', '.join('?' for _ in SKIP_REASONS)}) "
             "ON CONFLICT DO NOTHING",
-            (job_id, spec_json, spec.limit, spec.frontier_cap, len(seeds)),
+            (job_id, spec_json, spec.limit, spec.frontier_cap, len(seeds), *counts),
         )
         conflict = "ON CONFLICT DO NOTHING"
         for idx, seed in enumerate(seeds):

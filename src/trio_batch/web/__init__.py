@@ -13,7 +13,8 @@ Needs the ``web`` extra (``pip install trio-batch[web]``)::
 :class:`WebFetcher` repeats them and adds the fetch-time guard (every resolved address must be
 public; the connection goes to the checked address), busy handling, limits, options and cache.
 :func:`site_map` lists a site's URLs (its sitemaps and its start page's links) through the
-same guard and budgets, for ``POST /v1/map`` and ``trio-batch map``.
+same guard and budgets, for ``POST /v1/map`` and ``trio-batch map``; :class:`WebSiteGuide` is
+what a crawl asks of a site besides its pages (robots.txt for its links, its sitemaps' pages).
 :func:`guarded_transport` is that fetch-time guard as an httpx transport, for the service's
 own requests to URLs a caller chose (webhooks); it raises :class:`AddressRefused`.
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         WebFetcher as WebFetcher,
         WebFetcherStatistics as WebFetcherStatistics,
     )
+    from ._fetch._site_guide import WebSiteGuide as WebSiteGuide
     from ._fetch._sitemap import MapBounds as MapBounds, SiteMap as SiteMap, site_map as site_map
     from ._guard._check import Network as Network, Resolver as Resolver, precheck as precheck
     from ._guard._outbound import (
@@ -56,6 +58,7 @@ _WHERE = {
     "MapBounds": "._fetch._sitemap",
     "SiteMap": "._fetch._sitemap",
     "site_map": "._fetch._sitemap",
+    "WebSiteGuide": "._fetch._site_guide",
 }
 
 __all__ = [
@@ -67,6 +70,7 @@ __all__ = [
     "SiteMap",
     "WebFetcher",
     "WebFetcherStatistics",
+    "WebSiteGuide",
     "guarded_transport",
     "precheck",
     "shape",

@@ -491,7 +491,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             with conn.transaction():
                 submitted = handle(conn.execute(_sql.ADMIT.sql, params, prepare=True))
                 if submitted.id == crawl.id:
-                    CRAWL.admit(conn, crawl.id, crawl.crawl, crawl.seeds)
+                    CRAWL.admit(conn, crawl.id, crawl.crawl, crawl.seeds, crawl.skipped)
             return submitted
 
         with trio.CancelScope(shield=True), self._admissions.admitting():

@@ -80,7 +80,7 @@ def admit(conn: sqlite3.Connection, job: NewJob, limits: Limits) -> Submitted | 
         [(job.id, i, t.url, options_json(t.options)) for i, t in enumerate(job.targets)],
     )
     if job.crawl:
-        CRAWL.admit(conn, job.id, job.crawl, job.seeds)
+        CRAWL.admit(conn, job.id, job.crawl, job.seeds, job.skipped)
     _add_live(conn, job.caller, 1)
     _sweep(conn, job.now - limits.ttl)
     return Submitted(job.id, False)

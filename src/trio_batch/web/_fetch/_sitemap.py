@@ -681,6 +681,7 @@ async def site_map(
     same_host: bool = True,
     robots: bool | None = None,
     bounds: MapBounds = MapBounds(),
+    start_page: bool = True,
 ) -> SiteMap:
     """The URLs of the site of ``url``: the start page, its sitemaps' URLs, its links.
 
@@ -689,7 +690,8 @@ async def site_map(
     keeps the URLs on the start page's host (and the host it redirects to) only, and reads
     the sitemaps there and those robots.txt names. ``robots``: check every document and
     redirect hop against its host's robots.txt (a disallowed one is a note); None, the
-    fetcher's ``robots`` default.
+    fetcher's ``robots`` default. ``start_page=False`` reads the sitemaps alone (a crawl's
+    seeds: the start page's links are its own to find), not the start page or its links.
 
     Returns:
         At most ``limit`` URLs, deduplicated, without fragments, each one that the fetcher's
@@ -719,7 +721,7 @@ async def site_map(
     failure: TargetError | RetryLater | None = None
     with trio.move_on_after(bounds.seconds) as clock:
         try:
-            failure = await _run(mapper, start)
+            failure = await _run(mapper, start, start_page)
         except _Full:
             mapper.note(
                 f"the site has more URLs than the limit of {limit:,}: ask for a larger limit "
@@ -742,8 +744,11 @@ async def site_map(
     return SiteMap(tuple(mapper.urls), not mapper.cut, tuple(mapper.notes))
 
 
-async def _run(mapper: _Mapper, start: Checked) -> TargetError | RetryLater | None:
-    """Read the three sources into ``mapper``; the start page's failure, if it failed.
+async def _run(
+    mapper: _Mapper, start: Checked, start_page: bool = True
+) -> TargetError | RetryLater | None:
+    """Read the three sources into ``mapper`` (the sitemaps alone without ``start_page``);
+    the start page's failure, if it failed.
 
     Raises:
         TargetError: the guard refused the start page's address (403): nothing else is read.
@@ -752,7 +757,7 @@ async def _run(mapper: _Mapper, start: Checked) -> TargetError | RetryLater | No
     failure: TargetError | RetryLater | None = None
     links: list[str] = []
     try:
-        links = await mapper.start_page(start)
+        links = await mapper.start_page(start) if start_page else []
     except (_Hostile, _Unsupported):
         mapper.note("the start page could not be decompressed: its links were not read")
     except RetryLater as busy:
