@@ -230,6 +230,7 @@ def _pieces(rest: str) -> tuple[str, str, str]:
     return rest[:slash], rest[slash:], query
 
 
+@functools.lru_cache(maxsize=1024)  # a site's links name a few hosts, over and over
 def _origin(scheme: str, netloc: str) -> tuple[str, str] | None:
     """``scheme://host[:port]`` and the host, or None for a bad authority."""
     if "@" in netloc or not netloc:
@@ -248,7 +249,7 @@ def _origin(scheme: str, netloc: str) -> tuple[str, str] | None:
     if host is None:
         return None
     if port:
-        if not port.isdigit() or len(port) > 5 or not 0 < int(port) < 65536:
+        if not (port.isascii() and port.isdigit()) or len(port) > 5 or not 0 < int(port) < 65536:
             return None
         port = str(int(port))
     if not port or port == _DEFAULT_PORTS[scheme]:
@@ -273,12 +274,7 @@ def _host(name: str) -> str | None:
     host = name.lower() if name.isascii() else _idna(name)
     if host is None or not _HOST.fullmatch(host) or len(host) > 253:
         return None
-    if _IPV4.fullmatch(host):
-        try:
-            return str(ipaddress.IPv4Address(host))
-        except ValueError:  # 999.1.1.1, or leading zeros: a name as far as the key goes
-            return host
-    return host
+    return host  # a dotted IPv4 address is already in its one form (any other is a name here)
 
 
 def _idna(name: str) -> str | None:

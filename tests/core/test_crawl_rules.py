@@ -135,6 +135,8 @@ class TestCanonicalUrl:
             "http://site.example:65536/",
             "http://site.example:8o/",
             "http://site.example:-1/",
+            "http://site.example:\u00b2/",  # a superscript two: a digit to str.isdigit
+            "http://site.example:\u0663/",  # an Arabic-Indic three: a digit to int()
             "http://si te.example/",
             "http://site%2Eexample/",
             "http://site..example/",
