@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ._harness import DOCS_PLOT, RESULTS, Figure, Settings, find
+from .crawl import crawl_goals
 from .fleet import fleet_goals
 from .main_content import main_goals
 
@@ -88,7 +89,11 @@ def goals(
                 fig.median <= 1.3,
                 f"{fig.median:.2f}x",
             )
-    for goal, value, met, detail in [*fleet_goals(figures), *main_goals(figures)]:
+    for goal, value, met, detail in [
+        *fleet_goals(figures),
+        *main_goals(figures),
+        *crawl_goals(figures),
+    ]:
         add(goal, value, met, detail)
     return out
 

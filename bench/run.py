@@ -9,7 +9,8 @@ its repeats), ``bench/results/latest.md`` (the table in Markdown) and ``bench/re
 (W6, the cost of a job's followers, is ``bench/followers.py``; FLEET, 1-3 ``serve`` processes on
 one PostgreSQL database, is ``bench/fleet.py`` and runs only with a DSN; PAGES, real pages
 through the CLI, is ``bench/real_pages.py``; MAIN, main content against ground truth beside
-trafilatura and readability-lxml, is ``bench/main_content.py``);
+trafilatura and readability-lxml, is ``bench/main_content.py``; CRAWL, a crawl of a local site
+against ``run`` over the same pages, is ``bench/crawl.py``);
 ``--render`` measures nothing and redraws the Markdown and the plot from ``latest.json``.
 
 This module is the command: it records the machine and the versions, repeats each workload
@@ -56,6 +57,7 @@ from ._harness import (
     postgres_skip_reason,
     sleep_fetch,
 )
+from .crawl import CRAWL_FULL, CRAWL_QUICK, CRAWL_TINY, run_crawl
 from .fleet import FLEET_FULL, FLEET_QUICK, FLEET_TINY, FleetSettings, run_fleet
 from .followers import LABELS, measure
 from .main_content import run_main
@@ -138,7 +140,9 @@ def versions() -> dict[str, str]:
 # -- the run --------------------------------------------------------------------------------------
 
 
-ALL_WORKLOADS = frozenset({"W1", "W2", "W3", "W4", "W5", "W6", "FLEET", "PAGES", "MAIN", "POLITE"})
+ALL_WORKLOADS = frozenset(
+    {"W1", "W2", "W3", "W4", "W5", "W6", "FLEET", "PAGES", "MAIN", "POLITE", "CRAWL"}
+)
 
 
 def run_w1_w2(
@@ -436,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument(
         "--only",
-        default="W1,W2,W3,W4,W5,W6,FLEET,PAGES,MAIN,POLITE",
+        default="W1,W2,W3,W4,W5,W6,FLEET,PAGES,MAIN,POLITE,CRAWL",
         help="workloads, comma-separated",
     )
     parser.add_argument(
@@ -465,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         only = frozenset(w.strip().upper() for w in args.only.split(",") if w.strip())
         if not only <= ALL_WORKLOADS:
             parser.error(
-                f"--only takes W1 ... W6, FLEET, PAGES, MAIN and POLITE (got {args.only!r})"
+                f"--only takes W1 ... W6, FLEET, PAGES, MAIN, POLITE and CRAWL (got {args.only!r})"
             )
         figures = run_all(s, kinds, workdir, args.pg, only, fleet)
     if "POLITE" in only:  # host budgets on the real clock (bench/politeness.py)
@@ -478,6 +482,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         main, main_notes = run_main(mode)
         figures += main
         notes += main_notes
+    if "CRAWL" in only:  # a crawl of a local site against run (bench/crawl.py)
+        crawl, crawl_notes = run_crawl(
+            {"tiny": CRAWL_TINY, "quick": CRAWL_QUICK, "full": CRAWL_FULL}[mode]
+        )
+        figures += crawl
+        notes += crawl_notes
     notes.append(f"wall time of the whole run: {time.perf_counter() - started:.0f} s")
     report(figures, s, mode, notes, args.out, make_plot=not args.no_plot, started=at_start)
     return 0
