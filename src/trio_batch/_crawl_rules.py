@@ -180,6 +180,19 @@ def canonical_url(url: str) -> str | None:
     return None if parts is None else parts.url
 
 
+def fetchable_url(url: str) -> str:
+    """``url`` as a crawl fetches it: its spelling kept (a site that answers only ``/a/`` still
+    works; the key is for deduplication only), without its fragment, and with what its path and
+    query cannot hold unescaped escaped as a browser sends it (a space as ``%20``), so that a
+    link written loosely is fetched rather than refused. Call it on a URL :meth:`CrawlRules.judge`
+    admitted (http(s), a good host)."""
+    text = url.strip(_EDGES).translate(_TABS)
+    scheme, _, rest = text.partition("://")
+    netloc, path, query = _pieces(rest)
+    path = _PATH_FIX.sub(_fix, path) or "/"
+    return f"{scheme}://{netloc}{path}" + (f"?{_QUERY_FIX.sub(_fix, query)}" if query else "")
+
+
 def _parts(url: str) -> _Parts | None:
     if not isinstance(url, str) or len(url) > MAX_KEY_CHARS:
         return None

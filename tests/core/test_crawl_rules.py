@@ -17,6 +17,7 @@ from trio_batch._crawl_rules import (
     VARIANT_PATHS,
     CrawlRules,
     canonical_url,
+    fetchable_url,
     registrable_domain,
 )
 
@@ -171,6 +172,27 @@ class TestCanonicalUrl:
     def test_the_tracking_list_is_in_lower_case(self) -> None:
         """Names are compared without case, so the documented list is written in lower case."""
         assert all(name == name.lower() for name in TRACKING_PARAMETERS)
+
+
+class TestFetchableUrl:
+    @pytest.mark.parametrize(
+        ("found", "fetched"),
+        [
+            ("https://a.test/a b/c d.html", "https://a.test/a%20b/c%20d.html"),
+            ("https://a.test/d/", "https://a.test/d/"),  # the spelling the site answers, kept
+            ("https://a.test/d/index.html#top", "https://a.test/d/index.html"),
+            ("https://a.test/s?q=a b&x=é", "https://a.test/s?q=a%20b&x=%C3%A9"),
+            ("https://a.test", "https://a.test/"),
+            ("  https://a.test/x\t ", "https://a.test/x"),
+        ],
+    )
+    def test_a_link_is_fetched_as_found_with_what_must_be_escaped_escaped(
+        self, found: str, fetched: str
+    ) -> None:
+        """A crawl fetches a link as the page wrote it, but escaped as a browser sends it (a
+        space as %20), without its fragment, so a loosely written link is not refused."""
+        assert fetched == fetchable_url(found)
+        assert canonical_url(found) == canonical_url(fetched)
 
 
 class TestRegistrableDomain:

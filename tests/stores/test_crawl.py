@@ -147,6 +147,28 @@ class TestOneCrawl:
         assert info.skipped["duplicate"] >= 1  # /40#x is /40
         assert [f"{SITE}/40", f"{SITE}/41"] == [t.url for t in snap_only.targets]
 
+    async def test_a_page_redirected_off_scope_is_not_stored(self, store: Store) -> None:
+        """A page whose fetch ended on another host (a redirect off the site) is removed from
+        the crawl and counted skipped ``scope``; the crawl's other pages are stored as ever."""
+
+        async def fetch(caller: Caller, target: Target) -> Result:
+            result = await TreeSite(pages=7)(caller, target)
+            if target.url == f"{SITE}/2":  # redirected to another site
+                return Result("landing", {**result.meta, "url": "https://other.test/landing"})
+            return result
+
+        async with open_engine(store, fetch) as engine:
+            sub = await engine.crawl(ALICE, "fleet", start(100, max_depth=5))
+            await wait_ended_polling(engine, sub.id)
+            snap = await engine.status(sub.id)
+            info = await store.crawl_info(sub.id)
+
+        assert snap is not None and info is not None
+        paths = {t.url[len(SITE) :] for t in snap.targets}
+        assert {"/0", "/1", "/3", "/4"} == paths - {p for p in paths if "alias" in p}
+        assert 1 == info.skipped["scope"]
+        assert len(snap.targets) == snap.job.targets_total == info.done
+
     async def test_sitemaps_need_a_site_guide(self, store: Store) -> None:
         """A crawl that asks for sitemaps of an engine with no site guide is refused with a
         hint, and nothing is stored."""

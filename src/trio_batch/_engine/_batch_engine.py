@@ -730,7 +730,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             evicted(stored.evicted)
         live.drop(idx)
         if live.crawl is not None:
-            live.crawl.acknowledged(idx, outcome, stored.duplicate, stored.found)
+            live.crawl.acknowledged(idx, outcome, stored.removed, stored.found)
         self._watchers.changed(live.id, has_webhook=live.has_webhook)
         if stored.terminal is not None:
             self._settle(live, stored.terminal)

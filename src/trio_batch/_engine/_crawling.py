@@ -23,7 +23,7 @@ from typing import Protocol, final
 
 from .._config import Config
 from .._crawl import CrawlSpec, Found
-from .._crawl_rules import CrawlRules, canonical_url
+from .._crawl_rules import CrawlRules, fetchable_url
 from .._model import Caller, Options, Result, TargetState
 from ..stores._protocol import Outcome
 
@@ -101,10 +101,10 @@ class CrawlRun:
         self.pages[idx] = (depth, parent)
         self.loaded = max(self.loaded, idx)
 
-    def acknowledged(self, idx: int, outcome: Outcome, duplicate: bool, found: int) -> None:
+    def acknowledged(self, idx: int, outcome: Outcome, removed: bool, found: int) -> None:
         """A page's outcome was stored (or found to be another's): count it, forget it."""
         self.pages.pop(idx, None)
-        if outcome.state is TargetState.DONE and not duplicate:
+        if outcome.state is TargetState.DONE and not removed:
             self.done += 1
         if found:
             self.more = True
@@ -118,6 +118,9 @@ async def crawled(
     links were skipped for."""
     depth, parent = run.pages.get(idx, (0, -1))
     meta = dict(result.meta)
+    final = meta.get("url")
+    if isinstance(final, str) and final and run.rules.judge(final, 0)[1] == "scope":
+        return Outcome(TargetState.DONE, dropped="scope", crawl=True)  # redirected off scope
     links = _links(meta)
     if not run.wanted_links:
         meta.pop("links", None)
@@ -131,7 +134,7 @@ async def crawled(
         TargetState.DONE,
         result_json=page.to_json(),
         found=found,
-        keys=_keys(meta),
+        keys=_keys(run, meta),
         skipped=skipped,
         crawl=True,
     )
@@ -146,14 +149,15 @@ def _links(meta: Mapping[str, object]) -> list[str]:
     return [url for url in urls if isinstance(url, str)]
 
 
-def _keys(meta: Mapping[str, object]) -> list[str]:
-    """The page's other keys: its final URL after redirects, its ``rel=canonical``."""
+def _keys(run: CrawlRun, meta: Mapping[str, object]) -> list[str]:
+    """The page's other keys: its final URL after redirects, its ``rel=canonical`` (by the
+    crawl's rules: in ``domain`` scope ``www.`` folds)."""
     keys = []
     final = meta.get("url")
     metadata = meta.get("metadata")
     canonical = metadata.get("canonical") if isinstance(metadata, dict) else None
     for url in (final, canonical):
-        key = canonical_url(url) if isinstance(url, str) and url else None
+        key = run.rules.key(url) if isinstance(url, str) and url else None
         if key is not None and key not in keys:
             keys.append(key)
     return keys
@@ -184,7 +188,7 @@ async def _judge(
         if run.robots and web is not None and not await web.allows(caller, url):
             skipped["robots"] += 1
             continue
-        found.append(Found(url, key, depth, idx))
+        found.append(Found(fetchable_url(url), key, depth, idx))
     return found, skipped
 
 
@@ -238,5 +242,5 @@ async def crawl_seeds(
             skipped["robots"] += 1
             continue
         seen.add(key)
-        seeds.append(Found(url, key, 0))
+        seeds.append(Found(fetchable_url(url), key, 0))
     return seeds, skipped

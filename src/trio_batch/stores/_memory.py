@@ -305,8 +305,8 @@ class MemoryStore:
             return Stored(None)
         if target.status in (TargetState.DONE, TargetState.FAILED):
             return Stored(None)
-        if row.crawl is not None and self._duplicate(row, row.crawl, idx, outcome):
-            return Stored(self._crawl_ended(row, now), duplicate=True)
+        if row.crawl is not None and self._removed(row, row.crawl, idx, outcome):
+            return Stored(self._crawl_ended(row, now), removed=True)
         size = outcome.size
         target.status = outcome.state
         target.result_json = outcome.result_json
@@ -329,11 +329,12 @@ class MemoryStore:
         return Stored(terminal, self._evict(max_bytes), found=found)
 
     @staticmethod
-    def _duplicate(row: _JobRow, crawl: _Crawl, idx: int, outcome: Outcome) -> bool:
-        """Whether the page is another target's (one of its keys is): it is removed, counted."""
-        if any(crawl.keys.get(key, idx) != idx for key in outcome.keys):
+    def _removed(row: _JobRow, crawl: _Crawl, idx: int, outcome: Outcome) -> bool:
+        """Whether the page leaves its job, counted skipped: dropped by the engine, or another
+        target's (one of its keys is: a duplicate)."""
+        if outcome.dropped or any(crawl.keys.get(key, idx) != idx for key in outcome.keys):
             del row.targets[idx]
-            crawl.skipped["duplicate"] += 1
+            crawl.skipped[outcome.dropped or "duplicate"] += 1
             return True
         for key in outcome.keys:
             crawl.keys[key] = idx

@@ -124,6 +124,9 @@ class Outcome:
     job and counted skipped (``duplicate``), not stored."""
     skipped: Mapping[str, int] = field(default_factory=dict)
     """What the page's links were skipped for, counted by reason (``_crawl.SKIP_REASONS``)."""
+    dropped: str = ""
+    """A crawl page the engine drops after its fetch, by the reason it counts as skipped
+    (``scope``: a redirect took it off the crawl's scope): removed from its job, not stored."""
     crawl: bool = False
     """The outcome of a crawl's page: the store keeps the crawl's books with it (its keys, what
     it found, its pages done, its limit)."""
@@ -149,8 +152,9 @@ class Stored:
     """Finished jobs evicted for the byte cap."""
     found: int = 0
     """A crawl's targets this outcome admitted."""
-    duplicate: bool = False
-    """A crawl page that was another's (its keys): removed from its job, not stored."""
+    removed: bool = False
+    """A crawl page removed from its job, not stored: another's (one of its keys is), or
+    dropped by the engine (``Outcome.dropped``); counted skipped."""
 
 
 @final

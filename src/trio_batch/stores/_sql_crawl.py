@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._crawl import SKIP_REASONS, CrawlInfo, CrawlSpec, Found
+from ._protocol import Outcome
 
 CRAWL_TABLES = """
     CREATE TABLE crawls (
@@ -104,9 +105,14 @@ class CrawlSQL:
         row = self._run(conn, "SELECT 1 FROM crawls WHERE job_id = ?", (job_id,)).fetchone()
         return row is not None
 
-    def duplicate(self, conn: Any, job_id: str, idx: int, keys: Sequence[str]) -> bool:
-        """Whether the page at ``idx`` is another target's (one of ``keys`` is): then it is
-        removed from its job and counted skipped. Else its keys join the visited set."""
+    def removed(self, conn: Any, job_id: str, idx: int, outcome: Outcome) -> bool:
+        """Whether the page at ``idx`` leaves its job, counted skipped: dropped by the engine
+        (``outcome.dropped``, its reason), or another target's (one of ``outcome.keys`` is:
+        ``duplicate``). Else its keys join the visited set."""
+        keys = outcome.keys
+        if outcome.dropped:
+            self._remove(conn, job_id, idx, outcome.dropped)
+            return True
         if not keys:
             return False
         found = self._run(
@@ -124,10 +130,14 @@ class CrawlSQL:
                     (job_id, key, idx),
                 )
             return False
+        self._remove(conn, job_id, idx, "duplicate")
+        return True
+
+    def _remove(self, conn: Any, job_id: str, idx: int, reason: str) -> None:
+        """Remove target ``idx`` from its job, counted skipped for ``reason``."""
         self._run(conn, "DELETE FROM targets WHERE job_id = ? AND idx = ?", (job_id, idx))
         self._run(conn, "UPDATE jobs SET targets_total = targets_total - 1 WHERE id = ?", (job_id,))
-        self.count(conn, job_id, {"duplicate": 1})
-        return True
+        self.count(conn, job_id, {reason: 1})
 
     def count(self, conn: Any, job_id: str, skipped: Mapping[str, int], done: int = 0) -> None:
         """Add to the crawl's skipped counts (by reason) and its pages done."""

@@ -863,8 +863,8 @@ def _crawl_pages(
         if row is None or row[0] in ("done", "failed") or lost:
             results.append(Stored(None))
             continue
-        if CRAWL.duplicate(conn, job_id, idx, outcome.keys):
-            results.append(Stored(_end_if_complete(conn, job_id, now), duplicate=True))
+        if CRAWL.removed(conn, job_id, idx, outcome):
+            results.append(Stored(_end_if_complete(conn, job_id, now), removed=True))
             continue
         CRAWL.count(conn, job_id, outcome.skipped)
         found = CRAWL.admit_found(conn, job_id, str(row[1]), outcome.found)

@@ -250,7 +250,7 @@ def finish_targets(
             added = 0
             stored = _stored_bytes(conn)
         else:
-            results.append(Stored(terminal, evicted, crawled.found, crawled.duplicate))
+            results.append(Stored(terminal, evicted, crawled.found, crawled.removed))
         if isolate:
             conn.execute("RELEASE item")
     if added:
@@ -375,15 +375,16 @@ def _finish_crawl_one(
     started: float | None,
 ) -> tuple[int | None, JobStatus | None, Stored]:
     """Store a crawl page's outcome with the crawl's books (``stores/_sql_crawl``): a page that
-    is another's is removed; else what it found is admitted first (its job's total grows before
-    the job could end), then it is stored, counted, and a crawl at its limit stops."""
+    is another's (or dropped) is removed; else what it found is admitted first (its job's total
+    grows before the job could end), then it is stored, counted, and a crawl at its limit
+    stops."""
     row = conn.execute(
         "SELECT status, options FROM targets WHERE job_id = ? AND idx = ?", (job_id, idx)
     ).fetchone()
     if row is None or row[0] in ("done", "failed"):
         return None, None, Stored(None)
-    if CRAWL.duplicate(conn, job_id, idx, result.keys):
-        return None, _end_if_complete(conn, job_id, now), Stored(None, duplicate=True)
+    if CRAWL.removed(conn, job_id, idx, result):
+        return None, _end_if_complete(conn, job_id, now), Stored(None, removed=True)
     CRAWL.count(conn, job_id, result.skipped)
     found = CRAWL.admit_found(conn, job_id, str(row[1]), result.found)
     size, terminal = _finish_one(conn, job_id, idx, result, now, started)
