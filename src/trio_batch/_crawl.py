@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Final, Literal, final
 
@@ -28,6 +29,14 @@ from ._model import JSONValue, Options
 
 CrawlScope = Literal["host", "domain", "prefix"]
 SitemapUse = Literal["include", "skip", "only"]
+
+REDIRECT_SCOPE: ContextVar[Callable[[str], bool] | None] = ContextVar(
+    "trio_batch_redirect_scope", default=None
+)
+"""While the engine fetches a crawl's page: whether a URL is in the crawl's scope. A fetch that
+follows redirects asks it before each hop and does not follow one that leaves the scope (the web
+fetcher answers the redirect itself, its ``Location`` in ``meta["redirect"]``), so a crawl sends
+no request off its scope; the engine then drops the page, counted skipped ``scope``."""
 
 SKIP_REASONS: Final = ("depth", "scope", "pattern", "robots", "trap", "limit", "duplicate")
 """Why a URL a crawl found was not fetched, the keys of a crawl's ``skipped`` counts."""

@@ -495,6 +495,12 @@ class CrawlRules:
             return parts.url.replace("://www.", "://", 1)  # www. is not the domain's own label
         return parts.url
 
+    def in_scope(self, url: str) -> bool:
+        """Whether ``url`` can be crawled and is in the crawl's scope (judging nothing else:
+        what a redirect may lead to)."""
+        parts = _parts(url)
+        return parts is not None and self._in_scope(parts)
+
     def judge(self, url: str, depth: int) -> tuple[str, str]:
         """``(key, "")`` when a crawl may admit ``url`` found at ``depth``, else ``("",
         reason)``: ``depth``, ``scope``, ``pattern`` or ``trap``, checked in that order (the

@@ -28,7 +28,7 @@ import trio
 
 from .._budget import CURRENT_SLOT, HostBudget, HostSlot
 from .._config import Config
-from .._crawl import CrawlSpec, crawl_key
+from .._crawl import REDIRECT_SCOPE, CrawlSpec, crawl_key
 from .._errors import NoTargets, RetryLater, TargetError, classify_failure
 from .._hooks import SafeHooks
 from .._model import (
@@ -624,6 +624,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
     ) -> tuple[Outcome | None, BaseException | None]:
         """Fetch one target in its slot: its outcome and error, or no outcome if it was busy."""
         held = CURRENT_SLOT.set(slot)
+        scope = REDIRECT_SCOPE.set(None if live.crawl is None else live.crawl.rules.in_scope)
         try:
             result = await self._fetch(live.caller, live.targets[idx])
             if not isinstance(result, Result):
@@ -636,6 +637,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             return await self._failure(live, idx, exc, kind, t0, budgeted=slot is not None)
         finally:
             CURRENT_SLOT.reset(held)
+            REDIRECT_SCOPE.reset(scope)
         if slot is not None:
             slot.release()
         if live.crawl is not None:  # what the page found goes to the store with it

@@ -118,9 +118,9 @@ async def crawled(
     links were skipped for."""
     depth, parent = run.pages.get(idx, (0, -1))
     meta = dict(result.meta)
-    final = meta.get("url")
-    if isinstance(final, str) and final and run.rules.judge(final, 0)[1] == "scope":
-        return Outcome(TargetState.DONE, dropped="scope", crawl=True)  # redirected off scope
+    final = meta.get("redirect") or meta.get("url")  # a redirect off scope is not followed
+    if isinstance(final, str) and final and not run.rules.in_scope(final):
+        return Outcome(TargetState.DONE, dropped="scope", crawl=True)
     links = _links(meta)
     if not run.wanted_links:
         meta.pop("links", None)

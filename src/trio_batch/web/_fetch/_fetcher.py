@@ -27,6 +27,7 @@ import httpx
 import trio
 
 from ..._budget import CURRENT_SLOT, DEFAULT_BLOCK_LIMIT, HostBlocked, HostBudget, HostSlot
+from ..._crawl import REDIRECT_SCOPE
 from ..._errors import RetryLater, TargetError
 from ..._headers import SECRETS, has_secrets, is_secret
 from ..._model import Caller, Options, Result, Target
@@ -111,6 +112,31 @@ class _Sent:
 
 
 _NONE_SENT: Final = _Sent({}, {}, {})
+
+
+class LeftScope(Exception):
+    """A redirect out of a crawl's scope, not followed (``trio_batch._crawl.REDIRECT_SCOPE``):
+    the page's answer is the redirect itself, its ``Location`` in ``meta["redirect"]``."""
+
+    def __init__(self, status: int, page: Checked, location: Checked, redirects: int) -> None:
+        super().__init__("a redirect out of the crawl's scope")
+        self.status = status
+        self.page = page
+        self.location = location
+        self.redirects = redirects
+
+    def result(self, elapsed: float, robots_meta: Mapping[str, object]) -> Result:
+        """The redirect as a page with no content."""
+        meta: dict[str, object] = {
+            "url": redact_url(str(self.page.url)),
+            "status": self.status,
+            "redirect": redact_url(str(self.location.url)),
+            "redirects": self.redirects,
+            "elapsed": elapsed,
+            "cached": False,
+            **robots_meta,
+        }
+        return Result("", meta)
 
 
 @final
@@ -470,6 +496,8 @@ class WebFetcher:
         except Refused as refused:
             logger.debug("web fetch refused by the guard")
             raise refused.error from None
+        except LeftScope as left:
+            return left.result(round(trio.current_time() - start, 3), robots_meta)
         except TargetError as error:
             logger.debug("web fetch failed: status=%d", error.status)
             if options.recover and cached is not None:
@@ -607,7 +635,9 @@ class WebFetcher:
         async with self._fetch_slot(caller):
             try:
                 with trio.fail_after(self._timeout):
-                    return await self._download(client, checked, self._read, sent, robots=robots)
+                    return await self._download(
+                        client, checked, self._read, sent, robots=robots, scoped=True
+                    )
             except trio.TooSlowError:
                 raise timeout_error(self._timeout) from None
 
@@ -646,6 +676,7 @@ class WebFetcher:
         robots: bool = False,
         max_redirects: int | None = None,
         redirected_past: Callable[[httpx.Response], T] | None = None,
+        scoped: bool = False,
     ) -> T:
         """Follow redirects through the guard, each hop in its host's budget; ``read`` reads
         the final answer (the page's :meth:`_read`, or robots.txt's). The target's headers
@@ -654,7 +685,9 @@ class WebFetcher:
         With ``robots``, each hop after the first is checked against its own host's
         robots.txt before it is requested (the first is the caller's to check). Past
         ``max_redirects`` (the fetcher's by default) a redirect fails, unless
-        ``redirected_past`` answers for it (robots.txt reads that as unavailable)."""
+        ``redirected_past`` answers for it (robots.txt reads that as unavailable). A page's
+        download (``scoped``) follows no redirect out of a crawl's scope (``REDIRECT_SCOPE``):
+        :class:`LeftScope` answers for it."""
         most = self._max_redirects if max_redirects is None else max_redirects
         pins: dict[tuple[str, int], tuple[str, ...]] = {}
         token = PINS.set(pins)
@@ -687,9 +720,13 @@ class WebFetcher:
                         if response.status_code in REDIRECTS and location:
                             if hop >= most and redirected_past is not None:
                                 return redirected_past(response)
-                            current = next_hop(
+                            going = next_hop(
                                 current, location, hop, max_redirects=most, allow=self._allow
                             )
+                            stays = REDIRECT_SCOPE.get() if scoped else None
+                            if stays is not None and not stays(str(going.url)):
+                                raise LeftScope(response.status_code, current, going, hop + 1)
+                            current = going
                             continue
                         return await read(response, current, hop)
                 finally:
