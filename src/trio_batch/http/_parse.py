@@ -368,9 +368,9 @@ def whole(value: object) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def parse_concurrency(data: object, most: int) -> int:
-    """The submit body's ``concurrency`` (1 when absent): targets of the job at once."""
-    raw = data.get("concurrency", 1) if isinstance(data, dict) else 1
+def parse_concurrency(data: object, most: int, default: int = 1) -> int:
+    """The submit body's ``concurrency`` (``default`` when absent): targets of the job at once."""
+    raw = data.get("concurrency", default) if isinstance(data, dict) else default
     value = whole(raw)
     if value is None or not 1 <= value <= most:
         raise ApiError(
