@@ -137,6 +137,21 @@ class TestSubmit:
                 "targets[0].options.colour",
                 "not an option",
             ),
+            (
+                b'{"targets": [{"url": "https://a.test/", "options": {"max_age": true}}]}',
+                "targets[0].options.max_age",
+                "must be a whole number or null",
+            ),
+            (
+                b'{"targets": [{"url": "https://a.test/", "options": {"max_age": 1.5}}]}',
+                "targets[0].options.max_age",
+                "must be a whole number or null",
+            ),
+            (
+                b'{"targets": [{"url": "https://a.test/", "options": {"max_age": -1}}]}',
+                "targets[0].options",
+                "max_age must be 0 or more seconds (got -1)",
+            ),
             (b'{"targets": [{"url": NaN}]}', "body", "not valid JSON"),
             (b"[" * 100_000, "body", "not valid JSON"),
         ],
@@ -613,6 +628,18 @@ class TestOpenAPI:
             "/metrics",
             "/ui",
         } == set(doc["paths"])
+
+    def test_the_document_describes_max_age_and_the_default_concurrency(self) -> None:
+        """Options.max_age is whole seconds from 0 or null; a batch's concurrency defaults to 4."""
+        doc = json.loads(
+            json.dumps(openapi_document(with_fetch=True, max_body=1024, retry_after=5))
+        )
+        schemas = doc["components"]["schemas"]
+        max_age = schemas["Options"]["properties"]["max_age"]
+        concurrency = schemas["BatchIn"]["properties"]["concurrency"]
+
+        assert (["integer", "null"], 0) == (max_age["type"], max_age["minimum"])
+        assert 4 == concurrency["default"]
 
     @pytest.mark.parametrize("with_fetch", [True, False])
     def test_the_document_passes_openapi_spec_validator(self, with_fetch: bool) -> None:

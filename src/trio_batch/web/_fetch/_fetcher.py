@@ -53,7 +53,7 @@ from .._guard._limits import FairPool
 from .._guard._net import PINS, PinnedBackend, PinnedTransport
 from .._render._browser import DEFAULT_CHROMIUM
 from .._render._rendered import Renders, RenderSettings, rendered_meta
-from ._cache import ResponseCache, from_cache
+from ._cache import ResponseCache, answers, from_cache, reads_cache
 from ._response import (
     LOCATION,
     REDIRECTS,
@@ -123,7 +123,8 @@ class WebFetcher:
             async with open_engine(store, fetch) as engine:
                 ...
 
-    Every call checks the URL (:func:`precheck`), serves a fresh cached copy if there is one,
+    Every call checks the URL (:func:`precheck`), serves a fresh cached copy if there is one
+    (and it is younger than the target's ``max_age``),
     takes a slot of the per-caller pool and of the global pool, resolves the host once and
     refuses it unless every address is allowed, connects to those checked addresses only,
     follows at most ``max_redirects`` redirects (each checked the same way), reads at most
@@ -456,9 +457,9 @@ class WebFetcher:
             return await self._rendered(caller, target, checked, sent, start)
         # A target with credentials neither reads nor writes the shared cache.
         key = None if has_secrets(options.headers) else self._cache.key(caller, target)
-        cached = None if key is None else await self._cache.get(key)
+        cached = None if key is None or not reads_cache(options) else await self._cache.get(key)
         now = self._wall_clock()
-        if cached is not None and cached.expires_at > now:
+        if cached is not None and answers(cached, now, options.max_age):
             return from_cache(cached, start=start, now=now, stale=None)
         robots_meta = await self._robots_for(target, checked)
         obeys = self._obeys_robots(options)
