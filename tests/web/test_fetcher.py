@@ -336,6 +336,10 @@ class TestErrors:
         assert "site.example" not in info.value.msg
 
 
+SHELL = b'<div id="app">Loading...</div><script src="/app.js"></script>'
+"""A single-page app's shell: its content comes from the script."""
+
+
 class TestMeta:
     async def test_meta_describes_the_fetch(self, server: LocalSite) -> None:
         """meta has the final URL (redacted), status, type, bytes, elapsed and redirects."""
@@ -353,6 +357,34 @@ class TestMeta:
         assert 0 <= meta["elapsed"] < 10
         assert (meta["redirects"], meta["cached"]) == (0, False)
         assert server.header("user-agent") == ["test-agent/1"]
+
+    @pytest.mark.parametrize(
+        ("page", "options", "hinted"),
+        [
+            (SHELL, Options(), True),
+            (b"<div>Loading...</div><SCRIPT>boot()</SCRIPT>", Options(mode="markdown"), True),
+            (SHELL, Options(grep="x"), False),
+            (SHELL, Options(mode="raw"), False),
+            (b"<p>Short and plain, no scripts.</p>", Options(), False),
+            (b"<p>" + b"A real article. " * 40 + b"</p><script>track()</script>", Options(), False),
+        ],
+    )  # fmt: skip
+    async def test_a_tiny_page_with_scripts_hints_at_render(
+        self, page: bytes, options: Options, hinted: bool
+    ) -> None:
+        """An HTML page whose text is tiny and that has scripts (a single-page app's shell)
+        says in meta.hint to try render; a page of text, one without scripts, or content
+        narrowed on purpose (grep) or raw says nothing."""
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await trio.lowlevel.checkpoint()
+            body = b"<html><head><title>App</title></head><body>" + page + b"</body></html>"
+            return httpx.Response(200, content=body, headers={"content-type": "text/html"})
+
+        async with mock_fetcher(handler) as fetch:
+            result = await fetch(CALLER, Target(f"{SITE}/", options))
+
+        assert hinted == ("try render: true" in str(result.meta.get("hint", "")))
 
     async def test_cookies_are_never_kept(self, server: LocalSite) -> None:
         """A site's cookies are not sent back, so callers never share a session."""

@@ -54,6 +54,7 @@ from .._guard._net import PINS, PinnedBackend, PinnedTransport
 from .._render._browser import DEFAULT_CHROMIUM
 from .._render._rendered import Renders, RenderSettings, rendered_meta
 from ._cache import ResponseCache, answers, from_cache, reads_cache
+from ._notes import count_wait, counting_waits, render_hint, waited_meta
 from ._response import (
     LOCATION,
     REDIRECTS,
@@ -412,7 +413,9 @@ class WebFetcher:
             ``content_type``, ``bytes``, ``elapsed``, ``redirects``, ``mode``, ``cached``, and
             what the options add (``title``, ``page_count``/``pages``, ``matches``,
             ``passages``/``paragraphs``, ``jq_results``; ``stale``/``age``/``error`` when
-            ``recover`` served an old copy).
+            ``recover`` served an old copy); ``waited`` (``{"seconds"}``) when the fetch
+            waited for a host's slot, and ``hint`` when an HTML page's text is tiny and it has
+            scripts (try ``render``).
 
         Raises:
             RetryLater: the site answered 429 or 503 (``after`` = its ``Retry-After``, capped),
@@ -461,21 +464,22 @@ class WebFetcher:
         now = self._wall_clock()
         if cached is not None and answers(cached, now, options.max_age):
             return from_cache(cached, start=start, now=now, stale=None)
-        robots_meta = await self._robots_for(target, checked)
-        obeys = self._obeys_robots(options)
-        try:
-            download = await self._warming_if_first(
-                options,
-                functools.partial(self._fetch_network, client, caller, checked, sent, obeys),
-            )
-        except Refused as refused:
-            logger.debug("web fetch refused by the guard")
-            raise refused.error from None
-        except TargetError as error:
-            logger.debug("web fetch failed: status=%d", error.status)
-            if options.recover and cached is not None:
-                return from_cache(cached, start=start, now=self._wall_clock(), stale=error)
-            raise
+        with counting_waits() as waits:  # for its hosts' slots (_slot): meta.waited
+            robots_meta = await self._robots_for(target, checked)
+            obeys = self._obeys_robots(options)
+            try:
+                download = await self._warming_if_first(
+                    options,
+                    functools.partial(self._fetch_network, client, caller, checked, sent, obeys),
+                )
+            except Refused as refused:
+                logger.debug("web fetch refused by the guard")
+                raise refused.error from None
+            except TargetError as error:
+                logger.debug("web fetch failed: status=%d", error.status)
+                if options.recover and cached is not None:
+                    return from_cache(cached, start=start, now=self._wall_clock(), stale=error)
+                raise
         shaper = self._shaper
         assert shaper is not None  # set with the client
         content, extra = await shaper.run(caller.name, download.body, options)
@@ -489,11 +493,13 @@ class WebFetcher:
             "cached": False,
             **robots_meta,
             **extra,
+            **render_hint(download.body, content, options),
         }
         # Shaping in a thread ignores a cancel until it is done: honour it before caching.
         await trio.lowlevel.checkpoint_if_cancelled()
         if key is not None:
             await self._cache.put(key, caller, content, meta, download.cache_control)
+        meta.update(waited_meta(waits))  # this fetch's, not a later cache hit's
         logger.debug(
             "web fetch done: status=%d bytes=%d redirects=%d",
             download.status,
@@ -783,9 +789,11 @@ class WebFetcher:
         if held is not None and held.scope == scope:
             return None
         try:
-            return await budget.acquire(scope)
+            slot = await budget.acquire(scope)
         except HostBlocked as blocked:
             raise RetryLater(str(blocked)) from None
+        count_wait(slot.waited)  # meta.waited
+        return slot
 
     def _retry_after(self, response: httpx.Response) -> float | None:
         if response.status_code not in BUSY_STATUSES:
