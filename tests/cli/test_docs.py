@@ -142,3 +142,27 @@ def test_the_link_check_reads_links_and_anchors_as_github_does() -> None:
     assert "rendered-pages-render-and-wait_for" == slug("Rendered pages (`render` and `wait_for`)")
     assert "#trio-batch-run" in relative_links(page)
     assert "trio-batch-retry" in anchors(page)
+
+
+FIRST_SCREEN = 50
+"""Lines of the README a newcomer reads before scrolling."""
+
+
+def test_the_readmes_first_screen_shows_the_fetcher_and_keeps_the_ci_commands() -> None:
+    """The README's first screen has the two commands `.ci/run` runs, as written there (the
+    demo, and the tests), and an example of each thing the fetcher does for an agent."""
+    first = "\n".join((ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:FIRST_SCREEN])
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    shown = {
+        "formats": "--formats markdown,links,metadata",
+        "map": "trio-batch map https://",
+        "robots": "--robots",
+        "render": "--render",
+        "headers": '--header "',
+        "PDF": '"pages": "1-3"',
+        "MCP": "trio-batch mcp",
+    }
+
+    for command in ("pip install '.[all]' && trio-batch demo", "pip install nox && nox -s tests"):
+        assert f"\n{command}\n" in first and f"\n{command}\n" in ci
+    assert {name: text for name, text in shown.items() if text not in first} == {}
