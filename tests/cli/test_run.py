@@ -252,7 +252,7 @@ class TestHostConcurrency:
         """--host-concurrency 4: the one site of the file sees 4 requests at once (never more),
         where the default budget of 2 would hold it to 2 whatever --workers says."""
         async with trio.open_nursery() as nursery:
-            site: DemoSite = await nursery.start(serve_demo_site, DemoSite(latency=0.5))
+            site: DemoSite = await nursery.start(serve_demo_site, DemoSite(latency=1.0))
             code = await run_batch(
                 [Target(site.url(f"/articles/{n}")) for n in (1, 2, 3, 4, 5, 6, 1, 2)],
                 db=str(tmp_path / "run.sqlite"),
