@@ -244,8 +244,9 @@ class TestFairness:
     async def test_a_waiting_caller_waits_for_one_job_at_most(self) -> None:
         """With 2 workers, a caller's endless jobs take both (no one else waits); another
         caller's page is shaped as soon as the first of them is stopped at its CPU limit: its
-        wait is that one job and about the time a page takes alone (both measured in the same
-        test, so a loaded machine stretches them alike), not the hog's jobs in turn."""
+        wait is that one job, then a worker's start and the page (a page on a new fetcher,
+        measured in the same test, so a loaded machine stretches them alike), not the hog's
+        jobs in turn."""
         endless = Target(f"{SITE}/data.json", Options(jq="def f: f; f"))
         stopped: list[float] = []
 
@@ -253,17 +254,20 @@ class TestFairness:
             await _fails(fetch, Caller("hog"), endless)
             stopped.append(trio.current_time())
 
-        async with fetcher(shape_workers=2, shape_cpu_seconds=2.0, shape_warm=False) as fetch:
-            async with trio.open_nursery() as nursery:
-                for _ in range(3):
-                    nursery.start_soon(hogging, fetch)
-                await trio.testing.wait_all_tasks_blocked()
-                start = trio.current_time()
-                page = await fetch(Caller("other"), Target(f"{SITE}/page.html"))
-                took = trio.current_time() - start
-                nursery.cancel_scope.cancel()
-            begun = trio.current_time()  # a page alone: a worker starts (the hogs' were killed)
-            await fetch(Caller("alone"), Target(f"{SITE}/page.html"))
+        async with (
+            fetcher(shape_workers=2, shape_cpu_seconds=2.0, shape_warm=False) as fetch,
+            trio.open_nursery() as nursery,
+        ):
+            for _ in range(3):
+                nursery.start_soon(hogging, fetch)
+            await trio.testing.wait_all_tasks_blocked()
+            start = trio.current_time()
+            page = await fetch(Caller("other"), Target(f"{SITE}/page.html"))
+            took = trio.current_time() - start
+            nursery.cancel_scope.cancel()
+        async with fetcher(shape_workers=2, shape_warm=False) as fresh:
+            begun = trio.current_time()  # a worker starts, then shapes the page
+            await fresh(Caller("alone"), Target(f"{SITE}/page.html"))
             alone = trio.current_time() - begun
 
         assert page.content.startswith("Widgets")
