@@ -365,6 +365,8 @@ class TestMeta:
             (b"<div>Loading...</div><SCRIPT>boot()</SCRIPT>", Options(mode="markdown"), True),
             (SHELL, Options(grep="x"), False),
             (SHELL, Options(mode="raw"), False),
+            (SHELL, Options(formats=("links", "metadata")), False),
+            (SHELL, Options(formats=("links", "markdown")), True),
             (b"<p>Short and plain, no scripts.</p>", Options(), False),
             (b"<p>" + b"A real article. " * 40 + b"</p><script>track()</script>", Options(), False),
         ],

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..._model import Options
+from .._extract._options import TEXT_FORMATS
 from .._extract._shape import Body
 
 TINY_TEXT: Final = 200
@@ -62,14 +63,23 @@ def waited_meta(waits: HostWaits) -> dict[str, object]:
     return {"waited": {"seconds": seconds}} if seconds > 0 else {}
 
 
+def _content_format(options: Options) -> str:
+    """What the content is: the first text-like format, else the mode (``text`` by default);
+    "" when ``formats`` asks for none (links or metadata alone: the content is empty)."""
+    if options.formats:
+        return next((name for name in options.formats if name in TEXT_FORMATS), "")
+    return options.mode or "text"
+
+
 def render_hint(body: Body, content: str, options: Options) -> dict[str, object]:
     """``{"hint": ...}`` when an HTML page's shaped text is tiny and the page has scripts: it is
     likely built in the browser, and ``render`` would show it. Nothing for a rendered page,
-    one whose content an option narrows on purpose (``grep``, ``question``, ``jq``), or
-    ``raw`` (the source as it is)."""
+    one whose content an option narrows on purpose (``grep``, ``question``, ``jq``), ``raw``
+    (the source as it is), or ``formats`` without a text-like one (no content asked for)."""
     narrowed = options.grep or options.question or options.jq
-    raw = options.mode == "raw" or (options.formats and options.formats[0] == "raw")
-    if options.render or narrowed or raw or body.content_type not in _HTML_TYPES:
+    if options.render or narrowed or _content_format(options) in ("raw", ""):
+        return {}
+    if body.content_type not in _HTML_TYPES:
         return {}
     text = content.strip()
     if len(text) >= TINY_TEXT or _SCRIPT.search(body.data) is None:
