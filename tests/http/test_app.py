@@ -67,6 +67,17 @@ class TestSubmit:
         assert body["expires_at"] == pytest.approx(api.wall.now + 3600)
         assert f"/v1/batch/{body['id']}" == body["links"]["self"] == r.headers["location"]
 
+    async def test_max_age_is_read_as_whole_seconds(self, api: Api) -> None:
+        """options.max_age 0 and 60.0 (JSON Schema's integer) are taken, as the job's target
+        options show: 0 and 60."""
+        targets = [{"url": A, "options": {"max_age": 0}}, {"url": B, "options": {"max_age": 60.0}}]
+        r = await api.client.post("/v1/batch", json={"targets": targets}, headers=auth())
+        zero = (await api.get(f"/v1/batch/{r.json()['id']}/0")).json()
+        sixty = (await api.get(f"/v1/batch/{r.json()['id']}/1")).json()
+
+        assert 202 == r.status_code
+        assert ({"max_age": 0}, {"max_age": 60}) == (zero["options"], sixty["options"])
+
     async def test_repeat_is_200_with_the_same_job(self, api: Api) -> None:
         """Submitting the same targets again reuses the job: 200, reused, same id."""
         first = await api.submit(A)
