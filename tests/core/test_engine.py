@@ -438,12 +438,11 @@ class TestRetry:
     ) -> None:
         """A target that came back busy 3 times (2 s each) then answered has meta.waited
         {tries: 3, seconds: 6}; one that never waited has no waited in its meta."""
-        rec = Recorder()
         fetch = ScriptedFetch()
         fetch.script(url("a", 0), *[RetryLater("429", after=2.0) for _ in range(3)])
-        async with engine_on(MemoryStore(), fetch, rec, retry_wait=1.0) as engine:
+        async with engine_on(MemoryStore(), fetch, retry_wait=1.0) as engine:
             sub = await engine.submit(ALICE, "fleet", targets("a", 2))
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
             snap = await engine.status(sub.id)
 
         assert snap is not None

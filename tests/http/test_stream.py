@@ -486,7 +486,7 @@ class TestConcurrentJobs:
         async with open_api(Config(ttl=3600), engine_kwargs=scope) as api:
             api.fetch.script(A, *[RetryLater("429", after=2.0) for _ in range(3)])
             job = await submitted(api, A)
-            async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE) as sse:
+            async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as sse:
                 await sse.read_all()
             target = (await api.get(f"/v1/batch/{job}/0")).json()
 

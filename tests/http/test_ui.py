@@ -211,7 +211,7 @@ def _drive_empty(base: str, submit: Callable[[], str]) -> dict[str, object]:
         empty = page.locator("#empty")
         expect(empty).to_be_visible()
         seen["empty_before_key"] = empty.inner_text()
-        page.get_by_label("API key").fill(ALICE)
+        page.get_by_label("API key").fill(ALICE_KEY)
         page.keyboard.press("Enter")
         expect(page.locator("#message")).to_have_text("No jobs yet for this key.")
         seen["empty_with_key"] = empty.is_visible()

@@ -107,16 +107,13 @@ async def test_a_target_that_came_back_busy_says_how_often_and_how_long() -> Non
     host = Host()
     host.busy = 2
     budget = HostBudget(concurrency=1)
-    rec = Recorder()
     async with (
         WebFetcher(allow=LOOPBACK, transport=mock_transport(host.handle), budget=budget) as fetch,
-        open_engine(
-            MemoryStore(), fetch, Config(hooks=rec.hooks()), budget=budget, scope=fetch.scope
-        ) as engine,
+        open_engine(MemoryStore(), fetch, Config(), budget=budget, scope=fetch.scope) as engine,
     ):
         sub = await engine.submit(CALLER, "fleet", [Target("http://127.0.0.1:8/a")])
         with trio.fail_after(20):
-            await rec.wait_terminal(1)
+            await wait_ended(engine, sub.id)
         snap = await engine.status(sub.id)
 
     assert snap is not None and snap.targets[0].result is not None
