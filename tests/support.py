@@ -4,6 +4,8 @@
   engine's hooks, ``CLEAN_ENV`` for a command in a child process.
 - Waiting until a job ends: :func:`wait_ended` on the engine's watch, :func:`wait_ended_polling`
   for a fleet.
+- Wall-clock bounds a loaded machine cannot break: :func:`fastest` (the least of a few timings)
+  and :func:`slack` (a bound's floor, or a multiple of a baseline measured in the same test).
 - :class:`FakeHosts`, a fetch function over hosts that record what they received (for the host
   budgets).
 - :class:`LocalSite`, a local HTTP site that answers as a test routes it and records every
