@@ -4,6 +4,8 @@
   engine's hooks, ``CLEAN_ENV`` for a command in a child process.
 - Waiting until a job ends: :func:`wait_ended` on the engine's watch, :func:`wait_ended_polling`
   for a fleet.
+- Wall-clock bounds a loaded machine cannot break: :func:`fastest` (the least of a few timings)
+  and :func:`slack` (a bound's floor, or a multiple of a baseline measured in the same test).
 - :class:`FakeHosts`, a fetch function over hosts that record what they received (for the host
   budgets).
 - :class:`LocalSite`, a local HTTP site that answers as a test routes it and records every
@@ -16,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -38,6 +41,28 @@ command in a child process would read (pass it as ``env``; never change it)."""
 
 ALICE = Caller("alice")
 BOB = Caller("bob")
+
+
+def slack(floor: float, baseline: float, times: float = 10.0) -> float:
+    """Seconds a wall-clock bound may pass its promise by: ``floor`` on an idle machine, or
+    ``times`` a ``baseline`` measured in the same test if that is more (a loaded machine
+    stretches the baseline as much as what the bound is about)."""
+    return max(floor, times * baseline)
+
+
+def fastest(fn: Callable[[], object], rounds: int = 5) -> float:
+    """The shortest wall-clock time of ``rounds`` calls of ``fn``, in seconds.
+
+    What a test of "this is cheap" compares, against the same measure of a baseline made in
+    the same test: on a loaded machine one call may lose the CPU to another process for a
+    while, but not every one of them, and the baseline slows down as much as the call does.
+    """
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 class WallClock:

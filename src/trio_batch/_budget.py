@@ -113,9 +113,13 @@ class HostGate(Protocol):
 
 @final
 class HostSlot:
-    """One request's place in a scope's budget; :meth:`release` it when the response is in."""
+    """One request's place in a scope's budget; :meth:`release` it when the response is in.
 
-    __slots__ = ("_budget", "_lease", "_released", "scope", "started_at")
+    ``waited`` is the seconds :meth:`HostBudget.acquire` waited for it on this budget (0 when
+    it was free at once, or came from ``try_start``): what a fetch reports as its wait.
+    """
+
+    __slots__ = ("_budget", "_lease", "_released", "scope", "started_at", "waited")
 
     def __init__(self, budget: HostBudget, scope: str, started_at: float) -> None:
         self._budget = budget
@@ -123,6 +127,7 @@ class HostSlot:
         self._lease: tuple[HostGate, object] | None = None  # a fleet's slot beside this one
         self.scope = scope
         self.started_at = started_at
+        self.waited = 0.0
 
     def release(self, *, rate_limited: bool = False, retry_after: float | None = None) -> None:
         """Give the slot back; ``rate_limited`` (a 429 or 503) pushes the scope back.
@@ -262,11 +267,14 @@ class HostBudget:
 
     async def _acquire_here(self, scope: str) -> HostSlot:
         await trio.lowlevel.checkpoint_if_cancelled()
+        began: float | None = None  # set when the slot is not free at once
         while True:
             got = self.try_start(scope)
             if isinstance(got, HostSlot):
                 await trio.lowlevel.cancel_shielded_checkpoint()  # a slot taken is returned
+                got.waited = 0.0 if began is None else trio.current_time() - began
                 return got
+            began = trio.current_time() if began is None else began
             if got.blocked:
                 raise HostBlocked(got.blocked_for)
             changed = self._changed

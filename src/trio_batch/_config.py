@@ -5,7 +5,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import final
+from typing import Final, final
+
+DEFAULT_CONCURRENCY: Final = 4
+"""A job's ``concurrency`` when a submit through a door (the HTTP API, the Python client, MCP,
+``run --server``) does not say: ``serve --default-concurrency``'s default. The engine's own
+``submit`` keeps SPEC's 1. Four, not one, because what keeps a site safe is its host's budget
+(2 requests in flight a host by default, ``Retry-After`` obeyed), not a job's concurrency: a
+job of four hosts then fetches them at once instead of one page after another, and a job of
+one host still sends it at most its budget. Fairness between callers stays the rotation's: the
+workers take turns over the live jobs one target at a time, whatever each job's concurrency."""
 
 
 @final

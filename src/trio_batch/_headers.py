@@ -58,6 +58,9 @@ SECRET_HEADERS: Final = frozenset({"authorization", "cookie"})
 """Credentials (lower case): never stored, logged or echoed; sent to the target's origin only."""
 MAX_HEADER_CHARS: Final = 4096
 """Longest value of one header."""
+NOT_HELD: Final = "header of this target is no longer held by this server"
+"""The end of the 410 message for a credential no process holds now (a door rewrites its hint:
+the command line's own says to run the target again with its header)."""
 SECRET_MARK: Final = "<secret>"
 """What answers show in place of a credential's value."""
 ALLOWED_HINT: Final = (
@@ -285,7 +288,7 @@ class HeaderSecrets:
         held = self._held.get(ref)
         if held is None or held.caller != caller:
             raise TargetError(
-                f"the {name} header of this target is no longer held by this server",
+                f"the {name} {NOT_HELD}",
                 hint="the credentials of this target were held in the memory of the instance "
                 "that admitted it (it restarted, or another instance took the job, or the job "
                 "waited too long); submit the job again. A fleet sends them from any instance "

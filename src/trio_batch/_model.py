@@ -57,6 +57,9 @@ class Options:
     one-format shorthand. Empty, it is left out of :meth:`to_json`, so older keys do not change.
     ``main_content`` (on by default) shapes an HTML page's main content, without its chrome,
     into text, Markdown and the ``html`` format; ``False`` shapes the whole page.
+    ``max_age`` (whole seconds, or None for the fetcher's own cache life) is the oldest cached
+    copy the target takes instead of a fetch: 0 never takes one, and the fetch's result still
+    refreshes the cache for others (Firecrawl's ``maxAge``, in seconds as HTTP's are).
     """
 
     mode: str = ""
@@ -72,6 +75,7 @@ class Options:
     wait_for: str = ""
     formats: tuple[str, ...] = ()
     main_content: bool = True
+    max_age: int | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -94,12 +98,15 @@ class Options:
                     object.__setattr__(self, "formats", tuple(value))
             elif f.name in ("recover", "render", "main_content"):
                 ok, want = isinstance(value, bool), "a bool"
+            elif f.name == "max_age":
+                ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
+                want = "a whole number of seconds or None"
             else:
                 ok, want = isinstance(value, str), "a string"
             if not ok:
                 raise TypeError(f"Options.{f.name} must be {want} (got {type(value).__name__})")
 
-    def to_json(self) -> dict[str, str | bool | dict[str, str] | list[str] | None]:
+    def to_json(self) -> dict[str, str | bool | int | dict[str, str] | list[str] | None]:
         """The options without their empty (default) fields, as stored and hashed."""
         return {
             name: _json_value(value)
@@ -125,8 +132,8 @@ _OPTION_DEFAULTS = tuple((f.name, f.default) for f in dataclasses.fields(Options
 
 
 def _json_value(
-    value: str | bool | HeaderMap | tuple[str, ...] | None,
-) -> str | bool | dict[str, str] | list[str] | None:
+    value: str | bool | int | HeaderMap | tuple[str, ...] | None,
+) -> str | bool | int | dict[str, str] | list[str] | None:
     """An option's value as JSON holds it: ``headers`` an object, ``formats`` an array."""
     if isinstance(value, HeaderMap):
         return dict(value)

@@ -32,9 +32,9 @@ A, B, C = "https://a.example.test/", "https://b.example.test/", "https://c.examp
 
 
 @asynccontextmanager
-async def served(fetch: ScriptedFetch) -> AsyncIterator[str]:
+async def served(fetch: ScriptedFetch, config: Config | None = None) -> AsyncIterator[str]:
     stop = trio.Event()
-    config = Config(jobs_per_caller=4, jobs_total=8)
+    config = config or Config(jobs_per_caller=4, jobs_total=8)
     async with open_engine(MemoryStore(), fetch, config) as engine:
         keys = KeyRing([KeyRecord("alice", "lab", "fleet", hash_key(ALICE_KEY))])
         app = create_app(engine, keys, precheck=lambda url: None, access_log_enabled=False)
@@ -152,6 +152,20 @@ class TestServer:
         assert 1 == result.returncode, result.stderr
         assert [0, 1, 2] == [x["idx"] for x in lines]
         assert ["done", "done", "failed"] == [x["status"] for x in lines]
+
+    async def test_run_asks_for_workers_targets_of_a_job_at_once(self, tmp_path: Path) -> None:
+        """run --server --workers 3: each job fetches 3 targets at once (its concurrency), not
+        one after another, nor the server's default of 4."""
+        fetch = ScriptedFetch(duration=0.5)
+        hosts = [f"https://h{i}.example.test/" for i in range(6)]
+        urls = tmp_path / "urls.txt"
+        await trio.Path(urls).write_text("".join(f"{u}\n" for u in hosts))
+        config = Config(jobs_per_caller=4, jobs_total=8, workers=8, max_workers=8)
+        async with served(fetch, config) as url:
+            result = await cli("run", str(urls), "--server", url, "--workers", "3")
+
+        assert 0 == result.returncode, result.stderr
+        assert 3 == fetch.max_running
 
     async def test_without_a_key_is_a_usage_error(self) -> None:
         """--server without --key or TRIO_BATCH_KEY: exit 2 and a message naming the variable."""

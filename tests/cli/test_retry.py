@@ -170,3 +170,24 @@ class TestRetryCommand:
 
         assert done.returncode == 1
         assert "no job ffff" in done.stderr.decode()
+
+    async def test_retry_of_a_target_with_a_credential_says_what_to_run(
+        self, site: DemoSite, tmp_path: Path
+    ) -> None:
+        """A run kept the target's Authorization in its own memory only, so `retry` (a process
+        of its own) cannot send it: the target fails 410, and the hint says to run it again
+        with its header, not to restart a server instance."""
+        target = {"url": site.url("/nope"), "options": {"headers": {"Authorization": "Bearer x"}}}
+        (tmp_path / "urls.jsonl").write_text(json.dumps(target) + "\n")
+        net = ["--allow-net", "127.0.0.0/8"]
+        await _cli(["run", "urls.jsonl", *net, "--progress", "off"], tmp_path)
+        ((first, _, _),) = await trio.to_thread.run_sync(_jobs, tmp_path / "trio-batch.sqlite")
+
+        retried = await _cli(["retry", first, *net], tmp_path)
+
+        [line] = [json.loads(text) for text in retried.stdout.decode().splitlines()]
+        assert 1 == retried.returncode, retried.stderr.decode()
+        assert "the Authorization header of this target is no longer held" in line["error"]
+        assert "--header 'Authorization: ...'" in line["hint"]
+        assert "instance" not in line["hint"]
+        assert "secrets-key" not in line["hint"]

@@ -16,9 +16,11 @@ import pytest
 import trio
 
 from trio_batch import Options, Target
-from trio_batch._cli import main
-from trio_batch._cli._demo_site import DemoSite
-from trio_batch._cli._run import UsageError, parse_targets, run_batch
+from trio_batch._cli import build_parser, main
+from trio_batch._cli._demo_site import DemoSite, serve_demo_site
+from trio_batch._cli._option_flags import option_defaults
+from trio_batch._cli._run import UsageError, fetched_again, parse_targets, run_batch
+from trio_batch._model import JSONValue
 from trio_batch.stores import SQLiteStore
 from trio_batch.testing import ScriptedFetch
 
@@ -55,6 +57,55 @@ class TestParseTargets:
             Target("https://a.example/"),
             Target("https://b.example/doc.pdf", Options(pages="1-2")),
         ] == targets
+
+    def test_the_option_flags_apply_to_every_line_that_does_not_say(self) -> None:
+        """A URL line takes the flags' options; a JSON line keeps each option it names, and a
+        header it sends (in any case) wins over the flag's of the same name."""
+        defaults: dict[str, JSONValue] = {
+            "formats": ["markdown", "links"],
+            "render": True,
+            "headers": {"Accept-Language": "fr", "Referer": "https://r.example/"},
+        }
+        lines = [
+            "https://a.example/\n",
+            '{"url": "https://b.example/", "options": {"formats": ["text"], "render": false,'
+            ' "headers": {"accept-language": "de"}}}\n',
+        ]
+
+        plain, own = parse_targets(lines, "in.txt", defaults)
+
+        assert (
+            Options(
+                formats=("markdown", "links"),
+                render=True,
+                headers={"Accept-Language": "fr", "Referer": "https://r.example/"},
+            )
+            == plain.options
+        )
+        assert (
+            Options(
+                formats=("text",),
+                render=False,
+                headers={"Referer": "https://r.example/", "accept-language": "de"},
+            )
+            == own.options
+        )
+
+    def test_run_reads_its_option_flags_as_a_lines_options(self) -> None:
+        """run's --formats, --render, --no-robots and --header are the options a line would
+        write; without them a URL line has none."""
+        parser = build_parser()
+        flags = ["--formats", "markdown, links", "--render", "--no-robots"]
+        headers = ["--header", "accept-language: fr", "--header", "Cookie: sid=1"]
+        given = parser.parse_args(["run", "in.txt", *flags, *headers])
+
+        assert {} == option_defaults(parser.parse_args(["run", "in.txt"]))
+        assert {
+            "formats": ["markdown", "links"],
+            "render": True,
+            "robots": False,
+            "headers": {"Accept-Language": "fr", "Cookie": "sid=1"},
+        } == option_defaults(given)
 
     @pytest.mark.parametrize(
         ("line", "message"),
@@ -135,6 +186,88 @@ class TestRunInProcess:
         assert code == 1
         assert [p["status"] for p in parsed] == ["failed", "done"]
         assert parsed[0]["hint"]
+
+
+class TestFresh:
+    async def test_fresh_fetches_every_target_again(self, site: DemoSite, tmp_path: Path) -> None:
+        """run --fresh after a run of the same file sends one more request per target: no
+        earlier job and no response cache answers (every line says cached: false)."""
+        paths = ["/articles/1", "/articles/2", "/articles/3"]
+        db = str(tmp_path / "run.sqlite")
+        runs: list[list[dict[str, object]]] = []
+        for fresh in (False, True):
+            lines: list[str] = []
+            code = await run_batch(
+                [Target(site.url(p)) for p in paths],
+                db=db,
+                out=lines.append,
+                err=io.StringIO(),
+                allow=[LOOPBACK],
+                progress="off",
+                handle_sigint=False,
+                fresh=fresh,
+            )
+            assert 0 == code
+            runs.append([json.loads(line) for line in lines])
+
+        assert [2, 2, 2] == [site.requests[p] for p in paths]
+        assert [False] * 3 == [line["result"]["meta"]["cached"] for line in runs[1]]  # type: ignore[index]
+
+    async def test_a_run_keeps_no_response_cache(self, site: DemoSite, tmp_path: Path) -> None:
+        """A run writes no page bodies to a response cache it never reads back; a target with
+        recover keeps it, since recover serves the last cached copy of a failed fetch."""
+        db = tmp_path / "run.sqlite"
+        counts = []
+        for options in (Options(), Options(recover=True)):
+            await run_batch(
+                [Target(site.url("/articles/1"), options)],
+                db=str(db),
+                out=lambda line: None,
+                err=io.StringIO(),
+                allow=[LOOPBACK],
+                progress="off",
+                handle_sigint=False,
+            )
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                counts.append(conn.execute("SELECT count(*) FROM web_cache").fetchone()[0])
+            finally:
+                conn.close()
+
+        assert [0, 1] == counts
+
+    def test_fetched_again_sets_max_age_zero_unless_the_target_says(self) -> None:
+        """--fresh gives every target max_age 0, but a line's own max_age stands."""
+        plain, own = (
+            fetched_again(Target("https://a.example/")),
+            Target("https://b.example/", Options(max_age=60)),
+        )
+
+        assert 0 == plain.options.max_age
+        assert own == fetched_again(own)
+
+
+class TestHostConcurrency:
+    async def test_host_concurrency_lets_one_site_take_more_at_once(self, tmp_path: Path) -> None:
+        """--host-concurrency 4: the one site of the file sees 4 requests at once (never more),
+        where the default budget of 2 would hold it to 2 whatever --workers says."""
+        async with trio.open_nursery() as nursery:
+            site: DemoSite = await nursery.start(serve_demo_site, DemoSite(latency=1.0))
+            code = await run_batch(
+                [Target(site.url(f"/articles/{n}")) for n in (1, 2, 3, 4, 5, 6, 1, 2)],
+                db=str(tmp_path / "run.sqlite"),
+                out=lambda line: None,
+                err=io.StringIO(),
+                workers=8,
+                allow=[LOOPBACK],
+                progress="off",
+                handle_sigint=False,
+                host_concurrency=4,
+            )
+            nursery.cancel_scope.cancel()
+
+        assert 0 == code
+        assert 4 == site.most_at_once
 
 
 class TestEveryLine:
@@ -363,6 +496,34 @@ class TestRunCommand:
             (["in.txt"], "# nothing\n", b"in.txt has no URLs"),
             (["in.txt", "--allow-net", "nonsense"], "https://a.example/\n", b"is not a network"),
             (["in.txt", "--job-size", "0"], "https://a.example/\n", b"must be a whole number"),
+            (["in.txt", "--formats", "link"], "https://a.example/\n", b"unknown format 'link'"),
+            (
+                ["in.txt", "--allow-net", "127.0.0.0"],
+                "https://a.example/\n",
+                b"'127.0.0.0' is one address (127.0.0.0/32); write a network with its prefix",
+            ),
+            (["in.txt", "--formats", ","], "https://a.example/\n", b"name one format or more"),
+            (
+                ["in.txt", "--formats", "markdown,markdown"],
+                "https://a.example/\n",
+                b"formats lists 'markdown' twice",
+            ),
+            (["in.txt", "--header", "Accept"], "https://a.example/\n", b"write a header as"),
+            (
+                ["in.txt", "--header", "X-Api-Key: 1"],
+                "https://a.example/\n",
+                b"X-Api-Key is not a header a target may send",
+            ),
+            (
+                ["in.txt", "--header", "Accept: a", "--header", "accept: b"],
+                "https://a.example/\n",
+                b"--header gives Accept twice",
+            ),
+            (
+                ["in.txt", "--host-concurrency", "0"],
+                "https://a.example/\n",
+                b"must be a whole number",
+            ),
         ],
     )
     def test_exit_2_on_a_usage_error(

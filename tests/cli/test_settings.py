@@ -69,6 +69,21 @@ class TestSettings:
         with pytest.raises(SettingsError, match=message):
             load_settings(flags, environ=env, config_file=str(config) if file else None)
 
+    def test_default_concurrency_is_four_and_at_most_max_concurrency(self) -> None:
+        """A submit that does not say fetches 4 targets at once unless set; the setting may
+        not pass max_concurrency, and the refusal names both and what to change."""
+        given = load_settings({}, environ={"TRIO_BATCH_DEFAULT_CONCURRENCY": "6"})
+
+        assert 4 == Settings().default_concurrency
+        assert 6 == given.default_concurrency
+        with pytest.raises(
+            SettingsError,
+            match=r"^setting default_concurrency \(its default\) must be at most max_concurrency "
+            r"\(2, flag --max-concurrency\) \(got 4\); lower --default-concurrency or raise "
+            r"--max-concurrency$",
+        ):
+            load_settings({"max_concurrency": "2"}, environ={})
+
     def test_missing_config_file(self) -> None:
         """A config file that does not exist is an error, not silently ignored."""
         with pytest.raises(SettingsError, match="does not exist"):

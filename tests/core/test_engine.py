@@ -433,6 +433,24 @@ class TestRetry:
             assert [30.0] == rec.retries
             assert trio.current_time() - start == pytest.approx(30.0)
 
+    async def test_meta_says_how_often_and_how_long_a_target_waited(
+        self, autojump_clock: trio.abc.Clock
+    ) -> None:
+        """A target that came back busy 3 times (2 s each) then answered has meta.waited
+        {tries: 3, seconds: 6}; one that never waited has no waited in its meta."""
+        fetch = ScriptedFetch()
+        fetch.script(url("a", 0), *[RetryLater("429", after=2.0) for _ in range(3)])
+        async with engine_on(MemoryStore(), fetch, retry_wait=1.0) as engine:
+            sub = await engine.submit(ALICE, "fleet", targets("a", 2))
+            await wait_ended(engine, sub.id)
+            snap = await engine.status(sub.id)
+
+        assert snap is not None
+        waited, calm = (t.result for t in snap.targets)
+        assert waited is not None and calm is not None
+        assert {"tries": 3, "seconds": 6.0} == waited.meta["waited"]
+        assert "waited" not in calm.meta
+
     async def test_gives_up_after_retry_for(self, autojump_clock: trio.abc.Clock) -> None:
         """A target busy for longer than retry_for is failed with the error's text."""
         fetch = ScriptedFetch()

@@ -58,6 +58,15 @@ class TestOptionsTargets:
         with pytest.raises(ValueError, match=r"without NUL"):
             Caller("a\x00b")
 
+    def test_max_age_is_whole_seconds_or_none(self) -> None:
+        """max_age is an int (0 included) or None, kept in the JSON only when given."""
+        assert {"max_age": 0} == Options(max_age=0).to_json()
+        assert Options(max_age=60) == Options.from_json({"max_age": 60})
+        with pytest.raises(TypeError, match=r"^Options.max_age must be a whole number of "):
+            Options(max_age=True)
+        with pytest.raises(TypeError, match=r"^Options.max_age must be a whole number of "):
+            Options(max_age=1.5)  # type: ignore[arg-type]
+
     def test_result_json_round_trip(self) -> None:
         """A result survives the store's JSON."""
         result = Result("héllo", {"status": 200, "nested": {"a": [1, 2]}})

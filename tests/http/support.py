@@ -124,6 +124,7 @@ async def open_api(
         jobs_per_caller=base.jobs_per_caller,
         jobs_total=base.jobs_total,
         workers=base.workers,
+        max_workers=base.max_workers,
         hooks=metrics.hooks(),
     )
     store = store if store is not None else MemoryStore()

@@ -67,6 +67,17 @@ class TestSubmit:
         assert body["expires_at"] == pytest.approx(api.wall.now + 3600)
         assert f"/v1/batch/{body['id']}" == body["links"]["self"] == r.headers["location"]
 
+    async def test_max_age_is_read_as_whole_seconds(self, api: Api) -> None:
+        """options.max_age 0 and 60.0 (JSON Schema's integer) are taken, as the job's target
+        options show: 0 and 60."""
+        targets = [{"url": A, "options": {"max_age": 0}}, {"url": B, "options": {"max_age": 60.0}}]
+        r = await api.client.post("/v1/batch", json={"targets": targets}, headers=auth())
+        zero = (await api.get(f"/v1/batch/{r.json()['id']}/0")).json()
+        sixty = (await api.get(f"/v1/batch/{r.json()['id']}/1")).json()
+
+        assert 202 == r.status_code
+        assert ({"max_age": 0}, {"max_age": 60}) == (zero["options"], sixty["options"])
+
     async def test_repeat_is_200_with_the_same_job(self, api: Api) -> None:
         """Submitting the same targets again reuses the job: 200, reused, same id."""
         first = await api.submit(A)
@@ -136,6 +147,21 @@ class TestSubmit:
                 b'{"targets": [{"url": "https://a.test/", "options": {"colour": "red"}}]}',
                 "targets[0].options.colour",
                 "not an option",
+            ),
+            (
+                b'{"targets": [{"url": "https://a.test/", "options": {"max_age": true}}]}',
+                "targets[0].options.max_age",
+                "must be a whole number or null",
+            ),
+            (
+                b'{"targets": [{"url": "https://a.test/", "options": {"max_age": 1.5}}]}',
+                "targets[0].options.max_age",
+                "must be a whole number or null",
+            ),
+            (
+                b'{"targets": [{"url": "https://a.test/", "options": {"max_age": -1}}]}',
+                "targets[0].options",
+                "max_age must be 0 or more seconds (got -1)",
             ),
             (b'{"targets": [{"url": NaN}]}', "body", "not valid JSON"),
             (b"[" * 100_000, "body", "not valid JSON"),
@@ -613,6 +639,18 @@ class TestOpenAPI:
             "/metrics",
             "/ui",
         } == set(doc["paths"])
+
+    def test_the_document_describes_max_age_and_the_default_concurrency(self) -> None:
+        """Options.max_age is whole seconds from 0 or null; a batch's concurrency defaults to 4."""
+        doc = json.loads(
+            json.dumps(openapi_document(with_fetch=True, max_body=1024, retry_after=5))
+        )
+        schemas = doc["components"]["schemas"]
+        max_age = schemas["Options"]["properties"]["max_age"]
+        concurrency = schemas["BatchIn"]["properties"]["concurrency"]
+
+        assert (["integer", "null"], 0) == (max_age["type"], max_age["minimum"])
+        assert 4 == concurrency["default"]
 
     @pytest.mark.parametrize("with_fetch", [True, False])
     def test_the_document_passes_openapi_spec_validator(self, with_fetch: bool) -> None:

@@ -9,10 +9,12 @@ import trio
 import trio.testing
 
 from tests.support import wait_ended
-from trio_batch import Caller, Config, HostBudget, Result, Target
+from trio_batch import Caller, Config, HostBudget, Result, Target, open_engine
+from trio_batch.http import create_app
+from trio_batch.stores import MemoryStore
 from trio_batch.testing import ScriptedFetch
 
-from .support import Api, auth, open_api
+from .support import Api, auth, make_keys, open_api
 
 A = "https://a.example.test/"
 B = "https://b.example.test/"
@@ -37,17 +39,47 @@ async def test_two_targets_of_one_job_run_at_once() -> None:
     assert [A, B] == in_flight
 
 
-async def test_without_it_a_job_runs_one_target_at_a_time() -> None:
-    """Without ``concurrency`` a job's targets are fetched one at a time."""
+HOSTS = [f"https://h{i}.example.test/" for i in range(6)]
+
+
+async def _in_flight_at_once(body: dict[str, object], **app_kwargs: Any) -> list[str]:
+    """The targets of one submit of six hosts' pages that start before any ends (8 workers)."""
     fetch = ScriptedFetch()
-    gates = [fetch.hold(A), fetch.hold(B)]
-    async with open_api(Config(ttl=3600, workers=2), fetch=fetch) as api:
-        await post(api, {"targets": [{"url": A}, {"url": B}]})
+    gates = [fetch.hold(url) for url in HOSTS]
+    config = Config(ttl=3600, workers=8, max_workers=8)
+    async with open_api(config, fetch=fetch, **app_kwargs) as api:
+        status, answer = await post(api, {"targets": [{"url": u} for u in HOSTS], **body})
+        assert 202 == status, answer
         await trio.testing.wait_all_tasks_blocked()
         in_flight = list(fetch.calls)
         for gate in gates:
             gate.set()
-    assert [A] == in_flight
+    return in_flight
+
+
+async def test_without_it_a_job_takes_the_servers_default_of_four() -> None:
+    """A submit that leaves concurrency out (the client's, MCP's) fetches 4 targets at once."""
+    assert HOSTS[:4] == await _in_flight_at_once({})
+
+
+async def test_the_servers_default_is_a_setting() -> None:
+    """create_app(default_concurrency=) (serve --default-concurrency) sets what applies."""
+    assert HOSTS[:2] == await _in_flight_at_once({}, default_concurrency=2)
+    assert HOSTS[:1] == await _in_flight_at_once({}, default_concurrency=1)
+
+
+async def test_a_submit_that_says_wins_over_the_default() -> None:
+    """concurrency in the body beats the server's default, up or down."""
+    assert HOSTS[:1] == await _in_flight_at_once({"concurrency": 1})
+    assert HOSTS[:6] == await _in_flight_at_once({"concurrency": 6})
+
+
+async def test_a_default_past_the_engines_most_is_refused_at_once() -> None:
+    """create_app refuses a default_concurrency the engine's max_concurrency would refuse."""
+    async with open_engine(MemoryStore(), ScriptedFetch(), Config(max_concurrency=2)) as engine:
+        with pytest.raises(ValueError, match=r"^create_app default_concurrency must be from 1 "):
+            create_app(engine, make_keys(), default_concurrency=3)
+        create_app(engine, make_keys())  # None: 4, or the engine's most if less
 
 
 async def test_another_concurrency_is_another_job() -> None:
@@ -97,7 +129,7 @@ async def test_a_target_waiting_for_its_host_says_so_and_stays_pending() -> None
 
 
 async def test_a_refused_submit_waits_for_the_work_ahead(autojump_clock: object) -> None:
-    """The caller's one live job has 9 targets of 10 s to start and one in flight (the pace
+    """The caller's one serial live job has 9 targets of 10 s to start and one in flight (the pace
     known from the first one's 10 s): a second submit is refused with a Retry-After of the
     work ahead, about 100 s, not the 5 s setting."""
     done = trio.Event()
@@ -112,7 +144,7 @@ async def test_a_refused_submit_waits_for_the_work_ahead(autojump_clock: object)
         return Result("ok")
 
     async with open_api(Config(ttl=3600, workers=2), fetch=fetch) as api:  # type: ignore[arg-type]
-        await post(api, {"targets": [{"url": f"{A}{i}"} for i in range(10)]})
+        await post(api, {"targets": [{"url": f"{A}{i}"} for i in range(10)], "concurrency": 1})
         await done.wait()
         r = await api.client.post("/v1/batch", json={"targets": [{"url": B}]}, headers=auth())
     assert 429 == r.status_code

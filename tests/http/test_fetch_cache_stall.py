@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
+from tests.support import slack
 from tests.web.support import URL, StalledCache, stalled_fetcher
 from trio_batch import Config, Target, open_engine
 from trio_batch.http import create_app
@@ -28,7 +29,8 @@ from trio_batch.web._fetch._cache import CACHE_WAIT
 from .support import auth, make_keys
 
 SLACK = 2.0
-"""Seconds over 2 * CACHE_WAIT that /v1/fetch may take on a loaded 2-core machine (real time)."""
+"""Seconds over 2 * CACHE_WAIT that /v1/fetch may take on an idle machine (real time); on a
+loaded one, what the same call took with nothing locked, measured in the test (``slack``)."""
 
 
 @asynccontextmanager
@@ -88,7 +90,12 @@ class TestLockedWebCacheTable:
             PostgresStore.open(PG_DSN, schema=schema) as store,
             open_fetch_api(store, store) as client,
         ):
+            start = time.monotonic()  # a fetch and an admission with nothing locked: baselines
             assert (await client.post("/v1/fetch", json={"url": URL}, headers=auth())).is_success
+            free_fetch = time.monotonic() - start
+            start = time.monotonic()
+            await store.admit(NewJob("f", "c", "fleet", "f", [Target(URL)], time.time()), limits)
+            free_admit = time.monotonic() - start
             other = {"url": URL + "&other=1"}
             async with table_locked(PG_DSN, schema, "web_cache"):
                 start = time.monotonic()
@@ -103,8 +110,8 @@ class TestLockedWebCacheTable:
 
         assert locked.status_code == 200
         assert locked.json()["result"]["meta"]["cached"] is False
-        assert elapsed < 2 * CACHE_WAIT + SLACK
+        assert elapsed < 2 * CACHE_WAIT + slack(SLACK, free_fetch, times=2)
         assert not admitted.reused
-        assert admitting < SLACK  # not the writer's call_timeout (30 s) behind a stuck write
+        assert admitting < slack(SLACK, free_admit)  # not call_timeout (30 s) behind a stuck write
         assert again.status_code == 200
         assert cached.json()["result"]["meta"]["cached"] is True

@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema, table_locked
+from tests.support import slack
 from trio_batch._cli._settings import Settings
 from trio_batch.http import add_key
 from trio_batch.testing import ScriptedFetch
@@ -30,7 +31,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not PG_DSN, reason=SKIP_REASO
 A = "https://a.example.test/"
 B = "https://b.example.test/"
 SLACK = 1.5
-"""Seconds over the deadline an answer may take on a loaded 2-core machine."""
+"""Seconds over the deadline an answer may take on an idle machine; on a loaded one, ten times
+an answer measured before the lock in the same test, if that is more (``slack``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +121,10 @@ class TestLockedJobsTable:
         async with open_service(tmp_path, store_timeout=timeout, jobs_per_caller=2) as service:
             client = service.client
             job_id = (await client.post("/v1/batch", json={"targets": [{"url": A}]})).json()["id"]
-            assert (await client.get(f"/v1/batch/{job_id}")).status_code == 200
+            free, baseline = await _timed(
+                client, client.build_request("GET", f"/v1/batch/{job_id}")
+            )
+            assert free.status_code == 200
             async with jobs_locked(service):
                 locked = await _all_at_once(client, job_id)
             after = {
@@ -132,7 +137,7 @@ class TestLockedJobsTable:
         print({name: round(seconds, 2) for name, (_, seconds) in locked.items()})
         for name, (r, seconds) in locked.items():
             assert (name, r.status_code, r.headers.get("retry-after")) == (name, 503, "5")
-            assert seconds < timeout + SLACK, name
+            assert seconds < timeout + slack(SLACK, baseline), name
         assert locked["GET healthz"][0].json()["status"] == "unhealthy"
         assert "did not answer within 1.5 s" in locked["GET batch"][0].json()["error"]
         assert {name: r.status_code for name, r in after.items() if name != "POST batch"} == {
@@ -151,6 +156,7 @@ class TestLockedJobsTable:
         async with open_service(tmp_path, store_timeout=10.0, pg_statement_timeout=0.5) as service:
             client = service.client
             job_id = (await client.post("/v1/batch", json={"targets": [{"url": A}]})).json()["id"]
+            _, baseline = await _timed(client, client.build_request("GET", f"/v1/batch/{job_id}"))
             async with jobs_locked(service):
                 get, seconds = await _timed(
                     client, client.build_request("GET", f"/v1/batch/{job_id}")
@@ -161,7 +167,7 @@ class TestLockedJobsTable:
         print(f"GET under the lock answered after {seconds:.2f} s")
         assert (get.status_code, get.headers.get("retry-after")) == (503, "5")
         assert get.json()["error"] == "the database is unavailable"
-        assert seconds < 0.5 + SLACK
+        assert seconds < 0.5 + slack(SLACK, baseline)
         assert (health.status_code, health.json()["status"]) == (503, "unhealthy")
         assert "QueryCanceled" in health.json()["hint"]
         assert after.status_code == 200

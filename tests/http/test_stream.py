@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_batch import Config, HostBudget, TargetError, TargetStatus
+from trio_batch import Config, HostBudget, RetryLater, TargetError, TargetStatus
 from trio_batch.http._stream import CHUNK
 from trio_batch.stores import MemoryStore
 
@@ -474,3 +474,31 @@ class TestConcurrentJobs:
         assert [("", "waiting"), ("0", "target"), ("end", "end")] == [
             (e[0], e[1]) for e in events(sse.body)
         ]
+
+    async def test_each_new_wait_for_the_host_is_an_event(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A target answered busy three times (Retry-After: 2) waits three times for its
+        host: three `waiting` events (one each, not one for all), then its target and the end;
+        its result's meta says it waited 3 tries and 6 s."""
+        budget = HostBudget(concurrency=1)
+        scope = {"budget": budget, "scope": lambda t: "one-host:443"}
+        async with open_api(Config(ttl=3600), engine_kwargs=scope) as api:
+            api.fetch.script(A, *[RetryLater("429", after=2.0) for _ in range(3)])
+            job = await submitted(api, A)
+            async with open_stream(api.app, f"/v1/batch/{job}/events", key=ALICE_KEY) as sse:
+                await sse.read_all()
+            target = (await api.get(f"/v1/batch/{job}/0")).json()
+
+        seen = events(sse.body)
+        assert [("", "waiting")] * 3 + [("0", "target"), ("end", "end")] == [
+            (e[0], e[1]) for e in seen
+        ]
+        assert (
+            [{"idx": 0, "reason": "backoff"}] * 3
+            == [
+                {k: v for k, v in e[2].items() if k in ("idx", "reason")}  # type: ignore[attr-defined]
+                for e in seen[:3]
+            ]
+        )
+        assert {"tries": 3, "seconds": 6.0} == target["result"]["meta"]["waited"]

@@ -10,6 +10,7 @@ Chromium. ``TRIO_BATCH_UI_SCREENSHOT=docs/ui.png`` saves the screenshot the docs
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ class TestPage:
         assert 200 == r.status_code
         assert r.headers["content-type"].startswith("text/html")
         assert "src=" not in r.text
-        assert "http://" not in r.text and "https://" not in r.text
+        assert re.search(r"""(?:href|action)\s*=\s*["']?(?:https?:)?//""", r.text, re.I) is None
+        assert "url(" not in r.text and "@import" not in r.text
         assert "default-src 'none'" in csp
         assert "connect-src 'self'" in csp
         assert "sessionStorage" in r.text
@@ -196,3 +198,74 @@ class TestInChromium:
         assert seen["cancel_right_edge"] <= 400
         assert isinstance(seen["page_width"], int)
         assert seen["page_width"] <= 400
+
+
+def _drive_empty(base: str, submit: Callable[[], str]) -> dict[str, object]:
+    """In a thread: the page without a key, then with a key and no job, then two jobs submitted
+    elsewhere: what the empty state and the live region say at each step."""
+    from playwright.sync_api import expect, sync_playwright
+
+    seen: dict[str, object] = {}
+    with sync_playwright() as p, browser_page(p, 1100, 700) as (page, errors):
+        page.goto(f"{base}/ui")
+        empty = page.locator("#empty")
+        expect(empty).to_be_visible()
+        seen["empty_before_key"] = empty.inner_text()
+        page.get_by_label("API key").fill(ALICE_KEY)
+        page.keyboard.press("Enter")
+        expect(page.locator("#message")).to_have_text("No jobs yet for this key.")
+        seen["empty_with_key"] = empty.is_visible()
+        seen["submitted"] = [submit(), submit()]
+        expect(page.locator("tbody tr")).to_have_count(2, timeout=5_000)
+        expect(page.locator("#message")).to_have_text("2 jobs shown", timeout=5_000)
+        seen["empty_after"] = empty.is_visible()
+        seen["errors"] = errors
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
+class TestEmptyInChromium:
+    async def test_an_empty_list_says_how_to_start_and_counts_the_jobs_that_come(self) -> None:
+        """With no job, the page says how to get a key and submit (curl to this server, MCP at
+        its /mcp); jobs submitted elsewhere replace it, and the live region counts them (it
+        said "0 jobs shown" with two on screen)."""
+        pytest.importorskip("playwright", reason="playwright is not installed (group browser)")
+        fetch = ScriptedFetch()
+        fetch.hold("https://held.example.test/")  # the jobs stay live: their rows stay
+        stop = trio.Event()
+        config = Config(jobs_per_caller=5, jobs_total=5)
+        async with open_engine(MemoryStore(), fetch, config) as engine:
+            app = create_app(engine, make_keys(), precheck=precheck, access_log_enabled=False)
+            async with trio.open_nursery() as nursery:
+                port: int = await nursery.start(
+                    lambda task_status: serve(
+                        app, port=0, shutdown_trigger=stop.wait, task_status=task_status
+                    )
+                )
+                base = f"http://127.0.0.1:{port}"
+                async with httpx.AsyncClient(base_url=base, headers=auth()) as http:
+                    made = 0
+
+                    async def submit() -> str:
+                        nonlocal made
+                        made += 1
+                        urls = ["https://held.example.test/", f"https://{made}.example.test/"]
+                        r = await http.post(
+                            "/v1/batch", json={"targets": [{"url": u} for u in urls]}
+                        )
+                        job_id: str = r.json()["id"]
+                        return job_id
+
+                    seen = await trio.to_thread.run_sync(
+                        _drive_empty, base, lambda: trio.from_thread.run(submit)
+                    )
+                stop.set()
+
+        text = str(seen["empty_before_key"])
+        assert [] == seen["errors"]
+        assert "trio-batch keys add NAME" in text
+        assert f"curl -s -X POST {base}/v1/batch" in text
+        assert f"{base}/mcp" in text and "batch_submit" in text
+        assert seen["empty_with_key"] is True
+        assert seen["empty_after"] is False

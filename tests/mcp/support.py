@@ -3,7 +3,8 @@ the walk through the tools that both transports must pass.
 
 - :class:`Site` (:func:`open_site`): pages on 127.0.0.1 that answer at once, one that answers
   only when the test lets it (so a job is known to be running), one that is missing the first
-  time and there after (a failed target that a retry fetches), and one of 200 KB.
+  time and there after (a failed target that a retry fetches), one that counts its requests,
+  and one of 200 KB.
 - :func:`open_served`: ``serve`` (``run_service``) in this process on a free port, with two
   callers; :func:`mcp_client`: the official client on its ``/mcp``.
 - :func:`in_process`: the tools over an app of ``create_app`` on a scripted fetch function,
@@ -65,6 +66,8 @@ class Site:
     held: trio.Event = field(default_factory=trio.Event)
     """Set when a ``/hold`` page has been asked for: its job is running."""
     flaky_hits: int = 0
+    count_hits: int = 0
+    """Requests ``/count`` has had (it answers their number)."""
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -85,6 +88,10 @@ class Site:
                 return HTMLResponse("<p>not yet</p>", status_code=404)
             return HTMLResponse("<html><body><p>Flaky page, there now.</p></body></html>")
 
+        async def count(request: Request) -> Response:
+            self.count_hits += 1
+            return HTMLResponse(f"<html><body><p>Hit {self.count_hits}.</p></body></html>")
+
         async def big(request: Request) -> Response:
             body = "".join(
                 f"<p>Paragraph {i}: {'lorem ipsum dolor sit amet ' * 3}</p>"
@@ -97,6 +104,7 @@ class Site:
                 Route("/page/{n:int}", page),
                 Route("/hold/{n:int}", hold),
                 Route("/flaky", flaky),
+                Route("/count", count),
                 Route("/big", big),
             ]
         )

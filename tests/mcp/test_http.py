@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -23,6 +24,8 @@ from tests.mcp.support import (
     open_site,
     walk_the_tools,
 )
+from trio_batch import Options, Target
+from trio_batch.client import open_client
 
 
 @pytest.fixture
@@ -41,6 +44,37 @@ async def test_refusals_come_back_as_tool_errors_with_hints(tmp_path: Path, site
     """A refused URL, a cap and a bad option are tool errors carrying the API's hint."""
     async with open_served(tmp_path) as served, mcp_client(served.url, served.alice) as client:
         await check_tool_errors(client, site, answer_bytes=48 * 1024)
+
+
+async def test_max_age_zero_fetches_again_through_every_door(tmp_path: Path, site: Site) -> None:
+    """max_age: 0 reaches the site each time, through the API, the Python client and MCP;
+    left out, the response cache answers a repeat."""
+    url = site.url("/count")
+    async with open_served(tmp_path) as served:
+        base = served.url.removesuffix("/mcp")
+        bearer = {"Authorization": f"Bearer {served.alice}"}
+        async with httpx.AsyncClient(base_url=base, headers=bearer) as http:
+            first = (await http.post("/v1/fetch", json={"url": url})).json()
+            again = (await http.post("/v1/fetch", json={"url": url})).json()
+            body = {"url": url, "options": {"max_age": 0}}
+            fresh = (await http.post("/v1/fetch", json=body)).json()
+        by_api = site.count_hits
+        async with open_client(base, served.alice) as client:
+            sub = await client.submit([Target(url, Options(max_age=0))])
+            await client.wait(sub.id)
+            async with client.results(sub.id) as rows:
+                [line] = [row async for row in rows]
+        by_client = site.count_hits
+        async with mcp_client(served.url, served.alice) as mcp:
+            failed, fetched = await call(mcp, "fetch", {"url": url, "options": {"max_age": 0}})
+        by_mcp = site.count_hits
+
+    assert (first["result"]["meta"]["cached"], again["result"]["meta"]["cached"]) == (False, True)
+    assert (fresh["result"]["meta"]["cached"], by_api) == (False, 2)
+    assert ("done", by_client) == (line["status"], 3)
+    assert not failed
+    assert by_mcp == 4
+    assert "Hit 4." in str(cast("dict[str, object]", fetched["result"])["content"])
 
 
 async def test_a_wrong_key_gets_the_apis_401(tmp_path: Path) -> None:

@@ -83,6 +83,45 @@ async def test_a_429_holds_back_the_requests_of_other_doors() -> None:
     assert host.starts[1] >= refused_at + 1.0 - 0.05
 
 
+async def test_a_fetch_that_waited_for_its_host_says_so_in_meta() -> None:
+    """fetch_one behind a 429's Retry-After: 1 waits for the host, and meta.waited says how
+    long (at least the 1 s); a fetch that did not wait has no waited."""
+    host = Host()
+    budget = HostBudget(concurrency=1)
+    async with WebFetcher(
+        allow=LOOPBACK, transport=mock_transport(host.handle), budget=budget
+    ) as fetch:
+        first = await fetch.fetch_one(CALLER, Target("http://127.0.0.1:8/a"))
+        host.busy = 1
+        with pytest.raises(RetryLater):
+            await fetch.fetch_one(CALLER, Target("http://127.0.0.1:8/b"))
+        behind = await fetch.fetch_one(CALLER, Target("http://127.0.0.1:8/c"))
+
+    assert "waited" not in first.meta
+    assert behind.meta["waited"]["seconds"] >= 1.0 - 0.05
+
+
+async def test_a_target_that_came_back_busy_says_how_often_and_how_long() -> None:
+    """Through the engine, a target answered 429 (Retry-After: 1) twice, then 200: its
+    meta.waited has tries 2 and at least the 2 s its host asked for."""
+    host = Host()
+    host.busy = 2
+    budget = HostBudget(concurrency=1)
+    async with (
+        WebFetcher(allow=LOOPBACK, transport=mock_transport(host.handle), budget=budget) as fetch,
+        open_engine(MemoryStore(), fetch, Config(), budget=budget, scope=fetch.scope) as engine,
+    ):
+        sub = await engine.submit(CALLER, "fleet", [Target("http://127.0.0.1:8/a")])
+        with trio.fail_after(20):
+            await wait_ended(engine, sub.id)
+        snap = await engine.status(sub.id)
+
+    assert snap is not None and snap.targets[0].result is not None
+    waited = snap.targets[0].result.meta["waited"]
+    assert 2 == waited["tries"]
+    assert waited["seconds"] >= 2.0 - 0.1
+
+
 async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
     """At a budget of one, the engine's slot is the fetcher's: jobs of three callers on one
     host all end done, one request at a time (a second acquire would wait for ever)."""

@@ -336,6 +336,10 @@ class TestErrors:
         assert "site.example" not in info.value.msg
 
 
+SHELL = b'<div id="app">Loading...</div><script src="/app.js"></script>'
+"""A single-page app's shell: its content comes from the script."""
+
+
 class TestMeta:
     async def test_meta_describes_the_fetch(self, server: LocalSite) -> None:
         """meta has the final URL (redacted), status, type, bytes, elapsed and redirects."""
@@ -353,6 +357,36 @@ class TestMeta:
         assert 0 <= meta["elapsed"] < 10
         assert (meta["redirects"], meta["cached"]) == (0, False)
         assert server.header("user-agent") == ["test-agent/1"]
+
+    @pytest.mark.parametrize(
+        ("page", "options", "hinted"),
+        [
+            (SHELL, Options(), True),
+            (b"<div>Loading...</div><SCRIPT>boot()</SCRIPT>", Options(mode="markdown"), True),
+            (SHELL, Options(grep="x"), False),
+            (SHELL, Options(mode="raw"), False),
+            (SHELL, Options(formats=("links", "metadata")), False),
+            (SHELL, Options(formats=("links", "markdown")), True),
+            (b"<p>Short and plain, no scripts.</p>", Options(), False),
+            (b"<p>" + b"A real article. " * 40 + b"</p><script>track()</script>", Options(), False),
+        ],
+    )  # fmt: skip
+    async def test_a_tiny_page_with_scripts_hints_at_render(
+        self, page: bytes, options: Options, hinted: bool
+    ) -> None:
+        """An HTML page whose text is tiny and that has scripts (a single-page app's shell)
+        says in meta.hint to try render; a page of text, one without scripts, or content
+        narrowed on purpose (grep) or raw says nothing."""
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await trio.lowlevel.checkpoint()
+            body = b"<html><head><title>App</title></head><body>" + page + b"</body></html>"
+            return httpx.Response(200, content=body, headers={"content-type": "text/html"})
+
+        async with mock_fetcher(handler) as fetch:
+            result = await fetch(CALLER, Target(f"{SITE}/", options))
+
+        assert hinted == ("try render: true" in str(result.meta.get("hint", "")))
 
     async def test_cookies_are_never_kept(self, server: LocalSite) -> None:
         """A site's cookies are not sent back, so callers never share a session."""
@@ -403,6 +437,51 @@ class TestCache:
 
         assert [a.content, b.content, c.content] == ["v1", "v1", "v2"]
         assert b.meta["age"] == 30.0
+
+    async def test_max_age_bounds_the_copy_a_target_takes(self) -> None:
+        """max_age: 0 always fetches and refreshes the entry that others read; max_age N takes
+        a copy younger than N seconds only; without it the cache life decides."""
+        clock, hits = WallClock(), []
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            hits.append(1)
+            await trio.lowlevel.checkpoint()
+            return httpx.Response(200, text=f"v{len(hits)}", headers={"content-type": "text/plain"})
+
+        def target(max_age: int | None = None) -> Target:
+            return Target(f"{SITE}/", Options(max_age=max_age))
+
+        async with mock_fetcher(
+            handler, store=MemoryStore(), cache_ttl=300.0, wall_clock=clock
+        ) as fetch:
+            first = await fetch(CALLER, target())
+            clock.advance(20)
+            fresh = await fetch(CALLER, target(0))  # fetched: v2, and stored for the others
+            clock.advance(20)
+            plain = await fetch(CALLER, target())  # v2, 20 s old
+            young = await fetch(CALLER, target(30))  # v2 is 20 s old: taken
+            too_old = await fetch(CALLER, target(10))  # v2 is 20 s old: fetched again, v3
+
+        assert [first.content, fresh.content, plain.content] == ["v1", "v2", "v2"]
+        assert (fresh.meta["cached"], plain.meta["cached"], plain.meta["age"]) == (False, True, 20)
+        assert (young.content, young.meta["cached"]) == ("v2", True)
+        assert (too_old.content, too_old.meta["cached"]) == ("v3", False)
+        assert 3 == len(hits)
+
+    async def test_max_age_zero_with_recover_still_serves_the_last_copy(self) -> None:
+        """max_age: 0 skips the cache's answer, not recover's: a failure still serves the copy."""
+        clock = WallClock()
+        replies = [httpx.Response(200, text="good", headers={"content-type": "text/plain"})]
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await trio.lowlevel.checkpoint()
+            return replies.pop(0) if replies else httpx.Response(500, text="down")
+
+        async with mock_fetcher(handler, store=MemoryStore(), wall_clock=clock) as fetch:
+            await fetch(CALLER, Target(f"{SITE}/"))
+            stale = await fetch(CALLER, Target(f"{SITE}/", Options(max_age=0, recover=True)))
+
+        assert (stale.content, stale.meta["stale"]) == ("good", True)
 
     @pytest.mark.parametrize(
         ("cache_control", "fetches"),

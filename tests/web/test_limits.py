@@ -17,7 +17,7 @@ async def _hold(pool: FairPool, caller: str, release: trio.Event, log: list[str]
 
 
 class TestWorkConserving:
-    async def test_a_caller_alone_takes_every_slot_at_once(self) -> None:
+    async def test_a_caller_alone_takes_every_slot_at_once(self, autojump_clock: object) -> None:
         """No one else waits, so one caller gets the whole pool without waiting."""
         pool = FairPool(3)
 
@@ -87,7 +87,7 @@ class TestWorkConserving:
 
 
 class TestCancellation:
-    async def test_a_cancelled_request_leaves_the_queue(self) -> None:
+    async def test_a_cancelled_request_leaves_the_queue(self, autojump_clock: object) -> None:
         """A request given up while waiting takes no slot, and the next one is served."""
         pool = FairPool(1)
         await pool.acquire("alice")
@@ -119,7 +119,9 @@ class TestCancellation:
 
 
 class TestCap:
-    async def test_a_capped_caller_waits_while_others_take_free_slots(self) -> None:
+    async def test_a_capped_caller_waits_while_others_take_free_slots(
+        self, autojump_clock: object
+    ) -> None:
         """With a cap of 1, alice's second request waits although a slot is free, and bob
         takes that slot at once."""
         pool = FairPool(2, cap=1)

@@ -90,6 +90,7 @@ class TestValidateOptions:
             (Options(context=True), "context applies with grep or question only"),
             (Options(question="   "), "question is blank"),
             (Options(grep="x" * 5000), "the limit is 4,096"),
+            (Options(max_age=-1), "max_age must be 0 or more seconds (got -1)"),
         ],
     )
     def test_refuses_invalid_options_with_a_400(self, options: Options, fragment: str) -> None:

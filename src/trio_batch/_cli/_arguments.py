@@ -49,13 +49,24 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def cidr(value: str) -> IPNetwork:
-    """An ``--allow-net`` value: a network such as ``127.0.0.0/8`` or ``10.1.2.3``."""
+    """An ``--allow-net`` value: a network such as ``127.0.0.0/8`` or ``10.1.2.3``.
+
+    A bare IPv4 address that ends in ``.0`` (``127.0.0.0``) reads as one address, which is
+    almost never what was meant: it is refused, naming the prefix to write.
+    """
     try:
-        return ipaddress.ip_network(value, strict=False)
+        network = ipaddress.ip_network(value, strict=False)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a network; write it as CIDR, e.g. 127.0.0.0/8 or 10.0.0.5/32"
         ) from None
+    address = value.strip()
+    if "/" not in address and network.version == 4 and address.endswith(".0"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is one address ({network}); write a network with its prefix, e.g. "
+            f"{address}/24 (or 127.0.0.0/8 for this machine)"
+        )
+    return network
 
 
 def positive_int(value: str) -> int:

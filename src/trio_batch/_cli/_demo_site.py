@@ -172,6 +172,7 @@ class DemoSite:
     Attributes:
         base_url: ``http://127.0.0.1:PORT`` once served (empty before).
         requests: how many requests each path got (with its query string).
+        most_at_once: the most requests it was answering at once (what a host budget bounds).
     """
 
     def __init__(
@@ -184,6 +185,8 @@ class DemoSite:
         self.retry_after = retry_after
         self.base_url = ""
         self.requests: Counter[str] = Counter()
+        self.most_at_once = 0
+        self._at_once = 0
         self.slow_started = trio.Event()
         """Set when the slow page is first asked for (tests interrupt a run there)."""
         self._busy_left: dict[str, int] = {}
@@ -194,6 +197,14 @@ class DemoSite:
 
     async def respond(self, method: str, target: str) -> _Response:
         """The response to ``method target`` (the site's routing)."""
+        self._at_once += 1
+        self.most_at_once = max(self.most_at_once, self._at_once)
+        try:
+            return await self._respond(method, target)
+        finally:
+            self._at_once -= 1
+
+    async def _respond(self, method: str, target: str) -> _Response:
         parts = urlsplit(target)
         path = parts.path
         key = path + (f"?{parts.query}" if parts.query else "")

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from .._model import Options, Target
+from .._model import JSONValue, Options, Target
+from ._option_flags import with_defaults
 from ._output import UsageError
 
 
-def parse_targets(lines: Iterable[str], source: str) -> list[Target]:
+def parse_targets(
+    lines: Iterable[str], source: str, defaults: Mapping[str, JSONValue] | None = None
+) -> list[Target]:
     """The targets of an input file: URLs one a line, or JSON objects one a line.
+
+    ``defaults`` (the option flags', :func:`~._option_flags.option_defaults`) are the options
+    of a URL line, and of a JSON line where it names none of its own.
 
     Raises:
         UsageError: a line is neither; the message names the line and how to fix it.
     """
+    defaults = defaults or {}
+    plain = Options.from_json(dict(defaults))
     targets: list[Target] = []
     for lineno, raw in enumerate(lines, start=1):
         line = raw.strip()
@@ -23,18 +31,18 @@ def parse_targets(lines: Iterable[str], source: str) -> list[Target]:
             continue
         where = f"{source}, line {lineno}"
         if line.startswith("{"):
-            targets.append(_json_target(line, where))
+            targets.append(_json_target(line, where, defaults))
         elif any(c.isspace() for c in line):
             raise UsageError(
                 f"{where}: a URL cannot contain spaces; write one URL a line "
                 '(or one JSON object {"url": ..., "options": {...}} a line)'
             )
         else:
-            targets.append(Target(line))
+            targets.append(Target(line, plain))
     return targets
 
 
-def _json_target(line: str, where: str) -> Target:
+def _json_target(line: str, where: str, defaults: Mapping[str, JSONValue]) -> Target:
     try:
         data: object = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -54,18 +62,18 @@ def _json_target(line: str, where: str) -> Target:
     if not isinstance(options, dict):
         raise UsageError(f'{where}: "options" must be a JSON object')
     try:
-        return Target(url, Options.from_json(options))
+        return Target(url, Options.from_json(with_defaults(options, defaults)))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{where}: {exc}") from None
 
 
-def read_input(path: str) -> list[Target]:
-    """Read and parse ``path`` (``-`` is stdin)."""
+def read_input(path: str, defaults: Mapping[str, JSONValue] | None = None) -> list[Target]:
+    """Read and parse ``path`` (``-`` is stdin), with the option flags' ``defaults``."""
     if path == "-":
-        return parse_targets(sys.stdin, "stdin")
+        return parse_targets(sys.stdin, "stdin", defaults)
     try:
         with open(path, encoding="utf-8") as f:
-            return parse_targets(f, path)
+            return parse_targets(f, path, defaults)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:

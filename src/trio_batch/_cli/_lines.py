@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import final
 
 from .._model import JSONValue, Snapshot, Target, TargetState, TargetStatus
-from ._output import allow_net_hint, dump_line, target_line
+from ._output import cli_hint, dump_line, target_line
 
 
 @final
@@ -149,7 +149,7 @@ class LineWriter:
     @staticmethod
     def _line(idx: int, target: TargetStatus) -> dict[str, JSONValue]:
         line = target_line(idx, target)
-        line["hint"] = allow_net_hint(target.url, target.error, target.hint)
+        line["hint"] = cli_hint(target.url, target.error, target.hint)
         return line
 
     async def _targets(

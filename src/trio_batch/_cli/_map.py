@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="keep URLs on every host the sitemaps and links name, not only the start page's",
     )
     add_allow_net_argument(parser)
-    add_server_arguments(parser, DEFAULT_SERVER)
+    add_server_arguments(parser, DEFAULT_SERVER, instead="fetching here (POST /v1/map)")
     parser.set_defaults(func=main)
 
 

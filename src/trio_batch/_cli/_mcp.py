@@ -351,6 +351,7 @@ async def _serve_embedded(settings: Settings, answer_bytes: int) -> None:
             access_log_enabled=False,
             retry_after=settings.retry_after,
             store_timeout=settings.store_timeout,
+            default_concurrency=settings.default_concurrency,
         )
         _log.info("MCP on stdio; the store: %s", store_description(settings))
         tools = Tools(answer_bytes=answer_bytes, hints=LOCAL_HINTS)

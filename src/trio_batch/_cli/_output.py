@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from .._headers import NOT_HELD
 from .._model import JSONValue, TargetStatus, target_json
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -95,6 +96,23 @@ def allow_net_hint(url: str, error: str, hint: str) -> str:
         "only public addresses are fetched; to reach a private network you trust, pass "
         f"--allow-net with its CIDR, e.g. --allow-net {_WHOLE_NETWORK}"
     )
+
+
+CREDENTIAL_HINT = (
+    "run and retry keep a target's Cookie and Authorization in their own memory, never in "
+    "--db, so a later command cannot send them again: run the target again with its header, "
+    "in its JSON line's options.headers or with --header 'Authorization: ...'"
+)
+
+
+def cli_hint(url: str, error: str, hint: str) -> str:
+    """``hint`` as the command line says it: for a refused private address the ``--allow-net``
+    flag (:func:`allow_net_hint`); for a credential this process never held (every command is
+    a process of its own, so ``retry`` of a target with ``Authorization``), what to run. The
+    fetcher's hint for that one speaks to a server's operator."""
+    if NOT_HELD in error:
+        return CREDENTIAL_HINT
+    return allow_net_hint(url, error, hint)
 
 
 def operator_hint(url: str, error: str, hint: str) -> str:

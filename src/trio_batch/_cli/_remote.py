@@ -38,12 +38,15 @@ class RemoteProblem(Exception):
         self.code = code
 
 
-def add_server_arguments(parser: argparse.ArgumentParser, default_server: str) -> None:
-    """``--server URL`` and ``--key``, as ``status`` and ``results`` have them."""
+def add_server_arguments(
+    parser: argparse.ArgumentParser, default_server: str, *, instead: str = "--db"
+) -> None:
+    """``--server URL`` and ``--key``, as ``status`` and ``results`` have them; ``instead``
+    says what the server replaces (``map`` has no ``--db``)."""
     parser.add_argument(
         "--server",
         metavar="URL",
-        help=f"use a trio-batch server instead of --db, e.g. {default_server}",
+        help=f"use a trio-batch server instead of {instead}, e.g. {default_server}",
     )
     parser.add_argument(
         "--key", help=f"the API key for --server (default: the {KEY_VARIABLE} variable)"
@@ -136,16 +139,18 @@ async def run_remote(
 ) -> int:
     """``run --server``: submit ``targets`` in jobs and print every line in input order.
 
-    At most ``--jobs`` jobs are live at once (a refusal for a cap waits its ``Retry-After``);
-    each job's lines are followed as its targets land, and printed as soon as every line
-    before them in the input is.
+    At most ``--jobs`` jobs are live at once (a refusal for a cap waits its ``Retry-After``),
+    each fetching ``--workers`` of its targets at once (its ``concurrency``; each host still
+    within the server's budget); each job's lines are followed as its targets land, and
+    printed as soon as every line before them in the input is.
 
     Returns:
         0 when every target is done, else 1.
     """
-    ClientError = client_error_type()
+    client_error_type()  # httpx is installed (else a usage error saying what to install)
 
     size = int(args.job_size)
+    concurrency = int(args.workers)
     chunks = [list(targets[i : i + size]) for i in range(0, len(targets), size)]
     pending: list[list[str]] = [[] for _ in chunks]
     finished = [False] * len(chunks)
@@ -167,7 +172,7 @@ async def run_remote(
         async with limiter:
             while True:
                 try:
-                    sub = await client.submit(chunks[n])
+                    sub = await client.submit(chunks[n], concurrency=concurrency)
                     break
                 except (CallerBusy, Busy) as exc:
                     await trio.sleep(exc.retry_after or 1.0)
@@ -189,18 +194,34 @@ async def run_remote(
             for n in range(len(chunks)):
                 nursery.start_soon(one, client, n, limiter)
     except BaseExceptionGroup as group:
-        # One job's failure cancels the others: report the first failure that is not that.
-        found = group.subgroup((SubmitError, ClientError))
-        if found is None:
+        problem = _first_problem(group, args.server)
+        if problem is None:
             raise
-        first = found.exceptions[0]
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        if isinstance(first, SubmitError):
-            raise RemoteProblem(f"{args.server} refused the batch: {first}", 2) from None
-        assert isinstance(first, ClientError)
-        raise explain(first, args.server) from None
+        raise problem from None
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _first_problem(group: BaseExceptionGroup[BaseException], server: str) -> RemoteProblem | None:
+    """What ``run --server`` says of a failed job: its first refusal or client error (one
+    job's failure cancels the others); None when there is neither."""
+    from ..client import ClientError
+
+    found = group.subgroup((SubmitError, ClientError))
+    if found is None:
+        return None
+    first = found.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    if isinstance(first, SubmitError):
+        return RemoteProblem(f"{server} refused the batch: {first}", 2)
+    assert isinstance(first, ClientError)
+    if first.field == "concurrency":  # the server allows fewer at once than --workers
+        return RemoteProblem(
+            f"{server} refused --workers as a job's concurrency: {first.error}; "
+            "pass a smaller --workers",
+            2,
+        )
+    return explain(first, server)
 
 
 _ENDED = (TargetState.DONE, TargetState.FAILED)

@@ -33,7 +33,7 @@ from ._output import (
     EXIT_OK,
     EXIT_USAGE,
     UsageError,
-    allow_net_hint,
+    cli_hint,
     dump_line,
     target_line,
 )
@@ -130,7 +130,7 @@ async def _write_lines(engine: BatchEngine, job_id: str, out: Callable[[str], No
                 if target.status not in (TargetState.DONE, TargetState.FAILED):
                     break
                 line = target_line(target.idx, target)
-                line["hint"] = allow_net_hint(target.url, target.error, target.hint)
+                line["hint"] = cli_hint(target.url, target.error, target.hint)
                 out(dump_line(line))
                 failed += target.status is TargetState.FAILED
                 after = target.idx

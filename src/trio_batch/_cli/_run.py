@@ -43,6 +43,7 @@ from ._arguments import (
 )
 from ._input import parse_targets, read_input
 from ._lines import Item, Job, LineWriter
+from ._option_flags import add_option_arguments, option_defaults
 from ._output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -109,8 +110,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=4,
         metavar="N",
         help="fetches at once (4), a job's targets too, as far as each host's budget allows "
-        "(2 requests in flight a host): raise it for files of many hosts",
+        "(--host-concurrency): raise it for files of many hosts; with --server, each job's "
+        "concurrency",
     )
+    parser.add_argument(
+        "--host-concurrency",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="requests to one host (and port) in flight at once (2), every job and worker "
+        "together; raise it only for a site that you know takes more (as serve's "
+        "--host-concurrency)",
+    )
+    add_option_arguments(parser)
     add_allow_net_argument(parser)
     parser.add_argument(
         "--ids",
@@ -120,8 +132,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--fresh",
         action="store_true",
-        help="new jobs, fetching every target again, even where an identical earlier run's "
-        "jobs in --db would be reused (its failed targets included)",
+        help="new jobs, fetching every target again (max_age 0: never from a response "
+        "cache), even where an identical earlier run's jobs in --db would be reused (its "
+        "failed targets included)",
     )
     add_progress_argument(parser)
     add_server_arguments(parser, DEFAULT_SERVER)
@@ -138,12 +151,15 @@ async def open_web_fetch(
     *,
     slots: int = 2,
     budget: HostBudget | None = None,
+    cache: bool = True,
 ) -> AsyncIterator[WebFetch]:
     """The web fetcher on ``store``, allowed to reach the ``allow`` networks.
 
     ``slots`` fetches may run at once for one caller (the engine's workers), so no worker
     waits for a pool slot. Every request takes its host's ``budget`` (HostBudget() if None);
-    give the engine :func:`politeness` of the fetcher so that its rotation does too.
+    give the engine :func:`politeness` of the fetcher so that its rotation does too. Without
+    ``cache`` the fetcher keeps no response cache in ``store`` (``run``: its results are its
+    jobs', and a run neither reads an earlier run's bodies nor writes bodies no one reads).
 
     Raises:
         UsageError: the web extra is not installed.
@@ -158,7 +174,11 @@ async def open_web_fetch(
         ) from None
     budget = HostBudget() if budget is None else budget
     async with WebFetcher(
-        store=store, allow=list(allow), per_caller=slots, pool_size=max(8, slots), budget=budget
+        store=store if cache else None,
+        allow=list(allow),
+        per_caller=slots,
+        pool_size=max(8, slots),
+        budget=budget,
     ) as fetch:
         yield WebFetch(fetch, budget, fetch.scope, WebSiteGuide(fetch))
 
@@ -268,6 +288,13 @@ async def _run_jobs(
 async def _stored(engine: BatchEngine, job_id: str, after: int) -> list[TargetStatus]:
     """A page of the job's targets after position ``after``, with their results."""
     return await engine.targets(job_id, after=after, limit=_STORED_PAGE)
+
+
+def fetched_again(target: Target) -> Target:
+    """``target`` with ``max_age`` 0 (never answered from a response cache) unless it says."""
+    if target.options.max_age is not None:
+        return target
+    return dataclasses.replace(target, options=dataclasses.replace(target.options, max_age=0))
 
 
 def _fresh_caller() -> Caller:
@@ -386,6 +413,7 @@ async def run_batch(
     out_name: str = "",
     precheck: Callable[[str], TargetError | None] | None = None,
     fresh: bool = False,
+    host_concurrency: int = 2,
 ) -> int:
     """Run ``targets`` and write their lines with ``out``; return the exit code.
 
@@ -394,13 +422,25 @@ async def run_batch(
     lines go to a terminal that the live display shares, so the display prints them above itself.
     ``on_submit(job_id)`` is called as each job is submitted; ``out_name`` names where the lines
     went, for the summary; ``precheck(url)`` replaces the pre-check (an error refuses the URL).
-    ``fresh``: new jobs even where an identical earlier run's jobs would be reused.
+    ``host_concurrency``: requests to one host in flight at once (the web fetcher's budget).
+    ``fresh``: new jobs even where an identical earlier run's jobs would be reused, and every
+    target that does not say otherwise fetched again (``max_age`` 0). The web fetcher keeps no
+    response cache unless a target has ``recover`` (which serves the last cached copy of a
+    failed fetch): a run's results are in its jobs, and an identical run reuses those.
 
     Raises:
         UsageError: the store cannot be opened (the message names the path and what to do).
     """
+    if fresh:
+        targets = [fetched_again(t) for t in targets]
     if fetch_factory is None:
-        fetch_factory = functools.partial(open_web_fetch, slots=workers)
+        recover = any(t.options.recover for t in targets)
+        fetch_factory = functools.partial(
+            open_web_fetch,
+            slots=workers,
+            cache=recover,
+            budget=HostBudget(concurrency=host_concurrency),
+        )
         check = precheck_func(allow)
     else:
         check = lambda url: None  # noqa: E731 - a custom fetch function checks for itself
@@ -566,7 +606,7 @@ def main(args: argparse.Namespace) -> int:
     """The ``run`` subcommand."""
     with contextlib.ExitStack() as files:
         try:
-            targets = read_input(args.file)
+            targets = read_input(args.file, option_defaults(args))
             if not targets:
                 raise UsageError(f"{args.file} has no URLs; write one URL a line")
             out_file = None
@@ -608,6 +648,7 @@ def main(args: argparse.Namespace) -> int:
                     on_submit=on_submit,
                     out_name=args.out if out_file is not None else "",
                     fresh=args.fresh,
+                    host_concurrency=args.host_concurrency,
                 )
             )
         except UsageError as exc:
@@ -624,7 +665,13 @@ def _run_on_server(
     out: Callable[[str], None],
     on_submit: Callable[[str], None],
 ) -> int:
-    """``run --server``: the same lines, the jobs run by a server (``_remote.run_remote``)."""
+    """``run --server``: the same lines, the jobs run by a server (``_remote.run_remote``).
+
+    ``--fresh`` asks the server's fetcher not to answer from its response cache (``max_age``
+    0); the server still reuses a job of the same key and the same targets within its ttl.
+    """
+    if args.fresh:
+        targets = [fetched_again(t) for t in targets]
     try:
         return trio.run(run_remote, args, targets, out, on_submit)
     except (UsageError, RemoteProblem) as exc:

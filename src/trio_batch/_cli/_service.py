@@ -318,6 +318,7 @@ async def _serve_engine(
         store_timeout=settings.store_timeout,
         mounts=_mcp_mounts(),
         cors_origins=settings.cors_origin,
+        default_concurrency=settings.default_concurrency,
     )
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:

@@ -15,19 +15,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
-import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, final
 
 from .._budget import HostBudget
-from .._config import Config, Hooks
+from .._config import DEFAULT_CONCURRENCY, Config, Hooks
 from .._errors import Error
 from .._sealing import MAKE_KEY
-from ._lists import networks as _networks, origins as _origins
+from ._lists import networks, origins
+from ._setting_values import (
+    POSITIVE,
+    SECONDS_OR_ZERO,
+    Parse,
+    boolean,
+    level,
+    schema,
+    text,
+    whole,
+)
 
 ENV_PREFIX = "TRIO_BATCH_"
 _ENGINE = Config()
@@ -37,96 +45,6 @@ CONFIG_ENV = "TRIO_BATCH_CONFIG"
 @final
 class SettingsError(Error, ValueError):
     """A setting is invalid; the message names it, its source and what is allowed."""
-
-
-Parse = Callable[[object], object]
-"""A setting's parser: the raw value (a string from a flag or the environment, any TOML value
-from the file) to the setting's value; a ``ValueError`` says what is allowed."""
-
-
-def _number(
-    kind: type[int] | type[float],
-    lo: float,
-    hi: float | None = None,
-    *,
-    above: bool = False,
-    wrong: str,
-    out_of_range: str | None = None,
-) -> Parse:
-    """The parser of a number of ``kind`` from ``lo`` (excluded if ``above``) to ``hi``.
-
-    ``wrong`` is the message for anything that is not such a number, ``out_of_range`` (default
-    ``wrong``) for one outside the range. A float is finite; a bool is not a number here,
-    although Python counts it as one.
-    """
-    types = (int,) if kind is int else (int, float)
-
-    def parse(raw: object) -> object:
-        if isinstance(raw, bool):
-            raise ValueError(wrong)
-        if isinstance(raw, str):
-            try:
-                raw = kind(raw.strip())
-            except ValueError:
-                raise ValueError(wrong) from None
-        if not isinstance(raw, types):
-            raise ValueError(wrong)
-
-        low_ok = raw > lo if above else raw >= lo
-        high_ok = hi is None or raw <= hi
-        if not (low_ok and high_ok and math.isfinite(raw)):
-            raise ValueError(out_of_range or wrong)
-        return kind(raw)
-
-    return parse
-
-
-def _whole(lo: int, hi: int | None = None) -> Parse:
-    return _number(
-        int,
-        lo,
-        hi,
-        wrong="must be a whole number",
-        out_of_range=f"must be between {lo} and {hi}" if hi else f"must be >= {lo}",
-    )
-
-
-_POSITIVE = _number(float, 0, above=True, wrong="must be a number > 0")
-_SECONDS_OR_ZERO = _number(float, 0, wrong="must be a number of seconds >= 0")
-
-_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")  # what PostgresStore.open(schema=) accepts
-
-
-def _schema(raw: object) -> object:
-    if not isinstance(raw, str) or not _SCHEMA.match(raw.strip()):
-        raise ValueError(
-            "must be a lower-case SQL identifier (letters, digits, underscores; at most 63)"
-        )
-    return raw.strip()
-
-
-def _str(raw: object) -> object:
-    if not isinstance(raw, str) or not raw.strip():
-        raise ValueError("must be a non-empty string")
-    return raw.strip()
-
-
-def _bool(raw: object) -> object:
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str):
-        low = raw.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-    raise ValueError("must be true or false")
-
-
-def _level(raw: object) -> object:
-    if not isinstance(raw, str) or raw.lower() not in ("debug", "info", "warning", "error"):
-        raise ValueError("must be one of debug, info, warning, error")
-    return raw.lower()
 
 
 _ABOUT = "trio_batch.setting"  # the key of a Settings field's metadata
@@ -161,12 +79,12 @@ class Settings:
 
     host: str = field(
         default="127.0.0.1",
-        metadata=_about(_str, "address to listen on (default {default})", "ADDR"),
+        metadata=_about(text, "address to listen on (default {default})", "ADDR"),
     )
     port: int = field(
         default=8080,
         metadata=_about(
-            _whole(0, 65535),
+            whole(0, 65535),
             "port to listen on; 0 picks a free port, and the start-up log line says which "
             "(default {default})",
             "N",
@@ -175,7 +93,7 @@ class Settings:
     db: str = field(
         default="./trio-batch.sqlite",
         metadata=_about(
-            _str,
+            text,
             "where jobs are kept: a SQLite file path, or a postgresql:// DSN for a shared "
             "PostgreSQL store (needs trio-batch[postgres]) (default {default})",
             "PATH|DSN",
@@ -184,7 +102,7 @@ class Settings:
     keys: str = field(
         default="./trio-batch-keys.toml",
         metadata=_about(
-            _str,
+            text,
             "the keys file of callers allowed in; add keys with `trio-batch keys add` "
             "(default {default})",
             "FILE",
@@ -193,7 +111,7 @@ class Settings:
     secrets_key_file: str = field(
         default="",
         metadata=_about(
-            _str,
+            text,
             "a file of secret keys, the same file on every instance of a fleet (one key a "
             "line: the first seals, every one opens); with it a target's Cookie and "
             "Authorization are stored encrypted (AES-SIV), so any instance can send them, "
@@ -205,7 +123,7 @@ class Settings:
     workers: int = field(
         default=2,
         metadata=_about(
-            _whole(1, 256),
+            whole(1, 256),
             "worker tasks draining jobs, so fetches at once; raise it past 2 where the hosts' "
             "budgets allow: each host still gets at most --host-concurrency (default {default})",
             "N",
@@ -214,7 +132,7 @@ class Settings:
     allow_net: tuple[str, ...] = field(
         default=(),
         metadata=_about(
-            _networks,
+            networks,
             "a network (CIDR) the fetcher's guard lets through although it is private or "
             "loopback, for local use; repeat the flag for several; in the environment, "
             "comma-separated (default: none)",
@@ -223,24 +141,24 @@ class Settings:
     )
     targets_per_job: int = field(
         default=_ENGINE.targets_per_job,
-        metadata=_about(_whole(1), "most targets in one batch (default {default})", "N"),
+        metadata=_about(whole(1), "most targets in one batch (default {default})", "N"),
     )
     jobs_per_caller: int = field(
         default=_ENGINE.jobs_per_caller,
         metadata=_about(
-            _whole(1),
+            whole(1),
             "live (queued or running) jobs per caller; more is 429 (default {default})",
             "N",
         ),
     )
     jobs_total: int = field(
         default=_ENGINE.jobs_total,
-        metadata=_about(_whole(1), "live jobs in all; more is 503 (default {default})", "N"),
+        metadata=_about(whole(1), "live jobs in all; more is 503 (default {default})", "N"),
     )
     ttl: float = field(
         default=_ENGINE.ttl,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "seconds a finished job is kept after its owner last read it (default {default})",
             "SECONDS",
         ),
@@ -248,7 +166,7 @@ class Settings:
     max_bytes: int = field(
         default=_ENGINE.max_bytes,
         metadata=_about(
-            _whole(1),
+            whole(1),
             "stored result bytes before the oldest finished jobs are evicted (default {default})",
             "BYTES",
         ),
@@ -256,13 +174,13 @@ class Settings:
     retry_wait: float = field(
         default=_ENGINE.retry_wait,
         metadata=_about(
-            _POSITIVE, "seconds before a busy target is tried again (default {default})", "SECONDS"
+            POSITIVE, "seconds before a busy target is tried again (default {default})", "SECONDS"
         ),
     )
     retry_for: float = field(
         default=_ENGINE.retry_for,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "seconds a target may keep coming back busy before it fails (default {default})",
             "SECONDS",
         ),
@@ -270,7 +188,7 @@ class Settings:
     fetch_slots: int = field(
         default=0,
         metadata=_about(
-            _whole(0, 4096),
+            whole(0, 4096),
             "fetches that may run at once, batches and POST /v1/fetch together; 0 means "
             "workers + 4, so single fetches still get a slot while every worker fetches "
             "(default {default})",
@@ -280,7 +198,7 @@ class Settings:
     retry_after: int = field(
         default=5,
         metadata=_about(
-            _whole(1, 3600),
+            whole(1, 3600),
             "the least Retry-After seconds sent with 429 and 503; a refused submit's is computed "
             "from the work ahead of it (default {default})",
             "SECONDS",
@@ -289,19 +207,19 @@ class Settings:
     graceful_timeout: float = field(
         default=10.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "seconds requests in flight get to finish at shutdown (default {default})",
             "SECONDS",
         ),
     )
     log_level: str = field(
         default="info",
-        metadata=_about(_level, "debug, info, warning or error (default {default})", "LEVEL"),
+        metadata=_about(level, "debug, info, warning or error (default {default})", "LEVEL"),
     )
     cors_origin: tuple[str, ...] = field(
         default=(),
         metadata=_about(
-            _origins,
+            origins,
             "an origin (scheme://host[:port]) whose browser pages may call the API and /mcp: "
             "its CORS preflights are answered and its answers carry "
             "Access-Control-Allow-Origin; repeat the flag for several; '*' is refused, as "
@@ -312,7 +230,7 @@ class Settings:
     access_log: bool = field(
         default=True,
         metadata=_about(
-            _bool,
+            boolean,
             "log one line per request: method, route, status, duration, caller (default {default})",
             "BOOL",
         ),
@@ -320,7 +238,7 @@ class Settings:
     resume: bool = field(
         default=False,
         metadata=_about(
-            _bool,
+            boolean,
             "at start, put the live jobs of a process that is gone back to work (a target that "
             "was running is fetched again) instead of failing them 'interrupted'; on "
             "PostgreSQL, also adopt the jobs of instances that stop later (default {default})",
@@ -330,7 +248,7 @@ class Settings:
     store_timeout: float = field(
         default=5.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "seconds a request may wait for the database in all before it answers 503 with "
             "Retry-After; also the deadline of /healthz's check of the database "
             "(default {default})",
@@ -340,7 +258,7 @@ class Settings:
     pg_instance_timeout: float = field(
         default=30.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "PostgreSQL only: seconds without a heartbeat after which other instances fail "
             "this instance's live jobs (default {default})",
             "SECONDS",
@@ -349,7 +267,7 @@ class Settings:
     pg_heartbeat: float = field(
         default=0.0,
         metadata=_about(
-            _SECONDS_OR_ZERO,
+            SECONDS_OR_ZERO,
             "PostgreSQL only: seconds between heartbeats, less than pg_instance_timeout; "
             "0 means pg_instance_timeout / 3 (default {default})",
             "SECONDS",
@@ -358,7 +276,7 @@ class Settings:
     pg_pool_size: int = field(
         default=4,
         metadata=_about(
-            _whole(2, 1024),
+            whole(2, 1024),
             "PostgreSQL only: connections (and threads) this instance uses at most "
             "(default {default})",
             "N",
@@ -367,7 +285,7 @@ class Settings:
     pg_statement_timeout: float = field(
         default=0.0,
         metadata=_about(
-            _SECONDS_OR_ZERO,
+            SECONDS_OR_ZERO,
             "PostgreSQL only: the server cancels a statement of this instance that runs "
             "longer (statement_timeout); 0 leaves the server's setting (default {default})",
             "SECONDS",
@@ -376,7 +294,7 @@ class Settings:
     pg_call_timeout: float = field(
         default=30.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "PostgreSQL only: seconds any store call of this instance waits for the "
             "database's answer; then the call fails and its query is cancelled on the server "
             "(default {default})",
@@ -386,7 +304,7 @@ class Settings:
     pg_claim_timeout: float = field(
         default=10.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "PostgreSQL only: seconds a turn this instance claimed stays its own without a "
             "renewal; an instance killed mid-fetch holds its targets this long, then another "
             "instance fetches them again (default {default})",
@@ -396,7 +314,7 @@ class Settings:
     pg_connect_timeout: float = field(
         default=10.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "PostgreSQL only: seconds to wait for a connection, at start and for each "
             "reconnect attempt (default {default})",
             "SECONDS",
@@ -405,7 +323,7 @@ class Settings:
     pg_synchronous_commit: bool = field(
         default=True,
         metadata=_about(
-            _bool,
+            boolean,
             "PostgreSQL only: false sets synchronous_commit = off for this instance (a server "
             "crash may lose the last moments of writes, never corrupt them) "
             "(default {default})",
@@ -415,7 +333,7 @@ class Settings:
     pg_schema: str = field(
         default="trio_batch",
         metadata=_about(
-            _schema,
+            schema,
             "PostgreSQL only: the schema that holds the tables; deployments sharing a "
             "database use different ones (default {default})",
             "NAME",
@@ -424,16 +342,26 @@ class Settings:
     max_concurrency: int = field(
         default=_ENGINE.max_concurrency,
         metadata=_about(
-            _whole(1, 1024),
+            whole(1, 1024),
             "the most targets of one job a submit may ask to fetch at once (its concurrency; "
             "default {default})",
+            "N",
+        ),
+    )
+    default_concurrency: int = field(
+        default=DEFAULT_CONCURRENCY,
+        metadata=_about(
+            whole(1, 1024),
+            "a job's concurrency when its submit does not say (the client, MCP and run "
+            "--server leave it out): targets of the job fetched at once, each host still at "
+            "most --host-concurrency; at most --max-concurrency (default {default})",
             "N",
         ),
     )
     host_concurrency: int = field(
         default=2,
         metadata=_about(
-            _whole(1, 1024),
+            whole(1, 1024),
             "requests to one host (and port) in flight at once, every caller and worker "
             "together (default {default})",
             "N",
@@ -442,7 +370,7 @@ class Settings:
     host_interval: float = field(
         default=0.0,
         metadata=_about(
-            _SECONDS_OR_ZERO,
+            SECONDS_OR_ZERO,
             "least seconds between two requests to one host; a longer robots.txt Crawl-delay "
             "wins (default {default})",
             "SECONDS",
@@ -451,7 +379,7 @@ class Settings:
     robots: bool = field(
         default=False,
         metadata=_about(
-            _bool,
+            boolean,
             "obey each site's robots.txt (RFC 9309): a disallowed URL fails without a request, "
             "a Crawl-delay spaces the host's requests (up to 60 s) (default {default})",
             "BOOL",
@@ -460,7 +388,7 @@ class Settings:
     host_block_limit: float = field(
         default=300.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "seconds a host answering 429/503 may hold its targets back before they fail "
             "(default {default})",
             "SECONDS",
@@ -469,7 +397,7 @@ class Settings:
     shape_workers: int = field(
         default=2,
         metadata=_about(
-            _whole(1, 256),
+            whole(1, 256),
             "worker processes that shape responses (HTML to text, PDF, jq, grep, question), "
             "so targets shaped at once (default {default})",
             "N",
@@ -478,7 +406,7 @@ class Settings:
     shape_cpu_seconds: float = field(
         default=10.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "CPU seconds one target's shaping may take before its worker is killed and the "
             "target fails (default {default})",
             "SECONDS",
@@ -487,7 +415,7 @@ class Settings:
     shape_memory: int = field(
         default=2**30,
         metadata=_about(
-            _whole(256 * 2**20),
+            whole(256 * 2**20),
             "bytes of address space per shaping worker, at least 268435456 (256 MiB) "
             "(default {default})",
             "BYTES",
@@ -497,7 +425,7 @@ class Settings:
     render_workers: int = field(
         default=2,
         metadata=_about(
-            _whole(1, 64),
+            whole(1, 64),
             "headless Chromium browsers for targets with render, each rendering one page at a "
             "time; none starts before the first render (default {default})",
             "N",
@@ -506,7 +434,7 @@ class Settings:
     render_seconds: float = field(
         default=30.0,
         metadata=_about(
-            _POSITIVE,
+            POSITIVE,
             "seconds one render may take, from navigation to DOM, before its browser is killed "
             "and the target fails (default {default})",
             "SECONDS",
@@ -515,7 +443,7 @@ class Settings:
     render_memory: int = field(
         default=2**30,
         metadata=_about(
-            _whole(256 * 2**20),
+            whole(256 * 2**20),
             "bytes one browser's processes may hold together before it is killed and the "
             "target fails, at least 268435456 (256 MiB) (default {default})",
             "BYTES",
@@ -603,7 +531,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         how: dict[str, Any] = {"metavar": spec.metavar}  # a value after the flag
         if spec.name in _REPEATED:
             how["action"] = "append"
-        elif spec.parse is _bool:
+        elif spec.parse is boolean:
             how = {"action": argparse.BooleanOptionalAction}  # --flag and --no-flag
         env = ENV_PREFIX + spec.name.upper()
         parser.add_argument(
@@ -659,17 +587,35 @@ def load_settings(
             values[name] = _parse(name, raw, sources[name])
 
     settings = Settings(**values)  # type: ignore[arg-type]  # checked by each spec's parser
+    _check_together(settings, sources)
+    try:
+        settings.engine_config()
+    except (TypeError, ValueError) as exc:  # pragma: no cover - the parsers are stricter
+        raise SettingsError(str(exc)) from None
+    return settings
+
+
+def _check_together(settings: Settings, sources: Mapping[str, str]) -> None:
+    """Refuse settings that are each valid but not together, naming both and their sources.
+
+    Raises:
+        SettingsError: ``pg_heartbeat`` not under ``pg_instance_timeout``, or
+            ``default_concurrency`` over ``max_concurrency``.
+    """
     if settings.pg_heartbeat and not settings.pg_heartbeat < settings.pg_instance_timeout:
         raise SettingsError(
             f"setting pg_heartbeat ({sources['pg_heartbeat']}) must be less than "
             f"pg_instance_timeout ({settings.pg_instance_timeout:g}) "
             f"(got {settings.pg_heartbeat:g})"
         )
-    try:
-        settings.engine_config()
-    except (TypeError, ValueError) as exc:  # pragma: no cover - the parsers are stricter
-        raise SettingsError(str(exc)) from None
-    return settings
+    if settings.default_concurrency > settings.max_concurrency:
+        where = sources.get("default_concurrency", "its default")
+        most = sources.get("max_concurrency", "its default")
+        raise SettingsError(
+            f"setting default_concurrency ({where}) must be at most max_concurrency "
+            f"({settings.max_concurrency}, {most}) (got {settings.default_concurrency}); "
+            "lower --default-concurrency or raise --max-concurrency"
+        )
 
 
 def _as_str(value: object) -> str | None:

@@ -70,6 +70,7 @@ from ._live import (
     LiveJob,
     LiveJobs,
     WaitingTarget,
+    with_busy_waits,
 )
 from ._local_turns import CLEANUP_SECONDS, LocalTurns
 from ._outcomes import blocked, busy_too_long, failed
@@ -500,7 +501,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         until = None
         if waits.deadline is not None:
             until = self._wall() + max(0.0, waits.deadline - trio.current_time())
-        return WaitingTarget(live.upcoming, waits.reason, until)
+        return WaitingTarget(live.upcoming, waits.reason, until, waits.deadline)
 
     def statistics(self) -> EngineStatistics:
         """Counters for debugging and metrics; never blocks."""
@@ -640,6 +641,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             REDIRECT_SCOPE.reset(scope)
         if slot is not None:
             slot.release()
+        result = with_busy_waits(result, live.busy_waited(idx, t0))  # meta.waited
         if live.crawl is not None:  # what the page found goes to the store with it
             page = await crawled(live.crawl, live.caller, idx, result, self._guide)
             return dataclasses.replace(page, claim=live.token(idx)), None
@@ -658,6 +660,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         """The failed outcome of a fetch that raised, or None once a busy target is requeued."""
         if isinstance(kind, RetryLater):
             busy_for = trio.current_time() - live.busy_since.setdefault(idx, t0)
+            live.busy_tries[idx] = live.busy_tries.get(idx, 0) + 1
             if busy_for <= self._config.retry_for:
                 # With a budget the host's backoff holds the job back; without, a timer does.
                 wait = 0.0 if budgeted else max(self._config.retry_wait, kind.after or 0.0)

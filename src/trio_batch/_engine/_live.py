@@ -48,13 +48,16 @@ class WaitingTarget:
 
     ``reason`` is ``host_busy`` (its host has no free slot, or its spacing), ``backoff`` (the
     host answered 429/503) or ``crawl_delay``; ``until`` is Unix seconds (the wall clock, as
-    the HTTP API answers it), or None while the target waits for a slot to free. The budget's
-    :class:`Waiting` says the same on Trio's clock, as ``deadline``.
+    the HTTP API answers it), or None while the target waits for a slot to free. ``deadline``
+    is the same on Trio's clock, as the budget's :class:`Waiting` says it: it stays the same
+    for one wait however often it is read, so a new value is a new wait (the events stream
+    sends a ``waiting`` event for each).
     """
 
     idx: int
     reason: str
     until: float | None
+    deadline: float | None = None
 
 
 class LiveJob:
@@ -76,6 +79,7 @@ class LiveJob:
         "_pending",
         "_scopes",
         "busy_since",
+        "busy_tries",
         "caller",
         "caller_class",
         "cancelled",
@@ -111,6 +115,9 @@ class LiveJob:
         """A fleet's claim of each target held (none on a local engine)."""
         self.busy_since: dict[int, float] = {}
         """When each target tried again first came back busy (Trio's clock)."""
+        self.busy_tries: dict[int, int] = {}
+        """How many times each target came back busy here (a fleet's target claimed again
+        after a busy answer counts afresh; its ``busy_since`` comes back with the claim)."""
         self.cancelled = False
         self.has_webhook = False  # its changes wake the webhook deliveries
         self.in_flight = 0  # its targets started and not yet acknowledged
@@ -166,7 +173,16 @@ class LiveJob:
         self.targets.pop(idx, None)
         self._scopes.pop(idx, None)
         self.busy_since.pop(idx, None)
+        self.busy_tries.pop(idx, None)
         self.claims.pop(idx, None)
+
+    def busy_waited(self, idx: int, now: float) -> tuple[int, float] | None:
+        """Target ``idx``'s busy answers (at least 1) and the seconds from its first try to
+        ``now``; None if it never came back busy."""
+        since = self.busy_since.get(idx)
+        if since is None:
+            return None
+        return max(1, self.busy_tries.get(idx, 0)), now - since
 
     def drop_pending(self) -> list[int]:
         """Forget every pending target; return their indices (a fleet gives their claims back)."""
@@ -192,6 +208,20 @@ class LiveJob:
     def _push(self, idx: int) -> None:
         heapq.heappush(self._heaps.setdefault(self._scopes[idx], []), idx)
         self._pending += 1
+
+
+def with_busy_waits(result: Result, waited: tuple[int, float] | None) -> Result:
+    """``result`` with ``meta.waited``: ``tries``, the times its target came back busy (429,
+    503, a full pool) before this answer, and ``seconds``, from its first try to the start of
+    this one plus what the fetch itself waited for its host (the fetcher's own ``seconds``)."""
+    if waited is None:
+        return result
+    tries, seconds = waited
+    meta = dict(result.meta)
+    own = meta.get("waited")
+    fetch_waited = own.get("seconds", 0.0) if isinstance(own, dict) else 0.0
+    meta["waited"] = {"tries": tries, "seconds": round(seconds + fetch_waited, 3)}
+    return Result(result.content, meta)
 
 
 # A fetched target waiting to be stored: job, index, outcome, the fetch's error, fetch seconds.

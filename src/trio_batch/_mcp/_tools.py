@@ -89,8 +89,9 @@ TOOLS: Final = (
         "with progress notifications). Then call batch_status to see how far it is and "
         "batch_results to read the pages. The same targets submitted again answer the same "
         "job (reused = true). Each target is a URL or {url, options}. concurrency = how many "
-        "of its pages are fetched at once (each site still gets only its polite share): raise "
-        f"it for pages spread over several sites. {_OPTIONS_HELP} "
+        "of its pages are fetched at once (left out: the server's default, 4 unless set; each "
+        "site still gets only its polite share): raise it for pages spread over many sites. "
+        f"{_OPTIONS_HELP} "
         f"{_ERRORS_HELP} Too many targets: split them; you or the server have as many live "
         "jobs as allowed (caller_busy, busy): wait for one to end (batch_status with wait) "
         "or cancel one, then submit again; a refused URL names its index, like targets[2].url.",

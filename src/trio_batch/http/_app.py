@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._config import DEFAULT_CONCURRENCY
 from .._engine import BatchEngine, FetchFunc
 from .._errors import CallerBusy, NotRetryable, SubmitError, TargetError, classify_failure
 from .._model import Caller, Job, JobStatus, JSONValue, Submitted
@@ -146,6 +147,7 @@ def create_app(
     keepalive: float = KEEPALIVE_SECONDS,
     mounts: Mapping[str, MountedApp] | None = None,
     cors_origins: Iterable[str] = (),
+    default_concurrency: int | None = None,
 ) -> ASGIApp:
     """The ASGI app of the batch API (SPEC §5) over ``engine``, letting in the callers in ``keys``.
 
@@ -180,12 +182,25 @@ def create_app(
         cors_origins: origins (``https://dashboard.example.org``) whose pages may call the
             API: their preflights are answered, their answers carry
             ``Access-Control-Allow-Origin`` (``_cors``). None by default.
+        default_concurrency: a submit's ``concurrency`` when its body does not say (the
+            client, MCP and ``run --server`` leave it out unless asked). None: 4, or the
+            engine's ``Config.max_concurrency`` if less; 4 rather than SPEC's 1 since each
+            host's budget, not a job's concurrency, is what keeps a site safe
+            (``trio_batch._config.DEFAULT_CONCURRENCY``).
 
     Raises:
-        ValueError: ``store_timeout`` is not > 0, or a CORS origin is ``*`` or not an
-            origin.
+        ValueError: ``store_timeout`` is not > 0, a CORS origin is ``*`` or not an origin, or
+            ``default_concurrency`` is not from 1 to the engine's ``Config.max_concurrency``.
     """
     origins = check_origins(cors_origins)
+    most = engine.config.max_concurrency
+    if default_concurrency is None:
+        default_concurrency = min(DEFAULT_CONCURRENCY, most)
+    if not 1 <= default_concurrency <= most:
+        raise ValueError(
+            f"create_app default_concurrency must be from 1 to the engine's max_concurrency "
+            f"({most}) (got {default_concurrency!r})"
+        )
     ctx = Ctx(
         engine=engine,
         keys=keys,
@@ -200,6 +215,7 @@ def create_app(
         max_body=max_body,
         wall_clock=wall_clock,
         calls=StoreCalls(store_timeout),
+        default_concurrency=default_concurrency,
         keepalive=keepalive,
     )
     mapper = site_map if site_map is not None else _default_site_map(fetch)
@@ -326,7 +342,9 @@ async def _submit(ctx: Ctx, request: Request) -> Response:
     submit = functools.partial(
         ctx.engine.submit,
         webhook=parse_webhook(body, record, precheck=ctx.precheck),
-        concurrency=parse_concurrency(body, ctx.engine.config.max_concurrency),
+        concurrency=parse_concurrency(
+            body, ctx.engine.config.max_concurrency, ctx.default_concurrency
+        ),
     )
 
     store = ctx.calls.request()

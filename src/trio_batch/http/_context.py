@@ -36,6 +36,8 @@ class Ctx:
     max_body: int
     wall_clock: Callable[[], float]
     calls: StoreCalls
+    default_concurrency: int = 1
+    """A submit's ``concurrency`` when its body does not say (``create_app``'s)."""
     keepalive: float = KEEPALIVE_SECONDS
     stopping: Stopping = field(default_factory=Stopping)
     """Set when the server begins to shut down: streams end then, not at the grace timeout."""

@@ -50,6 +50,7 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
 
 _JSON_WORDS: dict[type, tuple[str, ...]] = {
     str: ("a string",),
+    int: ("a whole number",),
     bool: ("true", "false"),
     type(None): ("null",),
     dict: ("an object",),
@@ -76,6 +77,7 @@ _OPTION_EXAMPLES = {
     "grep": '"price"',
     "jq": '".items[0]"',
     "pages": '"1-3"',
+    "max_age": "0",
 }
 """An example value of each option, for the hint of a value of the wrong type."""
 
@@ -240,6 +242,7 @@ def parse_target(item: object, where: str, *, bare: bool = False) -> Target:
             'send options as an object, such as {"mode": "markdown"}, or leave them out',
             field=f"{where}.options",
         )
+    options = dict(raw)
     for name, value in raw.items():
         types = OPTION_TYPES.get(name)
         if types is None:
@@ -250,6 +253,8 @@ def parse_target(item: object, where: str, *, bare: bool = False) -> Target:
                 "remove the option",
                 field=f"{where}.options.{shown(name)}",
             )
+        if int in types and (number := whole(value)) is not None:  # max_age: 60.0 is 60
+            value = options[name] = number
         if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
             raise ApiError(
                 400,
@@ -263,7 +268,7 @@ def parse_target(item: object, where: str, *, bare: bool = False) -> Target:
             _check_headers(value, f"{where}.options.headers")
         if isinstance(value, list):
             _check_strings(value, f"{where}.options.{name}")
-    return Target(url, Options(**raw))
+    return Target(url, Options(**options))
 
 
 def _check_strings(values: list[object], where: str) -> None:
@@ -368,9 +373,9 @@ def whole(value: object) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def parse_concurrency(data: object, most: int) -> int:
-    """The submit body's ``concurrency`` (1 when absent): targets of the job at once."""
-    raw = data.get("concurrency", 1) if isinstance(data, dict) else 1
+def parse_concurrency(data: object, most: int, default: int = 1) -> int:
+    """The submit body's ``concurrency`` (``default`` when absent): targets of the job at once."""
+    raw = data.get("concurrency", default) if isinstance(data, dict) else default
     value = whole(raw)
     if value is None or not 1 <= value <= most:
         raise ApiError(

@@ -397,13 +397,15 @@ async def events(ctx: Ctx, request: Request) -> Response:
         async def idle() -> None:
             await write(KEEPALIVE)
 
-        sent: tuple[int, str] | None = None
+        sent: tuple[int, str, float | None] | None = None
 
         async def woken(after: int) -> None:
-            """A ``waiting`` event when the next target begins to wait for its host."""
+            """A ``waiting`` event each time the next target begins a wait for its host: a new
+            target, reason or deadline (a target that came back busy three times waits three
+            times)."""
             nonlocal sent
             waiting = ctx.engine.waiting(job_id)
-            now = None if waiting is None else (waiting.idx, waiting.reason)
+            now = None if waiting is None else (waiting.idx, waiting.reason, waiting.deadline)
             if waiting is not None and now != sent and waiting.idx > after:
                 await write(waiting_event(waiting))
             sent = now

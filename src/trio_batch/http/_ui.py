@@ -17,7 +17,9 @@ pause) and until when: from the stream's ``waiting`` events, and checked again w
 the line goes once the target starts. ``GET /v1/me`` names the key's caller. Each job has
 Cancel (while live), Retry (once finished with failed or unfinished targets:
 ``POST /v1/batch/{id}/retry``, the new job appears on top) and an NDJSON link. Below 40rem
-the table becomes one card a job, so the actions stay on screen at 400 px.
+the table becomes one card a job, so the actions stay on screen at 400 px. With no job on
+screen the page says how to get a key and submit one (``curl`` to this server, MCP at its
+``/mcp``); the live region says how many jobs are shown, and the poll keeps that count.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ code { font-size: 0.9rem; }
 .failures .hint { color: var(--muted); }
 .waiting { margin: 0.25rem 0 0; font-size: 0.85rem; color: var(--waiting); }
 #who { font-weight: 600; }
+#empty { border: 1px solid var(--line); border-radius: 4px; padding: 0.5rem 1rem;
+  margin-top: 1rem; }
+#empty pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f2f2f2;
+  padding: 0.5rem; margin: 0.25rem 0; }
 @media (max-width: 40rem) {
   body { padding: 0.5rem 0.75rem 2rem; }
   input[type=password] { min-width: 0; width: 100%; }
@@ -96,6 +102,7 @@ const WAIT_CHECK_MAX_MS = 20000;  // a long backoff is still checked now and the
 const jobs = new Map();  // id -> {summary, row, ctl, last, failures, failedShown}
 let next = null;
 let polling = false;
+let counting = false;  // the live region shows the count of jobs (the poll keeps it true)
 const $ = (id) => document.getElementById(id);
 const key = () => sessionStorage.getItem(KEY) || "";
 const live = (s) => s === "queued" || s === "running";
@@ -104,6 +111,21 @@ function say(text, error) {
   const m = $("message");
   m.textContent = text;
   m.className = error ? "error" : "";
+  counting = false;
+}
+
+function sayShown() {
+  // The jobs on screen now: said after a load, and again when the poll adds one while the
+  // live region still shows the count (never over another message, such as a retry's).
+  const n = jobs.size;
+  say(n ? n + " job" + (n === 1 ? "" : "s") + " shown" : "No jobs yet for this key.");
+  counting = true;
+}
+
+function showEmpty() {
+  // No job on screen: how to get a key and submit one (curl and MCP), for this server.
+  $("empty").hidden = jobs.size > 0;
+  for (const e of document.querySelectorAll(".origin")) e.textContent = location.origin;
 }
 
 async function api(path, options) {
@@ -392,8 +414,10 @@ async function refresh() {
   polling = true;
   try {
     const page = await (await api(query(false, POLL_LIMIT))).json();
+    const before = jobs.size;
     for (const s of page.jobs.slice().reverse()) show(s, true);
-    $("empty").hidden = jobs.size > 0;
+    showEmpty();
+    if (jobs.size !== before && counting) sayShown();
     startStreams();
   } catch (e) {
     say(e.message, true);
@@ -424,8 +448,8 @@ async function load(more) {
     for (const s of page.jobs) show(s);
     next = page.next;
     $("more").hidden = !next;
-    $("empty").hidden = jobs.size > 0;
-    say(jobs.size + " job" + (jobs.size === 1 ? "" : "s") + " shown");
+    showEmpty();
+    sayShown();
     startStreams();
   } catch (e) {
     say(e.message, true);
@@ -488,6 +512,7 @@ $("forget").addEventListener("click", () => {
   jobs.clear();
   $("jobs").replaceChildren();
   $("who").textContent = "";
+  showEmpty();
   say("Key forgotten.");
 });
 $("filter").addEventListener("change", () => load(false));
@@ -496,7 +521,7 @@ $("more").addEventListener("click", () => load(true));
 setInterval(() => {
   if (key() && document.visibilityState === "visible") refresh();
 }, POLL_MS);
-if (key()) { who(); load(false); } else $("key").focus();
+if (key()) { who(); load(false); } else { showEmpty(); $("key").focus(); }
 """
 
 _BODY = """<!doctype html>
@@ -540,7 +565,23 @@ site; new jobs show within a second.</p>
     <th scope="col">Targets</th><th scope="col">Actions</th></tr></thead>
   <tbody id="jobs"></tbody>
 </table>
-<p id="empty" hidden>No jobs yet.</p>
+<section id="empty" hidden aria-labelledby="empty-title">
+<h2 id="empty-title">No jobs yet: how to start one</h2>
+<ol>
+  <li>Get a key: the server's operator makes one with <code>trio-batch keys add NAME</code>
+    (it prints the key once), and you paste it above.</li>
+  <li>Submit a batch with curl, here or from any shell:
+<pre><code>curl -s -X POST <span class="origin"></span>/v1/batch \
+  -H "Authorization: Bearer $KEY" \
+  -d '{"targets": [{"url": "https://example.org/"}], "concurrency": 4}'</code></pre></li>
+  <li>Or from an agent over MCP: give its client the URL
+    <code><span class="origin"></span>/mcp</code> with the header
+    <code>Authorization: Bearer KEY</code>, and let it call <code>batch_submit</code>; for an
+    agent on your own machine, <code>trio-batch mcp</code> runs the same tools on stdio.</li>
+</ol>
+<p class="counts">A job shows here within a second of its submit, and follows its targets as
+they land.</p>
+</section>
 <button id="more" type="button" hidden>Older jobs</button>
 </main>
 <script>{script}</script>

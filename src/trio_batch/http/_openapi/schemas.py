@@ -7,13 +7,19 @@ fields of ``trio_batch.Options`` (via the same table ``_parse`` checks requests 
 
 from __future__ import annotations
 
+from ..._config import DEFAULT_CONCURRENCY
 from ..._headers import ALLOWED_HEADERS, MAX_HEADER_CHARS
 from ..._model import JSONValue
 from .._errors import CODES
 from .._parse import OPTION_TYPES
 from .parts import JOB_STATUSES, TARGET_STATES, ref
 
-_JSON_TYPES: dict[type, str] = {str: "string", bool: "boolean", type(None): "null"}
+_JSON_TYPES: dict[type, str] = {
+    str: "string",
+    int: "integer",
+    bool: "boolean",
+    type(None): "null",
+}
 
 URL_PATTERN = (
     r"^[Hh][Tt][Tt][Pp][Ss]?://"
@@ -61,6 +67,10 @@ _OPTION_DOCS = {
     "(the article or main element, or the best-scored block of text; navigation, headers, "
     "footers, sidebars, related, share and comment blocks, banners left out). false = the "
     "whole page, as before this option existed.",
+    "max_age": "Seconds: the oldest copy from the response cache this target takes instead of "
+    "a fetch (Firecrawl's maxAge, in seconds); 0 always fetches (and refreshes the cache); "
+    "null = the server's cache life (5 minutes, or less if the page's Cache-Control says). "
+    "`meta.cached` and `meta.age` say what was served.",
 }
 """One line per field of ``trio_batch.Options``; a new field without one fails at import."""
 
@@ -111,6 +121,8 @@ def _option(name: str, types: tuple[type, ...]) -> dict[str, JSONValue]:
     }
     if name == "mode":
         option["enum"] = ["", "text", "markdown", "html", "raw"]
+    if int in types:  # max_age: seconds
+        option["minimum"] = 0
     return option
 
 
@@ -216,11 +228,12 @@ SCHEMAS: dict[str, JSONValue] = {
             "concurrency": {
                 "type": "integer",
                 "minimum": 1,
-                "default": 1,
+                "default": DEFAULT_CONCURRENCY,
                 "description": "Targets of this job fetched at once, still started in order "
                 "and each within its host's budget (at most the server's max_concurrency, 8 "
-                "by default). 1 fetches them one after another. A repeat that asks for another "
-                "concurrency is a new job.",
+                "by default). Left out: the server's default_concurrency "
+                f"({DEFAULT_CONCURRENCY} unless its operator set another). 1 fetches them one "
+                "after another. A repeat that asks for another concurrency is a new job.",
             },
         },
         "additionalProperties": False,

@@ -581,10 +581,10 @@ def validate_options(options: Options) -> None:
     ``headers`` a target may not send (``trio_batch._headers.header_refusal``: a name off the
     allow-list, a value with a line break, too long, too many), a ``wait_for`` that cannot be
     a selector (:func:`check_render`), a bad ``formats`` list (:func:`check_formats`),
-    ``main_content=false`` where nothing asked for uses it (:func:`check_main_content`), and
-    options that cannot go together (``jq`` with ``pages``, ``grep`` with ``question``,
-    ``context`` without either, ``wait_for`` without ``render``, ``render`` with ``jq``,
-    ``pages`` or ``recover``). Whether an option fits the
+    ``main_content=false`` where nothing asked for uses it (:func:`check_main_content`), a
+    negative ``max_age``, and options that cannot go together (``jq`` with ``pages``, ``grep``
+    with ``question``, ``context`` without either, ``wait_for`` without ``render``, ``render``
+    with ``jq``, ``pages`` or ``recover``). Whether an option fits the
     response's content type is only known at fetch time, and a program the checks let through
     may still fail to compile then.
 
@@ -607,6 +607,11 @@ def validate_options(options: Options) -> None:
         )
     check_formats(options)
     check_main_content(options)
+    if options.max_age is not None and options.max_age < 0:
+        raise _bad(
+            f"max_age must be 0 or more seconds (got {options.max_age})",
+            "0 always fetches; leave max_age out for the server's cache life",
+        )
     if options.question and not options.question.strip():
         raise _bad("question is blank", "ask a question in words, or leave question out")
     if options.grep:

@@ -1,9 +1,12 @@
 """The fetcher's response cache, kept in the engine's store (SPEC §6).
 
 An entry holds the shaped content and its ``meta``, keyed by URL and options (``recover``
-aside, since it changes only what a failure does) and, for a ``restricted`` caller, by the
-caller's name: fleet callers share entries, a restricted caller's entries are its own. The
-response's ``Cache-Control`` can shorten an entry's life or keep it out of the cache. The cache
+and ``max_age`` aside, since they change only what a failure does and which entry may answer)
+and, for a ``restricted`` caller, by the caller's name: fleet callers share entries, a
+restricted caller's entries are its own. The response's ``Cache-Control`` can shorten an
+entry's life or keep it out of the cache; a target's ``max_age`` can refuse an entry older
+than it asks (:func:`answers`), and ``max_age: 0`` skips the read (:func:`reads_cache`) while
+its fetch still writes the entry for the next caller. The cache
 is a help, never a failure, nor a wait: a store that cannot read or write it is logged and
 skipped, and so is one that does not answer within :data:`CACHE_WAIT`.
 
@@ -33,7 +36,7 @@ import outcome
 import trio
 
 from ..._errors import TargetError
-from ..._model import Caller, Result, Target
+from ..._model import Caller, Options, Result, Target
 from ...stores._protocol import CacheEntry, ResponseCache as CacheStore
 
 logger = logging.getLogger("trio_batch.web")
@@ -74,6 +77,20 @@ def cache_ttl(cache_control: str, *, default: float, shared: bool) -> float | No
         if value.isdigit():
             return min(default, float(value))
     return default
+
+
+def reads_cache(options: Options) -> bool:
+    """Whether a fetch with ``options`` reads the cache: not with ``max_age: 0``, unless
+    ``recover`` may serve the entry in place of a failed fetch."""
+    return options.max_age != 0 or options.recover
+
+
+def answers(entry: CacheEntry, now: float, max_age: int | None) -> bool:
+    """Whether ``entry`` answers in place of a fetch: it is fresh, and younger than the target's
+    ``max_age`` seconds if it gives one (0: never)."""
+    if entry.expires_at <= now:
+        return False
+    return max_age is None or now - entry.stored_at < max_age
 
 
 def from_cache(entry: CacheEntry, *, start: float, now: float, stale: TargetError | None) -> Result:
@@ -122,9 +139,11 @@ class ResponseCache:
         self._left_behind: dict[str, set[_Call]] = {"read": set(), "write": set()}
 
     def key(self, caller: Caller, target: Target) -> str:
-        """The entry's key: a hash of the URL, the options but ``recover``, and the owner."""
+        """The entry's key: a hash of the URL, the options but ``recover`` and ``max_age``, and
+        the owner."""
         options = target.options.to_json()
         options.pop("recover", None)
+        options.pop("max_age", None)
         owner = caller.name if self._restricted(caller) else ""
         raw = json.dumps(
             {"url": target.url, "options": options, "owner": owner},

@@ -54,7 +54,8 @@ from .._guard._limits import FairPool
 from .._guard._net import PINS, PinnedBackend, PinnedTransport
 from .._render._browser import DEFAULT_CHROMIUM
 from .._render._rendered import Renders, RenderSettings, rendered_meta
-from ._cache import ResponseCache, from_cache
+from ._cache import ResponseCache, answers, from_cache, reads_cache
+from ._notes import count_wait, counting_waits, render_hint, waited_meta
 from ._response import (
     LOCATION,
     REDIRECTS,
@@ -149,7 +150,8 @@ class WebFetcher:
             async with open_engine(store, fetch) as engine:
                 ...
 
-    Every call checks the URL (:func:`precheck`), serves a fresh cached copy if there is one,
+    Every call checks the URL (:func:`precheck`), serves a fresh cached copy if there is one
+    (and it is younger than the target's ``max_age``),
     takes a slot of the per-caller pool and of the global pool, resolves the host once and
     refuses it unless every address is allowed, connects to those checked addresses only,
     follows at most ``max_redirects`` redirects (each checked the same way), reads at most
@@ -437,7 +439,9 @@ class WebFetcher:
             ``content_type``, ``bytes``, ``elapsed``, ``redirects``, ``mode``, ``cached``, and
             what the options add (``title``, ``page_count``/``pages``, ``matches``,
             ``passages``/``paragraphs``, ``jq_results``; ``stale``/``age``/``error`` when
-            ``recover`` served an old copy).
+            ``recover`` served an old copy); ``waited`` (``{"seconds"}``) when the fetch
+            waited for a host's slot, and ``hint`` when an HTML page's text is tiny and it has
+            scripts (try ``render``).
 
         Raises:
             RetryLater: the site answered 429 or 503 (``after`` = its ``Retry-After``, capped),
@@ -482,27 +486,28 @@ class WebFetcher:
             return await self._rendered(caller, target, checked, sent, start)
         # A target with credentials neither reads nor writes the shared cache.
         key = None if has_secrets(options.headers) else self._cache.key(caller, target)
-        cached = None if key is None else await self._cache.get(key)
+        cached = None if key is None or not reads_cache(options) else await self._cache.get(key)
         now = self._wall_clock()
-        if cached is not None and cached.expires_at > now:
+        if cached is not None and answers(cached, now, options.max_age):
             return from_cache(cached, start=start, now=now, stale=None)
-        robots_meta = await self._robots_for(target, checked)
-        obeys = self._obeys_robots(options)
-        try:
-            download = await self._warming_if_first(
-                options,
-                functools.partial(self._fetch_network, client, caller, checked, sent, obeys),
-            )
-        except Refused as refused:
-            logger.debug("web fetch refused by the guard")
-            raise refused.error from None
-        except LeftScope as left:
-            return left.result(round(trio.current_time() - start, 3), robots_meta)
-        except TargetError as error:
-            logger.debug("web fetch failed: status=%d", error.status)
-            if options.recover and cached is not None:
-                return from_cache(cached, start=start, now=self._wall_clock(), stale=error)
-            raise
+        with counting_waits() as waits:  # for its hosts' slots (_slot): meta.waited
+            robots_meta = await self._robots_for(target, checked)
+            obeys = self._obeys_robots(options)
+            try:
+                download = await self._warming_if_first(
+                    options,
+                    functools.partial(self._fetch_network, client, caller, checked, sent, obeys),
+                )
+            except Refused as refused:
+                logger.debug("web fetch refused by the guard")
+                raise refused.error from None
+            except LeftScope as left:
+                return left.result(round(trio.current_time() - start, 3), robots_meta)
+            except TargetError as error:
+                logger.debug("web fetch failed: status=%d", error.status)
+                if options.recover and cached is not None:
+                    return from_cache(cached, start=start, now=self._wall_clock(), stale=error)
+                raise
         shaper = self._shaper
         assert shaper is not None  # set with the client
         content, extra = await shaper.run(caller.name, download.body, options)
@@ -516,11 +521,13 @@ class WebFetcher:
             "cached": False,
             **robots_meta,
             **extra,
+            **render_hint(download.body, content, options),
         }
         # Shaping in a thread ignores a cancel until it is done: honour it before caching.
         await trio.lowlevel.checkpoint_if_cancelled()
         if key is not None:
             await self._cache.put(key, caller, content, meta, download.cache_control)
+        meta.update(waited_meta(waits))  # this fetch's, not a later cache hit's
         logger.debug(
             "web fetch done: status=%d bytes=%d redirects=%d",
             download.status,
@@ -819,9 +826,11 @@ class WebFetcher:
         if held is not None and held.scope == scope:
             return None
         try:
-            return await budget.acquire(scope)
+            slot = await budget.acquire(scope)
         except HostBlocked as blocked:
             raise RetryLater(str(blocked)) from None
+        count_wait(slot.waited)  # meta.waited
+        return slot
 
     def _retry_after(self, response: httpx.Response) -> float | None:
         if response.status_code not in BUSY_STATUSES:
