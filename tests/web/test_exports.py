@@ -28,6 +28,7 @@ class TestSurface:
             "SiteMap",
             "WebFetcher",
             "WebFetcherStatistics",
+            "WebSiteGuide",
             "guarded_transport",
             "precheck",
             "shape",
