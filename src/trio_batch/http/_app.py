@@ -236,6 +236,7 @@ def create_app(
         retry_after=retry_after,
         targets_per_job=engine.config.targets_per_job,
         max_concurrency=engine.config.max_concurrency,
+        max_crawl_pages=engine.config.max_crawl_pages,
     )
 
     table: dict[str, dict[str, Endpoint]] = {}
