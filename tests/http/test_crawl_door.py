@@ -278,3 +278,12 @@ async def test_sitemaps_include_and_only_seed_from_the_sitemap(api: CrawlApi) ->
         assert 202 == answer.status_code, answer.text
         job = await api.ended(answer.json()["id"])
         assert 3 == job["crawl"]["done"], job
+
+
+async def test_the_ui_paints_a_crawls_progress(api: CrawlApi) -> None:
+    """/ui has the line a crawl's job shows its progress in, from the answers' ``crawl``."""
+    page = await api.client.get("/ui")
+
+    assert 200 == page.status_code
+    assert 'class: "crawl"' in page.text and "job.crawl = summary.crawl" in page.text
+    assert '" pages stored, depth up to "' in page.text
