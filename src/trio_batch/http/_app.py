@@ -401,7 +401,11 @@ async def _crawl(ctx: Ctx, request: Request) -> Response:
         sub = await store.write(crawl, record.caller(), record.caller_class, spec)
     except NoTargets as exc:
         raise ApiError(
-            400, str(exc), 'send "sitemaps": "include" to start from url too', field="sitemaps"
+            400,
+            str(exc),
+            'send "sitemaps": "include" to start from url too',
+            code="no_targets",
+            field="sitemaps",
         ) from None
     except SubmitError as exc:
         raise refusal(
