@@ -254,7 +254,16 @@ async def test_a_limit_over_max_crawl_pages_names_the_cap(nursery: trio.Nursery)
         assert 400 == over.status_code
         assert "limit" == over.json()["field"]
         assert "30" in over.json()["error"] and "--max-crawl-pages" in over.json()["hint"]
-        assert 202 == (await api.crawl(url=api.site.start, limit=30, max_depth=0)).status_code
+        at_cap = await api.crawl(url=api.site.start, limit=30, max_depth=0)
+        assert 202 == at_cap.status_code
+        await api.ended(at_cap.json()["id"])
+        # Without a limit, the cap when it is under the default of 100.
+        left_out = await api.crawl(url=api.site.start, max_depth=1)
+        assert 202 == left_out.status_code, left_out.text
+        assert 30 == left_out.json()["crawl"]["limit"]
+        document = (await api.client.get("/openapi.json")).json()
+        limit = document["components"]["schemas"]["CrawlIn"]["properties"]["limit"]
+        assert (30, 30) == (limit["maximum"], limit["default"])
 
 
 async def test_a_crawl_needs_a_key_and_meets_the_callers_cap(api: CrawlApi) -> None:

@@ -61,7 +61,8 @@ def parse_crawl(
     """The crawl a ``POST /v1/crawl`` body asks for (its ``webhook`` is read apart).
 
     ``max_pages`` is the most a ``limit`` may be (``serve --max-crawl-pages``); a body without
-    ``concurrency`` gets ``default_concurrency``.
+    ``limit`` gets ``CrawlSpec``'s (100), or ``max_pages`` if less; one without ``concurrency``
+    gets ``default_concurrency``.
 
     Raises:
         ApiError: 400 naming the field at fault.
@@ -93,7 +94,7 @@ def parse_crawl(
     limit = _whole(
         body,
         "limit",
-        _default("limit"),
+        min(_default("limit"), max_pages),
         1,
         max_pages,
         f"pages to store; at most {max_pages:,}, the server's --max-crawl-pages",

@@ -60,7 +60,11 @@ def openapi_document(
         _batch_property(document, "concurrency")["maximum"] = max_concurrency
         _batch_property(document, "concurrency", "CrawlIn")["maximum"] = max_concurrency
     if max_crawl_pages is not None:
-        _batch_property(document, "limit", "CrawlIn")["maximum"] = max_crawl_pages
+        limit = _batch_property(document, "limit", "CrawlIn")
+        limit["maximum"] = max_crawl_pages
+        default = limit["default"]
+        assert isinstance(default, int)
+        limit["default"] = min(default, max_crawl_pages)
     return document
 
 
