@@ -20,7 +20,7 @@ import pytest
 import trio
 from bench.crawl_site import CrawlSite, serve_crawl_site
 
-from tests.http.support import BOB_KEY, auth, lifespan, make_keys
+from tests.http.support import BOB_KEY, auth, lifespan, make_keys, open_api
 from tests.support import wait_ended
 from trio_batch import BatchEngine
 from trio_batch._cli._settings import load_settings
@@ -296,3 +296,19 @@ async def test_the_ui_paints_a_crawls_progress(api: CrawlApi) -> None:
     assert 200 == page.status_code
     assert 'class: "crawl"' in page.text and "job.crawl = summary.crawl" in page.text
     assert '" pages stored, depth up to "' in page.text
+
+
+async def test_sitemaps_without_a_site_guide_are_a_400() -> None:
+    """An app whose engine has no site guide (not the web fetcher) refuses sitemaps with a
+    400 that says what to send instead; the crawl is not admitted."""
+    async with open_api() as api:
+        answer = await api.client.post(
+            "/v1/crawl",
+            json={"url": "https://example.org/", "sitemaps": "include"},
+            headers=auth(),
+        )
+        assert 400 == answer.status_code, answer.text
+        assert (
+            "sitemaps" == answer.json()["field"] and "leave sitemaps out" in answer.json()["hint"]
+        )
+        assert 0 == api.engine.statistics().live_jobs

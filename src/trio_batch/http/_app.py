@@ -414,8 +414,13 @@ async def _crawl(ctx: Ctx, request: Request) -> Response:
             limits=config,
             retry_after_seconds=_retry_after(ctx, exc, record.caller().name),
         ) from None
-    except ValueError as exc:  # what parse_crawl checks, unless the engine's settings differ
-        raise ApiError(400, str(exc), "change the field it names and send again") from None
+    except ValueError as exc:  # parse_crawl checked the rest: sitemaps with no site guide
+        raise ApiError(
+            400,
+            str(exc),
+            'this server reads no sitemaps: leave sitemaps out (or send "skip")',
+            field="sitemaps",
+        ) from None
 
     info = await crawl_info(ctx.engine, store, ctx.batches, sub.id)
     extra: dict[str, JSONValue] = {} if info is None else {"crawl": info.to_json()}
