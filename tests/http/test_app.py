@@ -628,6 +628,7 @@ class TestOpenAPI:
 
         assert {
             "/v1/batch",
+            "/v1/crawl",
             "/v1/batch/{id}",
             "/v1/batch/{id}/{idx}",
             "/v1/batch/{id}/results",

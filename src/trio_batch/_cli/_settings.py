@@ -348,6 +348,15 @@ class Settings:
             "N",
         ),
     )
+    max_crawl_pages: int = field(
+        default=_ENGINE.max_crawl_pages,
+        metadata=_about(
+            whole(1, 10**9),
+            "the most pages a crawl may ask to store (its limit; POST /v1/crawl, the MCP crawl "
+            "tool) (default {default})",
+            "N",
+        ),
+    )
     default_concurrency: int = field(
         default=DEFAULT_CONCURRENCY,
         metadata=_about(
@@ -463,6 +472,7 @@ class Settings:
             retry_wait=self.retry_wait,
             retry_for=self.retry_for,
             max_concurrency=self.max_concurrency,
+            max_crawl_pages=self.max_crawl_pages,
             hooks=hooks if hooks is not None else Hooks(),
             resume=self.resume,
         )

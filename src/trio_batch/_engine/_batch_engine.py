@@ -28,7 +28,7 @@ import trio
 
 from .._budget import CURRENT_SLOT, HostBudget, HostSlot
 from .._config import Config
-from .._crawl import REDIRECT_SCOPE, CrawlSpec, crawl_key
+from .._crawl import REDIRECT_SCOPE, CrawlInfo, CrawlSpec, crawl_key
 from .._errors import NoTargets, RetryLater, TargetError, classify_failure
 from .._hooks import SafeHooks
 from .._model import (
@@ -400,6 +400,13 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self._check_open()
         await trio.lowlevel.checkpoint_if_cancelled()
         return await self._store.job_summary(job_id)
+
+    async def crawl_info(self, job_id: str) -> CrawlInfo | None:
+        """A crawl's bounds, pages done and skipped counts (its answer's ``crawl``); None for a
+        batch or an unknown job. One read whatever the crawl's size (``Store.crawl_info``)."""
+        self._check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return await self._store.crawl_info(job_id)
 
     async def jobs(
         self,

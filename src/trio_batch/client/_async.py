@@ -298,6 +298,56 @@ class BatchClient(metaclass=NoPublicConstructor):
         data = (await self._call("POST", "/v1/batch", json_body=body)).json()
         return Submitted(str(data["id"]), bool(data["reused"]))
 
+    async def crawl(
+        self,
+        url: str,
+        *,
+        limit: int | None = None,
+        max_depth: int | None = None,
+        scope: str | None = None,
+        prefix: str | None = None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        sitemaps: str | None = None,
+        concurrency: int | None = None,
+        options: Mapping[str, object] | None = None,
+        webhook: Mapping[str, object] | None = None,
+    ) -> Submitted:
+        """Crawl a site from ``url`` (``POST /v1/crawl``): a job whose targets grow by
+        following links, read, streamed, waited for and cancelled as a batch is; its
+        :meth:`status` carries ``crawl`` (a :class:`CrawlProgress`). A repeat returns the
+        same job.
+
+        Each argument left None (or empty) is not sent, and the server's default applies:
+        ``limit`` pages stored (100; at most the server's ``max_crawl_pages``), ``max_depth``
+        (3; 0 is the start page alone), ``scope`` (``"host"``, ``"domain"`` or
+        ``"prefix"`` with its ``prefix``), ``include``/``exclude`` path globs, ``sitemaps``
+        (``"skip"``, ``"include"`` or ``"only"``), ``concurrency`` (the server's
+        ``default_concurrency``), ``options`` (a target's options as JSON, for every page)
+        and ``webhook`` (as :meth:`submit`'s). docs/crawl.md says what each does.
+
+        Raises:
+            CallerBusy, Busy: a cap is full (``retry_after`` set).
+            NoTargets: ``sitemaps="only"`` and no sitemap page in scope.
+            ClientError: any other refusal (400 naming the field, with a hint).
+        """
+        body: dict[str, object] = {"url": url}
+        given: dict[str, object | None] = {
+            "limit": limit,
+            "max_depth": max_depth,
+            "scope": scope,
+            "prefix": prefix,
+            "include": list(include) or None,
+            "exclude": list(exclude) or None,
+            "sitemaps": sitemaps,
+            "concurrency": concurrency,
+            "options": None if options is None else dict(options),
+            "webhook": None if webhook is None else dict(webhook),
+        }
+        body.update({name: value for name, value in given.items() if value is not None})
+        data = (await self._call("POST", "/v1/crawl", json_body=body)).json()
+        return Submitted(str(data["id"]), bool(data["reused"]))
+
     async def status(self, job_id: str) -> BatchSummary:
         """The job's summary (``GET /v1/batch/{id}``); a 404 is a :class:`ClientError`."""
         return cast("BatchSummary", (await self._call("GET", f"/v1/batch/{job_id}")).json())

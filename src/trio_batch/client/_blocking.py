@@ -68,8 +68,8 @@ class BlockingClient:
     """The blocking twin of :func:`open_client`, for scripts without an event loop.
 
     ``with BlockingClient(server, key) as client:`` gives the methods of :class:`BatchClient`,
-    each blocking until its answer: ``submit``, ``status``, ``jobs``, ``results``, ``events``,
-    ``target``, ``cancel``, ``retry``, ``wait``, ``map``. Each stream is a
+    each blocking until its answer: ``submit``, ``crawl``, ``status``, ``jobs``, ``results``,
+    ``events``, ``target``, ``cancel``, ``retry``, ``wait``, ``map``. Each stream is a
     :class:`BlockingStream`. The block runs one event loop in a thread of its own (AnyIO's
     blocking portal, on asyncio) with one
     :class:`BatchClient` in it, so the answers, errors and resuming are exactly the async
@@ -143,6 +143,38 @@ class BlockingClient:
     ) -> Submitted:
         """:meth:`BatchClient.submit`, blocking."""
         return self._call(lambda c: c.submit(targets, webhook=webhook, concurrency=concurrency))
+
+    def crawl(
+        self,
+        url: str,
+        *,
+        limit: int | None = None,
+        max_depth: int | None = None,
+        scope: str | None = None,
+        prefix: str | None = None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        sitemaps: str | None = None,
+        concurrency: int | None = None,
+        options: Mapping[str, object] | None = None,
+        webhook: Mapping[str, object] | None = None,
+    ) -> Submitted:
+        """:meth:`BatchClient.crawl`, blocking."""
+        return self._call(
+            lambda c: c.crawl(
+                url,
+                limit=limit,
+                max_depth=max_depth,
+                scope=scope,
+                prefix=prefix,
+                include=include,
+                exclude=exclude,
+                sitemaps=sitemaps,
+                concurrency=concurrency,
+                options=options,
+                webhook=webhook,
+            )
+        )
 
     def status(self, job_id: str) -> BatchSummary:
         """:meth:`BatchClient.status`, blocking."""

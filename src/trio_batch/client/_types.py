@@ -7,7 +7,7 @@ the same fields), typed so that an editor and mypy know them; nothing here conve
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypedDict, final
+from typing import Literal, NotRequired, TypedDict, final
 
 
 class Counts(TypedDict):
@@ -28,8 +28,25 @@ class Links(TypedDict):
     events: str
 
 
+class CrawlProgress(TypedDict):
+    """A crawl's progress, the ``crawl`` of its job's answers (docs/crawl.md).
+
+    ``limit`` and ``max_depth`` are the crawl's; ``done`` the pages stored done so far;
+    ``skipped`` the URLs it found and did not fetch, counted by reason (``depth``, ``scope``,
+    ``pattern``, ``robots``, ``trap``, ``limit``, ``duplicate``).
+    """
+
+    limit: int
+    max_depth: int
+    done: int
+    skipped: dict[str, int]
+
+
 class BatchSummary(TypedDict):
-    """A job's summary, as ``GET /v1/batch/{id}`` answers it (times are unix seconds)."""
+    """A job's summary, as ``GET /v1/batch/{id}`` answers it (times are unix seconds).
+
+    ``crawl`` is there when the job is a crawl (:meth:`BatchClient.crawl`), and only then.
+    """
 
     id: str
     status: str
@@ -40,6 +57,7 @@ class BatchSummary(TypedDict):
     updated_at: float
     expires_at: float
     links: Links
+    crawl: NotRequired[CrawlProgress]
 
 
 class ResultBody(TypedDict):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .._crawl import CrawlInfo
 from .._engine import EngineStatistics, WaitingTarget
 from .._headers import shown_headers
 from .._model import (
@@ -72,12 +73,15 @@ def expires_at(job: Job, ttl: float) -> float:
     return max(job.lease, job.created_at) + ttl
 
 
-def summary_of(js: JobSummary, ttl: float, *, lease: float | None = None) -> dict[str, JSONValue]:
+def summary_of(
+    js: JobSummary, ttl: float, *, lease: float | None = None, crawl: CrawlInfo | None = None
+) -> dict[str, JSONValue]:
     """A job's summary from a store's counts: status, counts by target state, times and links.
 
     Every answer with a summary (a job read, a cancel, a listing, an events stream's ``end``, a
     webhook's ``end``) makes it from these counts, so they all agree. ``lease``, when given, is
-    a touch at that time that the store may not show yet.
+    a touch at that time that the store may not show yet. A crawl's answer carries its
+    ``crawl`` object (``CrawlInfo``: limit, max_depth, done, skipped); a batch's has no such key.
     """
     job = js.job
     if lease is not None:
@@ -86,7 +90,14 @@ def summary_of(js: JobSummary, ttl: float, *, lease: float | None = None) -> dic
     total = max(job.targets_total, sum(counts.values()))
     # Targets the store did not count have not run: count them pending, so counts sum to total.
     counts["pending"] += total - sum(counts.values())
-    return _summary(job, total, counts, ttl)
+    return with_crawl(_summary(job, total, counts, ttl), crawl)
+
+
+def with_crawl(body: dict[str, JSONValue], crawl: CrawlInfo | None) -> dict[str, JSONValue]:
+    """``body`` with the job's ``crawl`` object when it is a crawl's, as it is otherwise."""
+    if crawl is not None:
+        body["crawl"] = crawl.to_json()
+    return body
 
 
 def _summary(job: Job, total: int, counts: dict[str, int], ttl: float) -> dict[str, JSONValue]:

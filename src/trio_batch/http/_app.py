@@ -8,6 +8,7 @@ the store calls' deadline in ``_deadline`` and the access log with the request m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import json
@@ -26,13 +27,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._config import DEFAULT_CONCURRENCY
 from .._engine import BatchEngine, FetchFunc
-from .._errors import CallerBusy, NotRetryable, SubmitError, TargetError, classify_failure
-from .._model import Caller, Job, JobStatus, JSONValue, Submitted
+from .._errors import (
+    CallerBusy,
+    NoTargets,
+    NotRetryable,
+    SubmitError,
+    TargetError,
+    classify_failure,
+)
+from .._model import Caller, Job, JobStatus, JSONValue, Submitted, Target
 from ..metrics import PrometheusMetrics
 from ..stores import JobSummary
 from . import _answers as answers, _stream as stream
 from ._context import KEEPALIVE_SECONDS, Ctx, authenticate
 from ._cors import Cors, OriginGuard, check_origins
+from ._crawl_input import parse_crawl
+from ._crawls import crawl_info
 from ._deadline import StoreBudget, StoreCalls, StoreTimeout
 from ._errors import (
     ApiError,
@@ -226,6 +236,7 @@ def create_app(
         retry_after=retry_after,
         targets_per_job=engine.config.targets_per_job,
         max_concurrency=engine.config.max_concurrency,
+        max_crawl_pages=engine.config.max_crawl_pages,
     )
 
     table: dict[str, dict[str, Endpoint]] = {}
@@ -242,6 +253,7 @@ def create_app(
 
     route("/v1/batch", _submit, "POST")
     route("/v1/batch", list_jobs, "GET")
+    route("/v1/crawl", _crawl, "POST")
     route("/v1/batch/{id}/results", stream.results, "GET")
     route("/v1/batch/{id}/events", stream.events, "GET")
     route("/v1/batch/{id}", _get_batch, "GET")
@@ -358,7 +370,61 @@ async def _submit(ctx: Ctx, request: Request) -> Response:
             retry_after_seconds=_retry_after(ctx, exc, record.caller().name),
         ) from None
 
+    ctx.batches.add(sub.id)
     return await _answer_submitted(ctx, store, sub)
+
+
+async def _crawl(ctx: Ctx, request: Request) -> Response:
+    """``POST /v1/crawl``: a job whose targets grow by following links (issue 38); answered
+    as a submit is, with the job's ``crawl`` object."""
+    record = authenticate(ctx, request)
+    body = await read_json(request, ctx.max_body)
+    config = ctx.engine.config
+    spec = parse_crawl(
+        body,
+        max_pages=config.max_crawl_pages,
+        max_concurrency=config.max_concurrency,
+        default_concurrency=ctx.default_concurrency,
+        precheck=ctx.precheck,
+        check_options=ctx.check_options,
+    )
+    # No credential to seal (parse_crawl refuses them); header names in their canonical case.
+    spec = dataclasses.replace(
+        spec, options=sealed(record.name, Target(spec.url, spec.options)).options
+    )
+    crawl = functools.partial(
+        ctx.engine.crawl, webhook=parse_webhook(body, record, precheck=ctx.precheck)
+    )
+
+    store = ctx.calls.request()
+    try:
+        sub = await store.write(crawl, record.caller(), record.caller_class, spec)
+    except NoTargets as exc:
+        raise ApiError(
+            400,
+            str(exc),
+            'send "sitemaps": "include" to start from url too',
+            code="no_targets",
+            field="sitemaps",
+        ) from None
+    except SubmitError as exc:
+        raise refusal(
+            exc,
+            count=1,
+            limits=config,
+            retry_after_seconds=_retry_after(ctx, exc, record.caller().name),
+        ) from None
+    except ValueError as exc:  # parse_crawl checked the rest: sitemaps with no site guide
+        raise ApiError(
+            400,
+            str(exc),
+            'this server reads no sitemaps: leave sitemaps out (or send "skip")',
+            field="sitemaps",
+        ) from None
+
+    info = await crawl_info(ctx.engine, store, ctx.batches, sub.id)
+    extra: dict[str, JSONValue] = {} if info is None else {"crawl": info.to_json()}
+    return await _answer_submitted(ctx, store, sub, **extra)
 
 
 MAX_RETRY_AFTER = 3600
@@ -406,7 +472,8 @@ async def _get_batch(ctx: Ctx, request: Request) -> Response:
     store = ctx.calls.request()
     summary = await _owned(ctx, store, request, record, ctx.engine.summary)
     lease = await _touch(ctx, store, summary.job.id)
-    body = answers.summary_of(summary, ctx.ttl, lease=lease)
+    crawl = await crawl_info(ctx.engine, store, ctx.batches, summary.job.id)
+    body = answers.summary_of(summary, ctx.ttl, lease=lease, crawl=crawl)
     if results:  # streamed: memory bounded by a page of results, not the job's (_results)
         return await with_targets(ctx, store, summary, body, states, offset, limit)
     return JSONResponse(body)
@@ -451,7 +518,8 @@ async def _cancel(ctx: Ctx, request: Request) -> Response:
         )
 
     after = await store.read(ctx.engine.summary, job_id)
-    return JSONResponse(answers.summary_of(after or before, ctx.ttl))
+    crawl = await crawl_info(ctx.engine, store, ctx.batches, job_id)
+    return JSONResponse(answers.summary_of(after or before, ctx.ttl, crawl=crawl))
 
 
 async def _retry(ctx: Ctx, request: Request) -> Response:

@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from .._engine import BatchEngine, FetchFunc
 from ..metrics import PrometheusMetrics
+from ._crawls import KnownBatches
 from ._deadline import StoreCalls
 from ._errors import ApiError, retry_after_header
 from ._keys import KeyRecord, KeyRing
@@ -41,6 +42,8 @@ class Ctx:
     keepalive: float = KEEPALIVE_SECONDS
     stopping: Stopping = field(default_factory=Stopping)
     """Set when the server begins to shut down: streams end then, not at the grace timeout."""
+    batches: KnownBatches = field(default_factory=KnownBatches)
+    """Job ids known not to be crawls: their answers need no ``crawl`` read (``_crawls``)."""
 
     def busy_headers(self, after: float | None = None) -> dict[str, str]:
         """``Retry-After``: ``after`` rounded up to a whole second (at least 1), or the default."""

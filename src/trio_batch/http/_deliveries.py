@@ -331,7 +331,8 @@ class Dispatcher:
             summary = await self._store.job_summary(due.job_id)
             if summary is None:
                 return None
-            return dict(answers.summary_of(summary, self._ttl))
+            crawl = await self._store.crawl_info(due.job_id)
+            return dict(answers.summary_of(summary, self._ttl, crawl=crawl))
         found = await self._store.read_targets(due.job_id, idx - 1, 1, None, results=False)
         if not found or found[0].idx != idx:
             return None

@@ -14,6 +14,7 @@ from .._model import JobStatus, JSONValue
 from ..stores import JobCursor
 from . import _answers as answers
 from ._context import Ctx, authenticate
+from ._crawls import crawl_infos
 from ._errors import ApiError
 from ._parse import query_int
 
@@ -104,8 +105,12 @@ async def list_jobs(ctx: Ctx, request: Request) -> Response:
     read = functools.partial(
         ctx.engine.jobs, record.name, statuses=statuses, limit=limit + 1, before=before
     )
-    page = await ctx.calls.request().read(read)
+    store = ctx.calls.request()
+    page = await store.read(read)
     shown = page[:limit]
-    jobs: list[JSONValue] = [answers.summary_of(js, ctx.ttl) for js in shown]
+    crawls = await crawl_infos(ctx.engine, store, ctx.batches, (js.job.id for js in shown))
+    jobs: list[JSONValue] = [
+        answers.summary_of(js, ctx.ttl, crawl=crawls.get(js.job.id)) for js in shown
+    ]
     nxt = encode_cursor(shown[-1].job.created_at, shown[-1].job.id) if len(page) > limit else None
     return JSONResponse({"jobs": jobs, "next": nxt})

@@ -234,13 +234,17 @@ def parse_target(item: object, where: str, *, bare: bool = False) -> Target:
             field=f"{where}.url",
         )
     check_text(f"{where}.url", url)
-    raw = item.get("options", {})
+    return Target(url, parse_options(item.get("options", {}), f"{where}.options"))
+
+
+def parse_options(raw: object, where: str) -> Options:
+    """The options object at ``where`` (``targets[i].options``, or a crawl's ``options``)."""
     if not isinstance(raw, dict):
         raise ApiError(
             400,
-            f"{where}.options must be an object (got {_type_name(raw)})",
+            f"{where} must be an object (got {_type_name(raw)})",
             'send options as an object, such as {"mode": "markdown"}, or leave them out',
-            field=f"{where}.options",
+            field=where,
         )
     options = dict(raw)
     for name, value in raw.items():
@@ -248,27 +252,26 @@ def parse_target(item: object, where: str, *, bare: bool = False) -> Target:
         if types is None:
             raise ApiError(
                 400,
-                f"{where}.options.{shown(name)} is not an option; options: "
-                f"{', '.join(OPTION_TYPES)}",
+                f"{where}.{shown(name)} is not an option; options: {', '.join(OPTION_TYPES)}",
                 "remove the option",
-                field=f"{where}.options.{shown(name)}",
+                field=f"{where}.{shown(name)}",
             )
         if int in types and (number := whole(value)) is not None:  # max_age: 60.0 is 60
             value = options[name] = number
         if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
             raise ApiError(
                 400,
-                f"{where}.options.{name} must be {_OPTION_WANTED[name]} (got {_type_name(value)})",
+                f"{where}.{name} must be {_OPTION_WANTED[name]} (got {_type_name(value)})",
                 _option_hint(name),
-                field=f"{where}.options.{name}",
+                field=f"{where}.{name}",
             )
         if isinstance(value, str):
-            check_text(f"{where}.options.{name}", value)
+            check_text(f"{where}.{name}", value)
         if isinstance(value, dict):
-            _check_headers(value, f"{where}.options.headers")
+            _check_headers(value, f"{where}.headers")
         if isinstance(value, list):
-            _check_strings(value, f"{where}.options.{name}")
-    return Target(url, Options(**options))
+            _check_strings(value, f"{where}.{name}")
+    return Options(**options)
 
 
 def _check_strings(values: list[object], where: str) -> None:
@@ -395,17 +398,21 @@ def check_target(
     precheck: PrecheckFunc,
     check_options: OptionsCheckFunc | None,
 ) -> None:
-    """Run the URL pre-check and the options check; a ``TargetError`` from either is a 400."""
+    """Run the URL pre-check and the options check; a ``TargetError`` from either is a 400.
+
+    ``where`` empty: the fields are ``url`` and ``options`` themselves (a crawl's body).
+    """
+    url_field, options_field = (f"{where}.url", f"{where}.options") if where else ("url", "options")
     try:
         precheck(target.url)
     except TargetError as exc:
-        raise ApiError(400, f"{where}.url: {exc.msg}", exc.hint, field=f"{where}.url") from None
+        raise ApiError(400, f"{url_field}: {exc.msg}", exc.hint, field=url_field) from None
     if check_options is not None:
         try:
             check_options(target.options)
         except TargetError as exc:
             raise ApiError(
-                400, f"{where}.options: {exc.msg}", exc.hint, field=f"{where}.options"
+                400, f"{options_field}: {exc.msg}", exc.hint, field=options_field
             ) from None
 
 

@@ -27,8 +27,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from .._crawl import CrawlInfo
 from .._engine import WaitingTarget
 from .._model import Job, JSONValue, TargetState, TargetStatus, target_json
+from ..stores import JobSummary
 from . import _answers as answers
 from ._context import Ctx, authenticate
 from ._deadline import StoreTimeout
@@ -414,16 +416,29 @@ async def events(ctx: Ctx, request: Request) -> Response:
         ended = await follow_targets(
             ctx, job_id, start, None, target_events, write, results=False, idle=idle, woken=woken
         )
-        last = None
+        last: tuple[JobSummary | None, CrawlInfo | None] = (None, None)
         if ended is not None:
             # The job's followers all end at once: they read its summary once between them.
             with ctx.engine.watch(job_id) as watch:
-                read = functools.partial(ctx.engine.summary, job_id)
+                read = functools.partial(_summary_and_crawl, ctx, job_id)
                 last = await _shared(watch.memo, events, functools.partial(_read, ctx, read))
-        if last is None:
+        summary, crawl = last
+        if summary is None:
             raise LookupError("the job is gone")
-        await write(sse("end", "end", answers.summary_of(last, ctx.ttl, lease=touched)))
+        body = answers.summary_of(summary, ctx.ttl, lease=touched, crawl=crawl)
+        await write(sse("end", "end", body))
 
     return Streamed(
         produce, media_type="text/event-stream", stopping=ctx.stopping, end_on_stop=True
     )
+
+
+async def _summary_and_crawl(ctx: Ctx, job_id: str) -> tuple[JobSummary | None, CrawlInfo | None]:
+    """What an events stream's ``end`` says: the job's summary, and its crawl's if it is one."""
+    summary = await ctx.engine.summary(job_id)
+    if summary is None or job_id in ctx.batches:
+        return summary, None
+    crawl = await ctx.engine.crawl_info(job_id)
+    if crawl is None:
+        ctx.batches.add(job_id)
+    return summary, crawl

@@ -19,7 +19,9 @@ Cancel (while live), Retry (once finished with failed or unfinished targets:
 ``POST /v1/batch/{id}/retry``, the new job appears on top) and an NDJSON link. Below 40rem
 the table becomes one card a job, so the actions stay on screen at 400 px. With no job on
 screen the page says how to get a key and submit one (``curl`` to this server, MCP at its
-``/mcp``); the live region says how many jobs are shown, and the poll keeps that count.
+``/mcp``); the live region says how many jobs are shown, and the poll keeps that count. A
+crawl's job says its progress under its counts (pages stored of its limit, URLs skipped by
+reason) from the ``crawl`` object of its answers, the list's poll keeping it current.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ code { font-size: 0.9rem; }
 .bar .failed { background: var(--failed);
   background-image: repeating-linear-gradient(45deg, transparent 0 4px, #ffffff55 4px 8px); }
 .bar .running { background: var(--running); }
-.counts { font-size: 0.85rem; color: var(--muted); }
+.counts, .crawl { font-size: 0.85rem; color: var(--muted); }
+.crawl { margin: 0.25rem 0 0; }
 .status { font-weight: 600; }
 .status[data-status=done] { color: var(--done); }
 .status[data-status=failed], .status[data-status=partial] { color: var(--failed); }
@@ -163,8 +166,8 @@ function row(id) {
     el("td", {}, ""), el("td", {}, ""), el("td", {}), el("td", {}),
   ];
   cells[0].append(el("code", {title: id}, id.slice(0, 12)));
-  cells[2].append(bar, el("div", {class: "counts"}), el("p", {class: "waiting", hidden: ""}),
-    el("ul", {class: "failures"}));
+  cells[2].append(bar, el("div", {class: "counts"}), el("p", {class: "crawl", hidden: ""}),
+    el("p", {class: "waiting", hidden: ""}), el("ul", {class: "failures"}));
   const actions = el("div", {class: "actions"});
   actions.append(cancel, retry, link);
   cells[3].append(actions);
@@ -197,8 +200,20 @@ function paint(job) {
   retry.disabled = live(s.status) || !(c.failed + c.pending + c.running);
   retry.setAttribute("aria-label",
     "Retry failed and unfinished targets of job " + s.id.slice(0, 12));
+  paintCrawl(job);
   paintWait(job);
   paintFailures(job);
+}
+
+function paintCrawl(job) {
+  // A crawl's progress (its answers' crawl object): pages stored of its limit, what it skipped.
+  const line = job.row.querySelector(".crawl"), cr = job.crawl;
+  line.hidden = !cr;
+  if (!cr) return;
+  const skipped = Object.entries(cr.skipped).filter(([, n]) => n > 0)
+    .map(([why, n]) => n + " " + why).join(", ");
+  line.textContent = "crawl: " + cr.done + " of " + cr.limit + " pages stored, depth up to " +
+    cr.max_depth + (skipped ? "; skipped " + skipped : "");
 }
 
 function waitWords(w, total) {
@@ -356,6 +371,7 @@ async function follow(job) {
             else if (ev.event === "end") {
               stopWaiting(job);
               job.summary = JSON.parse(ev.data);
+              job.crawl = job.summary.crawl || job.crawl;
               paint(job);
               const why = job.summary.error ? " (" + job.summary.error + ")" : "";
               say("job " + job.summary.id.slice(0, 12) + " is " + job.summary.status + why);
@@ -396,6 +412,7 @@ function show(summary, atTop) {
     job.summary = summary;  // a followed job is painted from its events
     job.stuck = false;
   }
+  job.crawl = summary.crawl || job.crawl;  // a crawl's progress comes with the list, followed too
   paint(job);
 }
 

@@ -24,9 +24,11 @@ def openapi_document(
     with_map: bool = False,
     targets_per_job: int | None = None,
     max_concurrency: int | None = None,
+    max_crawl_pages: int | None = None,
 ) -> dict[str, JSONValue]:
     """The OpenAPI document of an app made by ``create_app`` with these arguments, and the
-    engine's caps on a submit (``targets_per_job``, ``max_concurrency``) when given."""
+    engine's caps on a submit (``targets_per_job``, ``max_concurrency``) and a crawl
+    (``max_concurrency``, ``max_crawl_pages``) when given."""
     document: dict[str, JSONValue] = {
         "openapi": "3.1.0",
         "info": {
@@ -56,13 +58,22 @@ def openapi_document(
         _batch_property(document, "targets")["maxItems"] = targets_per_job
     if max_concurrency is not None:
         _batch_property(document, "concurrency")["maximum"] = max_concurrency
+        _batch_property(document, "concurrency", "CrawlIn")["maximum"] = max_concurrency
+    if max_crawl_pages is not None:
+        limit = _batch_property(document, "limit", "CrawlIn")
+        limit["maximum"] = max_crawl_pages
+        default = limit["default"]
+        assert isinstance(default, int)
+        limit["default"] = min(default, max_crawl_pages)
     return document
 
 
-def _batch_property(document: dict[str, JSONValue], name: str) -> dict[str, JSONValue]:
-    """The schema of ``BatchIn``'s property ``name`` in ``document``, to change."""
+def _batch_property(
+    document: dict[str, JSONValue], name: str, schema: str = "BatchIn"
+) -> dict[str, JSONValue]:
+    """The schema of ``schema``'s (``BatchIn``'s) property ``name`` in ``document``, to change."""
     found: JSONValue = document
-    for key in ("components", "schemas", "BatchIn", "properties", name):
+    for key in ("components", "schemas", schema, "properties", name):
         assert isinstance(found, dict)
         found = found[key]
     assert isinstance(found, dict)

@@ -75,6 +75,46 @@ def _submit_batch(kib: int) -> dict[str, JSONValue]:
     }
 
 
+def _submit_crawl(kib: int) -> dict[str, JSONValue]:
+    """``POST /v1/crawl`` (issue 38): a job whose targets grow; answered as a submit is."""
+    return {
+        "operationId": "submitCrawl",
+        "summary": "Crawl a site: a job whose targets grow by following links",
+        "description": f"The body may be at most {kib} KiB. The job is read, streamed, "
+        "cancelled and retried with the batch routes; its answers carry `crawl`. A repeat of "
+        "the same crawl of the same caller returns that job (200, reused) instead of a new "
+        "one (202).",
+        "requestBody": request_body("CrawlIn"),
+        "responses": {
+            "200": json_answer(ref("Crawled"), "The same crawl exists already: reused."),
+            "202": json_answer(
+                ref("Crawled"),
+                "Accepted: a new job, queued.",
+                links={
+                    "GetBatch": link("getBatch"),
+                    "CancelBatch": link("cancelBatch"),
+                    "StreamResults": link("streamResults"),
+                    "StreamEvents": link("streamEvents"),
+                },
+            ),
+            "400": error(
+                "Malformed JSON, an unknown field, a wrong type or a value out of range "
+                "(`limit` over the server's max_crawl_pages among them), a URL failing the "
+                "pre-check, a credential header, sitemaps the server cannot read, or a "
+                "malformed `webhook` (`field` names it)."
+            ),
+            "401": AUTH_401,
+            "413": error(f"The body is over {kib} KiB."),
+            "429": error("You have your maximum of live batches.", retry_after=True),
+            "500": INTERNAL_500,
+            "503": error(
+                f"The server has its maximum of live batches. {DATABASE}. {SHUTTING_DOWN}.",
+                retry_after=True,
+            ),
+        },
+    }
+
+
 def _list_batches() -> dict[str, JSONValue]:
     """``GET /v1/batch``: the caller's jobs, a page at a time (``_listing``)."""
     return {
@@ -357,6 +397,7 @@ def paths(*, kib: int, with_fetch: bool, with_map: bool = False) -> dict[str, JS
 
     routes: dict[str, JSONValue] = {
         "/v1/batch": {"post": _submit_batch(kib), "get": _list_batches()},
+        "/v1/crawl": {"post": _submit_crawl(kib)},
         "/v1/batch/{id}": {
             "parameters": [JOB_ID],
             "get": _get_batch(),
