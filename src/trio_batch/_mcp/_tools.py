@@ -1,4 +1,4 @@
-"""The seven tools: what each asks the HTTP API, and how its answer is shaped for a model.
+"""The eight tools: what each asks the HTTP API, and how its answer is shaped for a model.
 
 Each tool is one or a few requests of the API (``_api``) as the calling agent's own caller, so
 the guard, the caps, the keys and each caller's isolation are the API's, and so is every error:
@@ -18,6 +18,7 @@ from typing import Final, cast, final
 
 import trio
 
+from .._crawl import MAX_DEPTH, MAX_PATTERN_CHARS, MAX_PATTERNS
 from .._model import JSONValue
 from . import _schemas as schemas
 from ._api import Api, ApiFailure
@@ -146,6 +147,24 @@ TOOLS: Final = (
         schemas.MAP,
         read_only=True,
     ),
+    Tool(
+        "crawl",
+        "Crawl a site: fetch its start page, then the pages its links lead to (and theirs, up "
+        "to max_depth links deep), as one batch job that ends with exactly limit pages stored "
+        "done (or fewer, when no link is left). Use it when you have a site rather than a list "
+        "of URLs, or need more than one level of links; use map then batch_submit to choose "
+        "the URLs yourself. Links stay on the start page's host unless scope says domain or "
+        "prefix; include and exclude are path globs like /docs/**; sitemaps = include starts "
+        "from the site's sitemaps too. A page reached under several URLs is fetched once, and "
+        "robots.txt is obeyed. options shape every page, as batch_submit's do. Answers the "
+        "job id at once (wait = seconds to wait for the end, with progress); then the batch "
+        "tools work on it: batch_status shows its crawl (pages done of limit, links skipped "
+        "by reason), batch_results reads the pages (meta.crawl: each page's depth and the "
+        "page that found it), batch_cancel stops it. "
+        f"{_ERRORS_HELP} A limit over the server's cap names the cap: ask for fewer pages.",
+        schemas.CRAWL,
+        read_only=False,
+    ),
 )
 """Every tool, in the order ``tools/list`` shows them."""
 
@@ -233,6 +252,112 @@ def _cursor(args: Mapping[str, JSONValue]) -> int:
     return int(value)
 
 
+def _whole(
+    args: Mapping[str, JSONValue], name: str, least: int, most: int | None, hint: str
+) -> int | None:
+    """Argument ``name``, a whole number from ``least`` to ``most``; None when left out."""
+    value = args.get(name)
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < least
+        or (most is not None and value > most)
+    ):
+        bounds = f"at least {least}" if most is None else f"from {least} to {most}"
+        raise bad_argument(
+            name, f"{name} must be a whole number {bounds} (got {_shown(value)})", hint
+        )
+    return value
+
+
+def _choice(
+    args: Mapping[str, JSONValue], name: str, choices: tuple[str, ...], default: str
+) -> str | None:
+    """Argument ``name``, one of ``choices``; None when left out (the API's ``default``)."""
+    value = args.get(name)
+    if value is None:
+        return None
+    if value not in choices:
+        words = ", ".join(choices[:-1]) + f" or {choices[-1]}"
+        raise bad_argument(
+            name,
+            f"{name} must be {words} (got {_shown(value)})",
+            f"pass one of {words}, or leave {name} out for {default}",
+        )
+    return str(value)
+
+
+def _patterns(args: Mapping[str, JSONValue], name: str) -> list[JSONValue] | None:
+    """Argument ``name``: a list of path globs, as many and as long as a crawl allows."""
+    value = args.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise bad_argument(
+            name,
+            f'{name} must be a list of path globs (strings), like ["/docs/**"]',
+            f"pass a list, or leave {name} out",
+        )
+    if len(value) > MAX_PATTERNS:
+        raise bad_argument(
+            name,
+            f"{name} has {len(value)} patterns; a crawl takes at most {MAX_PATTERNS}",
+            "merge patterns with ** (any characters) or * (any characters but /)",
+        )
+    if any(not p or len(str(p)) > MAX_PATTERN_CHARS for p in value):
+        raise bad_argument(
+            name,
+            f"each of {name}'s patterns must be 1 to {MAX_PATTERN_CHARS} characters long",
+            "shorten the long ones with ** (any characters), and drop empty ones",
+        )
+    return list(value)
+
+
+def _shown(value: JSONValue) -> str:
+    """An argument's value in an error, cut short (a client's value could be anything)."""
+    text = encode(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _crawl_body(args: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
+    """The body of ``POST /v1/crawl`` of the crawl tool's arguments, checked first.
+
+    What only the server knows (its cap on ``limit``, on ``concurrency``; a URL it refuses; the
+    options) the API checks: its error names the field.
+    """
+    body: dict[str, JSONValue] = {"url": args.get("url")}
+    checked: dict[str, JSONValue] = {
+        "limit": _whole(
+            args, "limit", 1, None, "pass the number of pages to store, or leave it out for 100"
+        ),
+        "max_depth": _whole(
+            args,
+            "max_depth",
+            0,
+            MAX_DEPTH,
+            "0 is the start page alone, 1 adds its links; leave it out for 3",
+        ),
+        "scope": _choice(args, "scope", schemas.CRAWL_SCOPES, "host"),
+        "include": _patterns(args, "include"),
+        "exclude": _patterns(args, "exclude"),
+        "sitemaps": _choice(args, "sitemaps", schemas.CRAWL_SITEMAPS, "skip"),
+    }
+    prefix = args.get("prefix")
+    if prefix is not None and (not isinstance(prefix, str) or len(prefix) > MAX_PATTERN_CHARS):
+        raise bad_argument(
+            "prefix",
+            f"prefix must be a path of at most {MAX_PATTERN_CHARS} characters, like /docs/",
+            "leave it out to stay under the start URL's directory",
+        )
+    checked["prefix"] = prefix
+    for name in ("concurrency", "options", "webhook"):
+        checked[name] = args.get(name)
+    body.update({k: v for k, v in checked.items() if v is not None and v != []})
+    return body
+
+
 def _next_step(job: Mapping[str, JSONValue]) -> str:
     """What to call next for a job in this state: the answer's ``next`` line."""
     status = job.get("status")
@@ -262,6 +387,12 @@ def _job_answer(job: Mapping[str, JSONValue], **extra: JSONValue) -> dict[str, J
 
 
 def _ended(job: Mapping[str, JSONValue]) -> tuple[int, int]:
+    """How far the job is: (targets ended, targets in all); a crawl's (pages done, limit)."""
+    crawl = job.get("crawl")
+    if isinstance(crawl, Mapping):
+        done, limit = crawl.get("done"), crawl.get("limit")
+        if isinstance(done, int) and isinstance(limit, int):
+            return done, limit
     counts = job.get("counts")
     total = job.get("targets_total")
     if not isinstance(counts, Mapping) or not isinstance(total, int):
@@ -303,6 +434,7 @@ class Tools:
             "batch_cancel": self._cancel,
             "batch_retry": self._retry,
             "map": self._map,
+            "crawl": self._crawl,
         }
         handler = handlers.get(name)
         if handler is None:
@@ -353,6 +485,17 @@ class Tools:
         job = await self._wait_for(api, str(submitted["id"]), wait, progress)
         return _job_answer(job, reused=submitted.get("reused", False))
 
+    async def _crawl(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        body = _crawl_body(args)
+        wait = _wait(args)
+        submitted = await api.call("POST", "/v1/crawl", body=body)
+        if not wait:
+            return _job_answer(submitted)
+        job = await self._wait_for(api, str(submitted["id"]), wait, progress)
+        return _job_answer(job, reused=submitted.get("reused", False))
+
     async def _status(
         self, args: Mapping[str, JSONValue], api: Api, progress: Progress
     ) -> dict[str, JSONValue]:
@@ -374,7 +517,8 @@ class Tools:
         job = await api.call("GET", f"/v1/batch/{job_id}")
         if not seconds:
             return job
-        report = _Reporter(progress)
+        crawl = isinstance(job.get("crawl"), Mapping)
+        report = _Reporter(progress, "pages done" if crawl else "targets ended")
         await report(_ended(job))
         if job.get("status") in _TERMINAL:
             return job
@@ -386,7 +530,9 @@ class Tools:
                         job = cast("dict[str, JSONValue]", event.data)
                         await report(_ended(job))
                         return job
-                    ended += 1
+                    # A crawl counts its pages done (of its limit), not the targets ended.
+                    if not crawl or event.data.get("status") == "done":
+                        ended += 1
                     await report((ended, _ended(job)[1]))
         job = await api.call("GET", f"/v1/batch/{job_id}")
         await report(_ended(job))
@@ -457,8 +603,9 @@ class _Reporter:
     may count fewer than the summary did: the count reported only ever grows.
     """
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, counted: str = "targets ended") -> None:
         self._progress = progress
+        self._counted = counted
         self._reported: tuple[int, int] | None = None
 
     async def __call__(self, ended: tuple[int, int]) -> None:
@@ -467,7 +614,7 @@ class _Reporter:
             done = max(done, self._reported[0])
         if (done, total) != self._reported:
             self._reported = (done, total)
-            await self._progress(done, total, f"{done} of {total} targets ended")
+            await self._progress(done, total, f"{done} of {total} {self._counted}")
 
 
 def _fit_map(answer: dict[str, JSONValue], most: int) -> dict[str, JSONValue]:
