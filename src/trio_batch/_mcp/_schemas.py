@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Final, cast
+from typing import Final, cast, get_args
 
-from .._crawl import MAX_DEPTH, MAX_PATTERN_CHARS, MAX_PATTERNS
+from .._crawl import MAX_DEPTH, MAX_PATTERN_CHARS, MAX_PATTERNS, CrawlScope, SitemapUse
 from .._model import JSONValue
 from ..http import MAX_BODY, openapi_document
 
@@ -26,10 +26,6 @@ MAX_LIMIT: Final = 100
 """Largest ``limit`` of ``batch_results``; the byte cap may make a page smaller still."""
 DEFAULT_LIMIT: Final = 10
 """``batch_results``' page size when ``limit`` is left out."""
-CRAWL_SCOPES: Final = ("host", "domain", "prefix")
-"""Where a crawl's links may go (``trio_batch.CrawlSpec.scope``)."""
-CRAWL_SITEMAPS: Final = ("include", "skip", "only")
-"""How a crawl uses the site's sitemaps (``trio_batch.CrawlSpec.sitemaps``)."""
 
 
 def _components() -> dict[str, JSONValue]:
@@ -232,7 +228,7 @@ CRAWL = tool_schema(
         },
         "scope": {
             "type": "string",
-            "enum": list(CRAWL_SCOPES),
+            "enum": list(get_args(CrawlScope)),
             "default": "host",
             "description": "Where links may go: host = the start page's host only (www. is "
             "another host), domain = any host of its registrable domain, prefix = the start "
@@ -253,7 +249,7 @@ CRAWL = tool_schema(
         },
         "sitemaps": {
             "type": "string",
-            "enum": list(CRAWL_SITEMAPS),
+            "enum": list(get_args(SitemapUse)),
             "default": "skip",
             "description": "The site's sitemaps: include = their pages are start pages too, "
             "only = fetch their pages and follow no link, skip = links alone.",

@@ -18,7 +18,6 @@ from typing import Final, cast, final
 
 import trio
 
-from .._crawl import MAX_DEPTH, MAX_PATTERN_CHARS, MAX_PATTERNS
 from .._model import JSONValue
 from . import _schemas as schemas
 from ._api import Api, ApiFailure
@@ -252,110 +251,19 @@ def _cursor(args: Mapping[str, JSONValue]) -> int:
     return int(value)
 
 
-def _whole(
-    args: Mapping[str, JSONValue], name: str, least: int, most: int | None, hint: str
-) -> int | None:
-    """Argument ``name``, a whole number from ``least`` to ``most``; None when left out."""
-    value = args.get(name)
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < least
-        or (most is not None and value > most)
-    ):
-        bounds = f"at least {least}" if most is None else f"from {least} to {most}"
-        raise bad_argument(
-            name, f"{name} must be a whole number {bounds} (got {_shown(value)})", hint
-        )
-    return value
-
-
-def _choice(
-    args: Mapping[str, JSONValue], name: str, choices: tuple[str, ...], default: str
-) -> str | None:
-    """Argument ``name``, one of ``choices``; None when left out (the API's ``default``)."""
-    value = args.get(name)
-    if value is None:
-        return None
-    if value not in choices:
-        words = ", ".join(choices[:-1]) + f" or {choices[-1]}"
-        raise bad_argument(
-            name,
-            f"{name} must be {words} (got {_shown(value)})",
-            f"pass one of {words}, or leave {name} out for {default}",
-        )
-    return str(value)
-
-
-def _patterns(args: Mapping[str, JSONValue], name: str) -> list[JSONValue] | None:
-    """Argument ``name``: a list of path globs, as many and as long as a crawl allows."""
-    value = args.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise bad_argument(
-            name,
-            f'{name} must be a list of path globs (strings), like ["/docs/**"]',
-            f"pass a list, or leave {name} out",
-        )
-    if len(value) > MAX_PATTERNS:
-        raise bad_argument(
-            name,
-            f"{name} has {len(value)} patterns; a crawl takes at most {MAX_PATTERNS}",
-            "merge patterns with ** (any characters) or * (any characters but /)",
-        )
-    if any(not p or len(str(p)) > MAX_PATTERN_CHARS for p in value):
-        raise bad_argument(
-            name,
-            f"each of {name}'s patterns must be 1 to {MAX_PATTERN_CHARS} characters long",
-            "shorten the long ones with ** (any characters), and drop empty ones",
-        )
-    return list(value)
-
-
-def _shown(value: JSONValue) -> str:
-    """An argument's value in an error, cut short (a client's value could be anything)."""
-    text = encode(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _crawl_body(args: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
-    """The body of ``POST /v1/crawl`` of the crawl tool's arguments, checked first.
-
-    What only the server knows (its cap on ``limit``, on ``concurrency``; a URL it refuses; the
-    options) the API checks: its error names the field.
-    """
-    body: dict[str, JSONValue] = {"url": args.get("url")}
-    checked: dict[str, JSONValue] = {
-        "limit": _whole(
-            args, "limit", 1, None, "pass the number of pages to store, or leave it out for 100"
-        ),
-        "max_depth": _whole(
-            args,
-            "max_depth",
-            0,
-            MAX_DEPTH,
-            "0 is the start page alone, 1 adds its links; leave it out for 3",
-        ),
-        "scope": _choice(args, "scope", schemas.CRAWL_SCOPES, "host"),
-        "include": _patterns(args, "include"),
-        "exclude": _patterns(args, "exclude"),
-        "sitemaps": _choice(args, "sitemaps", schemas.CRAWL_SITEMAPS, "skip"),
-    }
-    prefix = args.get("prefix")
-    if prefix is not None and (not isinstance(prefix, str) or len(prefix) > MAX_PATTERN_CHARS):
-        raise bad_argument(
-            "prefix",
-            f"prefix must be a path of at most {MAX_PATTERN_CHARS} characters, like /docs/",
-            "leave it out to stay under the start URL's directory",
-        )
-    checked["prefix"] = prefix
-    for name in ("concurrency", "options", "webhook"):
-        checked[name] = args.get(name)
-    body.update({k: v for k, v in checked.items() if v is not None and v != []})
-    return body
+_CRAWL_FIELDS: Final = (
+    "limit",
+    "max_depth",
+    "scope",
+    "prefix",
+    "include",
+    "exclude",
+    "sitemaps",
+    "concurrency",
+    "options",
+    "webhook",
+)
+"""The crawl tool's arguments that are fields of ``POST /v1/crawl``'s body, as they are."""
 
 
 def _next_step(job: Mapping[str, JSONValue]) -> str:
@@ -488,7 +396,9 @@ class Tools:
     async def _crawl(
         self, args: Mapping[str, JSONValue], api: Api, progress: Progress
     ) -> dict[str, JSONValue]:
-        body = _crawl_body(args)
+        # The API checks every field (and the server's caps), its errors naming the field.
+        body: dict[str, JSONValue] = {"url": args.get("url")}
+        body.update({k: args[k] for k in _CRAWL_FIELDS if args.get(k) is not None})
         wait = _wait(args)
         submitted = await api.call("POST", "/v1/crawl", body=body)
         if not wait:
