@@ -39,7 +39,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trio_batch import Config, open_engine
+from trio_batch import Config, FetchFunc, SiteGuide, open_engine
 from trio_batch._cli._mcp import TOOL_NAMES as CLI_TOOL_NAMES
 from trio_batch._cli._settings import Settings
 from trio_batch.http import KeyRecord, KeyRing, add_key, create_app, hash_key, serve
@@ -145,8 +145,12 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def open_served(tmp_path: Path) -> AsyncIterator[Served]:
-    """``serve`` on a free port with two callers, alice and bob; its ``/mcp`` URL and keys."""
+async def open_served(
+    tmp_path: Path, allow_net: tuple[str, ...] = ("127.0.0.1/32",)
+) -> AsyncIterator[Served]:
+    """``serve`` on a free port with two callers, alice and bob; its ``/mcp`` URL and keys.
+
+    Its fetcher may reach ``allow_net``."""
     from trio_batch._cli._service import run_service
 
     keys = tmp_path / "keys.toml"
@@ -158,7 +162,7 @@ async def open_served(tmp_path: Path) -> AsyncIterator[Served]:
         keys=str(keys),
         port=0,
         access_log=False,
-        allow_net=("127.0.0.1/32",),
+        allow_net=allow_net,
         log_level="warning",
     )
     async with trio.open_nursery() as nursery:
@@ -205,7 +209,7 @@ class Progress:
 
 
 async def check_tool_list(client: Client) -> None:
-    """The seven tools, each with a valid JSON Schema that accepts and refuses what it should."""
+    """The tools, each with a valid JSON Schema that accepts and refuses what it should."""
     listed = await client.list_tools()
     schemas = {tool.name: tool.input_schema for tool in listed.tools}
 
@@ -338,20 +342,24 @@ def recording(app: ASGIApp, requests: list[str]) -> ASGIApp:
 
 @contextlib.asynccontextmanager
 async def in_process(
-    fetch: ScriptedFetch,
+    fetch: FetchFunc,
     *,
     cap: int,
     config: Config | None = None,
     requests: list[str] | None = None,
     hints: dict[str, str] | None = None,
+    site_guide: SiteGuide | None = None,
 ) -> AsyncIterator[Client]:
     """The tools over an engine on ``fetch``, every answer at most ``cap`` bytes.
 
-    The API's requests are appended to ``requests``; ``hints`` replace the tools' own.
+    The API's requests are appended to ``requests``; ``hints`` replace the tools' own; the
+    engine reads robots.txt and sitemaps through ``site_guide``.
     """
     from trio_batch._mcp import SERVER_HINTS, Tools, build_server, open_api
 
-    async with open_engine(MemoryStore(), fetch, config or Config(targets_per_job=50)) as engine:
+    async with open_engine(
+        MemoryStore(), fetch, config or Config(targets_per_job=50), site_guide=site_guide
+    ) as engine:
         app = create_app(engine, _keys(), fetch=fetch, precheck=lambda url: None)
         async with open_api(
             key=KEY, app=recording(app, [] if requests is None else requests)

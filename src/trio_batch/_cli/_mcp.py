@@ -50,6 +50,7 @@ TOOL_NAMES = (
     "batch_cancel",
     "batch_retry",
     "map",
+    "crawl",
 )
 """The tools, as ``--help`` names them (without importing the SDK, which may be missing)."""
 

@@ -1,10 +1,10 @@
 """The MCP room: an MCP server over the HTTP API, for agents (``pip install 'trio-batch[mcp]'``).
 
-Seven tools (``fetch``, ``batch_submit``, ``batch_status``, ``batch_results``, ``batch_cancel``,
-``batch_retry``, ``map``; ``_tools``), each a request of the HTTP API as the calling agent's
-caller, so the API's guard, caps, keys and isolation hold as they are (``_api``, over one pool
-per door and :mod:`trio_batch.client`'s error reader and events stream; in-process answers
-stream through ``_inprocess``); their input schemas come from the OpenAPI document's
+Eight tools (``fetch``, ``batch_submit``, ``batch_status``, ``batch_results``, ``batch_cancel``,
+``batch_retry``, ``map``, ``crawl``; ``_tools``), each a request of the HTTP API as the calling
+agent's caller, so the API's guard, caps, keys and isolation hold as they are (``_api``, over
+one pool per door and :mod:`trio_batch.client`'s error reader and events stream; in-process
+answers stream through ``_inprocess``); their input schemas come from the OpenAPI document's
 components (``_schemas``); every answer fits a byte cap (``_cap``); the SDK's server and its two
 transports are in ``_server``: :func:`serve_stdio` for ``trio-batch mcp`` and
 :class:`McpEndpoint` for ``/mcp`` on ``serve``. See docs/mcp.md.

@@ -1,4 +1,4 @@
-"""The MCP server: the official SDK's low-level ``Server`` with the seven tools, on two transports.
+"""The MCP server: the official SDK's low-level ``Server`` with the eight tools, on two transports.
 
 Everything that speaks the protocol is the SDK's (``mcp``): the JSON-RPC framing, the
 handshake and protocol versions, ``tools/list`` and ``tools/call``, progress notifications, the
@@ -52,8 +52,9 @@ INSTRUCTIONS: Final = (
     "results (concurrency fetches several at once, each site still at its polite pace). Then "
     "batch_status (wait for the end, with progress) and batch_results (a page of targets at a "
     "time, with a cursor). batch_cancel stops a job; batch_retry runs its failed targets "
-    "again; map lists a site's URLs to submit. Options narrow a page: grep, question, pages, "
-    "jq. Every error carries a hint saying what to do."
+    "again; map lists a site's URLs to submit; crawl fetches a site by following its links, as "
+    "a job of exactly limit pages. Options narrow a page: grep, question, pages, jq. Every "
+    "error carries a hint saying what to do."
 )
 
 ApiFor = Callable[

@@ -1,4 +1,4 @@
-"""The seven tools: what each asks the HTTP API, and how its answer is shaped for a model.
+"""The eight tools: what each asks the HTTP API, and how its answer is shaped for a model.
 
 Each tool is one or a few requests of the API (``_api``) as the calling agent's own caller, so
 the guard, the caps, the keys and each caller's isolation are the API's, and so is every error:
@@ -146,6 +146,24 @@ TOOLS: Final = (
         schemas.MAP,
         read_only=True,
     ),
+    Tool(
+        "crawl",
+        "Crawl a site: fetch its start page, then the pages its links lead to (and theirs, up "
+        "to max_depth links deep), as one batch job that ends with exactly limit pages stored "
+        "done (or fewer, when no link is left). Use it when you have a site rather than a list "
+        "of URLs, or need more than one level of links; use map then batch_submit to choose "
+        "the URLs yourself. Links stay on the start page's host unless scope says domain or "
+        "prefix; include and exclude are path globs like /docs/**; sitemaps = include starts "
+        "from the site's sitemaps too. A page reached under several URLs is fetched once, and "
+        "robots.txt is obeyed. options shape every page, as batch_submit's do. Answers the "
+        "job id at once (wait = seconds to wait for the end, with progress); then the batch "
+        "tools work on it: batch_status shows its crawl (pages done of limit, links skipped "
+        "by reason), batch_results reads the pages (meta.crawl: each page's depth and the "
+        "page that found it), batch_cancel stops it. "
+        f"{_ERRORS_HELP} A limit over the server's cap names the cap: ask for fewer pages.",
+        schemas.CRAWL,
+        read_only=False,
+    ),
 )
 """Every tool, in the order ``tools/list`` shows them."""
 
@@ -233,6 +251,21 @@ def _cursor(args: Mapping[str, JSONValue]) -> int:
     return int(value)
 
 
+_CRAWL_FIELDS: Final = (
+    "limit",
+    "max_depth",
+    "scope",
+    "prefix",
+    "include",
+    "exclude",
+    "sitemaps",
+    "concurrency",
+    "options",
+    "webhook",
+)
+"""The crawl tool's arguments that are fields of ``POST /v1/crawl``'s body, as they are."""
+
+
 def _next_step(job: Mapping[str, JSONValue]) -> str:
     """What to call next for a job in this state: the answer's ``next`` line."""
     status = job.get("status")
@@ -262,6 +295,12 @@ def _job_answer(job: Mapping[str, JSONValue], **extra: JSONValue) -> dict[str, J
 
 
 def _ended(job: Mapping[str, JSONValue]) -> tuple[int, int]:
+    """How far the job is: (targets ended, targets in all); a crawl's (pages done, limit)."""
+    crawl = job.get("crawl")
+    if isinstance(crawl, Mapping):
+        done, limit = crawl.get("done"), crawl.get("limit")
+        if isinstance(done, int) and isinstance(limit, int):
+            return done, limit
     counts = job.get("counts")
     total = job.get("targets_total")
     if not isinstance(counts, Mapping) or not isinstance(total, int):
@@ -303,6 +342,7 @@ class Tools:
             "batch_cancel": self._cancel,
             "batch_retry": self._retry,
             "map": self._map,
+            "crawl": self._crawl,
         }
         handler = handlers.get(name)
         if handler is None:
@@ -353,6 +393,19 @@ class Tools:
         job = await self._wait_for(api, str(submitted["id"]), wait, progress)
         return _job_answer(job, reused=submitted.get("reused", False))
 
+    async def _crawl(
+        self, args: Mapping[str, JSONValue], api: Api, progress: Progress
+    ) -> dict[str, JSONValue]:
+        # The API checks every field (and the server's caps), its errors naming the field.
+        body: dict[str, JSONValue] = {"url": args.get("url")}
+        body.update({k: args[k] for k in _CRAWL_FIELDS if args.get(k) is not None})
+        wait = _wait(args)
+        submitted = await api.call("POST", "/v1/crawl", body=body)
+        if not wait:
+            return _job_answer(submitted)
+        job = await self._wait_for(api, str(submitted["id"]), wait, progress)
+        return _job_answer(job, reused=submitted.get("reused", False))
+
     async def _status(
         self, args: Mapping[str, JSONValue], api: Api, progress: Progress
     ) -> dict[str, JSONValue]:
@@ -374,7 +427,8 @@ class Tools:
         job = await api.call("GET", f"/v1/batch/{job_id}")
         if not seconds:
             return job
-        report = _Reporter(progress)
+        crawl = isinstance(job.get("crawl"), Mapping)
+        report = _Reporter(progress, "pages done" if crawl else "targets ended")
         await report(_ended(job))
         if job.get("status") in _TERMINAL:
             return job
@@ -386,7 +440,9 @@ class Tools:
                         job = cast("dict[str, JSONValue]", event.data)
                         await report(_ended(job))
                         return job
-                    ended += 1
+                    # A crawl counts its pages done (of its limit), not the targets ended.
+                    if not crawl or event.data.get("status") == "done":
+                        ended += 1
                     await report((ended, _ended(job)[1]))
         job = await api.call("GET", f"/v1/batch/{job_id}")
         await report(_ended(job))
@@ -457,8 +513,9 @@ class _Reporter:
     may count fewer than the summary did: the count reported only ever grows.
     """
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, counted: str = "targets ended") -> None:
         self._progress = progress
+        self._counted = counted
         self._reported: tuple[int, int] | None = None
 
     async def __call__(self, ended: tuple[int, int]) -> None:
@@ -467,7 +524,7 @@ class _Reporter:
             done = max(done, self._reported[0])
         if (done, total) != self._reported:
             self._reported = (done, total)
-            await self._progress(done, total, f"{done} of {total} targets ended")
+            await self._progress(done, total, f"{done} of {total} {self._counted}")
 
 
 def _fit_map(answer: dict[str, JSONValue], most: int) -> dict[str, JSONValue]:
