@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ import httpx2
 import jsonschema
 import trio
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -391,3 +393,20 @@ async def open_endpoint(fetch: ScriptedFetch, config: Config | None = None) -> A
         )
         async with served_at(app) as port:
             yield f"http://127.0.0.1:{port}/mcp"
+
+
+MCP = [sys.executable, "-c", "from trio_batch._cli import entry; entry()", "mcp"]
+"""The ``trio-batch mcp`` command, as the installed script runs it."""
+
+
+def command(tmp_path: Path, *args: str) -> list[str]:
+    """``trio-batch mcp`` on a store in ``tmp_path``, allowed to reach 127.0.0.1."""
+    return [*MCP, "--db", str(tmp_path / "mcp.sqlite"), "--allow-net", "127.0.0.1/32", *args]
+
+
+@contextlib.asynccontextmanager
+async def stdio_client(cmd: list[str], env: dict[str, str] = ENV) -> AsyncIterator[Client]:
+    """An MCP client session over stdio with ``cmd`` (a child process it owns)."""
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env)
+    async with Client(params, read_timeout_seconds=300) as client:
+        yield client

@@ -5,8 +5,8 @@ In-process (the SDK's in-process client over an app of ``create_app``) on a fake
 pages link to each other, and over ``/mcp`` on ``serve`` and ``trio-batch mcp`` on the local
 trap site of ``bench/crawl_site.py`` (real fetcher, robots.txt and sitemaps read).
 
-The crawl itself is ``POST /v1/crawl`` of the HTTP API, which comes with the API's crawl door
-(and ``BatchClient.crawl``, from the same change): the tests that crawl are skipped without it.
+The tool is a request to ``POST /v1/crawl`` of the HTTP API, as every tool is to its route: the
+API's checks, caps and hints are the tool's.
 """
 
 from __future__ import annotations
@@ -21,20 +21,21 @@ import pytest
 import trio
 from bench.crawl_site import CrawlSite, serve_crawl_site
 
-from tests.mcp.support import Progress, call, in_process, mcp_client, open_served
-from tests.mcp.test_stdio import command, stdio_client
+from tests.mcp.support import (
+    Progress,
+    call,
+    command,
+    in_process,
+    mcp_client,
+    open_served,
+    stdio_client,
+)
 from trio_batch import Caller, Config, Result, Target
 from trio_batch._cli._mcp import LOCAL_HINTS
-from trio_batch.client import BatchClient
 from trio_batch.testing import ScriptedFetch
 
 CAP = 48 * 1024
 SITE = "https://site.example.test"
-
-needs_the_crawl_door = pytest.mark.skipif(
-    not hasattr(BatchClient, "crawl"),
-    reason="the API's crawl door (POST /v1/crawl, BatchClient.crawl) is not here yet",
-)
 
 
 class TreeSite:
@@ -131,7 +132,6 @@ async def test_the_tools_own_arguments_are_refused_before_any_request() -> None:
     assert "POST /v1/crawl" not in requests
 
 
-@needs_the_crawl_door
 async def test_bad_arguments_are_tool_errors_with_hints_and_the_server_carries_on() -> None:
     """A limit of 0 or over the server's cap, an unknown scope, 33 patterns ...: each a short
     bad_request tool error naming the argument, with a hint; the next call is answered as
@@ -154,7 +154,6 @@ async def test_bad_arguments_are_tool_errors_with_hints_and_the_server_carries_o
     assert "page 0" == cast("dict[str, object]", fetched["result"])["content"]
 
 
-@needs_the_crawl_door
 async def test_a_crawl_ends_with_exactly_its_limit_and_the_job_tools_follow_it() -> None:
     """crawl with wait answers the ended job: exactly limit pages done, progress in pages done
     of the limit; batch_status shows its crawl object, batch_results its pages with meta.crawl,
@@ -193,7 +192,6 @@ async def test_a_crawl_ends_with_exactly_its_limit_and_the_job_tools_follow_it()
     assert [p for p, _ in progress.seen] == sorted(p for p, _ in progress.seen)
 
 
-@needs_the_crawl_door
 async def test_a_limit_over_the_servers_cap_names_the_cap() -> None:
     """A limit over Config.max_crawl_pages is the API's bad_request naming the cap; the
     server then admits a crawl within it."""
@@ -209,7 +207,6 @@ async def test_a_limit_over_the_servers_cap_names_the_cap() -> None:
     assert within["id"]
 
 
-@needs_the_crawl_door
 async def test_a_busy_caller_is_told_the_flags_of_trio_batch_mcp() -> None:
     """A crawl past the local user's live jobs is caller_busy, its hint naming trio-batch
     mcp's --jobs-per-caller (never serve's)."""
@@ -253,7 +250,6 @@ async def crawl_the_site(client: Any, site: CrawlSite, limit: int) -> dict[str, 
     return job
 
 
-@needs_the_crawl_door
 @pytest.mark.slow
 async def test_a_crawl_over_mcp_on_serve(tmp_path: Path, crawl_site: CrawlSite) -> None:
     """Over /mcp on serve (the web fetcher, robots.txt and sitemaps): a crawl of the local trap
@@ -265,7 +261,6 @@ async def test_a_crawl_over_mcp_on_serve(tmp_path: Path, crawl_site: CrawlSite) 
         await crawl_the_site(client, crawl_site, 30)
 
 
-@needs_the_crawl_door
 @pytest.mark.slow
 async def test_a_crawl_over_trio_batch_mcp(tmp_path: Path, crawl_site: CrawlSite) -> None:
     """trio-batch mcp's own engine reads sitemaps (its site guide): a crawl of the local trap

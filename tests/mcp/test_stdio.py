@@ -7,7 +7,6 @@ in it on a SQLite store in the test's folder, allowed to reach the local pages o
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import subprocess
@@ -22,32 +21,21 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.mcp.support import (
     ENV,
+    MCP,
     TOOL_NAMES,
     Site,
     call,
     check_tool_errors,
+    command,
     open_served,
     open_site,
+    stdio_client,
     walk_the_tools,
 )
 
 pytestmark = pytest.mark.slow
 
-MCP = [sys.executable, "-c", "from trio_batch._cli import entry; entry()", "mcp"]
-"""The ``trio-batch mcp`` command, as the installed script runs it."""
 ANSWER_BYTES = 8192
-
-
-def command(tmp_path: Path, *args: str) -> list[str]:
-    """``trio-batch mcp`` on a store in ``tmp_path``, allowed to reach 127.0.0.1."""
-    return [*MCP, "--db", str(tmp_path / "mcp.sqlite"), "--allow-net", "127.0.0.1/32", *args]
-
-
-@contextlib.asynccontextmanager
-async def stdio_client(cmd: list[str], env: dict[str, str] = ENV) -> AsyncIterator[Client]:
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env)
-    async with Client(params, read_timeout_seconds=300) as client:
-        yield client
 
 
 @pytest.fixture

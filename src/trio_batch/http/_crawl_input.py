@@ -97,7 +97,8 @@ def parse_crawl(
         min(_default("limit"), max_pages),
         1,
         max_pages,
-        f"pages to store; at most {max_pages:,}, the server's --max-crawl-pages",
+        f"pages to store; at most {max_pages:,}, the server's max_crawl_pages setting "
+        "(serve --max-crawl-pages, or TRIO_BATCH_MAX_CRAWL_PAGES)",
     )
     max_depth = _whole(
         body,

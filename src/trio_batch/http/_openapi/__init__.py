@@ -2,9 +2,10 @@
 
 One module per part of the document: ``parts`` (the pieces every part is built from: references,
 error answers, query parameters, the shared 401/404/500/503), ``schemas`` (the components: what
-the API reads and answers), ``paths`` (one operation per route) and ``streams`` (the two
-streams of a job, whose operations ``paths`` lists). They import one another one way only
-(``paths`` and ``schemas`` from ``parts``, ``paths`` from ``streams``), and only public names.
+the API reads and answers), ``crawls`` (a crawl's request, progress and answer: components too),
+``paths`` (one operation per route) and ``streams`` (the two streams of a job, whose operations
+``paths`` lists). They import one another one way only (``paths``, ``schemas`` and ``crawls``
+from ``parts``, ``crawls`` from ``schemas``, ``paths`` from ``streams``), and only public names.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import copy
 
 from ..._model import JSONValue
+from .crawls import CRAWL_SCHEMAS
 from .paths import paths
 from .schemas import SCHEMAS
 
@@ -41,7 +43,7 @@ def openapi_document(
         "security": [{"bearer": []}],
         "paths": paths(kib=max_body // 1024, with_fetch=with_fetch, with_map=with_map),
         "components": {
-            "schemas": dict(SCHEMAS),
+            "schemas": {**SCHEMAS, **CRAWL_SCHEMAS},
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

@@ -8,10 +8,8 @@ fields of ``trio_batch.Options`` (via the same table ``_parse`` checks requests 
 from __future__ import annotations
 
 from ..._config import DEFAULT_CONCURRENCY
-from ..._crawl import MAX_DEPTH, MAX_PATTERN_CHARS, MAX_PATTERNS, SKIP_REASONS
 from ..._headers import ALLOWED_HEADERS, MAX_HEADER_CHARS
 from ..._model import JSONValue
-from .._crawl_input import SCOPES, SITEMAP_USES
 from .._errors import CODES
 from .._parse import OPTION_TYPES
 from .parts import JOB_STATUSES, TARGET_STATES, ref
@@ -33,7 +31,7 @@ URL_PATTERN = (
 URLs a schema can tell from the ones the guard refuses (a private address, ``localhost``, a
 name that resolves to one: those are 400, or 403 when fetched, whatever the document says)."""
 
-_URL: dict[str, JSONValue] = {
+URL: dict[str, JSONValue] = {
     "type": "string",
     "minLength": 1,
     "maxLength": 2048,
@@ -190,7 +188,7 @@ SCHEMAS: dict[str, JSONValue] = {
         "required": ["url"],
         "properties": {
             "url": {
-                **_URL,
+                **URL,
                 "description": "An absolute http(s) URL of a public host, at most 2,048 "
                 "characters, without credentials.",
             },
@@ -215,7 +213,7 @@ SCHEMAS: dict[str, JSONValue] = {
                 "minItems": 1,
                 "items": {
                     "anyOf": [
-                        {**_URL, "description": "A URL alone: a target without options."},
+                        {**URL, "description": "A URL alone: a target without options."},
                         ref("TargetIn"),
                     ]
                 },
@@ -247,7 +245,7 @@ SCHEMAS: dict[str, JSONValue] = {
         "required": ["url"],
         "properties": {
             "url": {
-                **_URL,
+                **URL,
                 "description": "An absolute http(s) URL of a public host (a target's checks).",
             },
             "events": {
@@ -505,7 +503,7 @@ SCHEMAS["MapIn"] = {
     "example": {"url": "https://example.org/", "limit": 100},
     "properties": {
         "url": {
-            **_URL,
+            **URL,
             "description": "The site's start page: an absolute http(s) URL on a public host.",
         },
         "limit": {
@@ -551,111 +549,3 @@ SCHEMAS["SiteMap"] = {
     },
     "additionalProperties": False,
 }
-_PATTERNS: dict[str, JSONValue] = {
-    "type": "array",
-    "maxItems": MAX_PATTERNS,
-    "items": {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN_CHARS},
-}
-SCHEMAS["CrawlIn"] = {
-    "type": "object",
-    "description": "A crawl: a job whose targets grow by following links from `url` (see "
-    "docs/crawl.md). Unknown fields are a 400.",
-    "required": ["url"],
-    "example": {"url": "https://example.org/docs/", "limit": 100, "scope": "prefix"},
-    "properties": {
-        "url": {
-            **_URL,
-            "description": "The start page (depth 0): an absolute http(s) URL on a public host.",
-        },
-        "limit": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 10_000,
-            "default": 100,
-            "description": "Pages to store done (failed pages are recorded, not counted); at "
-            "most the server's max_crawl_pages (10,000 by default): over it, a 400.",
-        },
-        "max_depth": {
-            "type": "integer",
-            "minimum": 0,
-            "maximum": MAX_DEPTH,
-            "default": 3,
-            "description": "Links followed from the start page: 0 is the start page alone, 1 "
-            "the start page and its links.",
-        },
-        "scope": {
-            "enum": list(SCOPES),
-            "default": "host",
-            "description": "Where links may go: the start page's host (`www.` is another "
-            "host), its registrable domain, or a path prefix.",
-        },
-        "prefix": {
-            "type": "string",
-            "maxLength": MAX_PATTERN_CHARS,
-            "description": "With scope prefix: the path prefix (empty: the start page's "
-            "directory). With another scope, a 400.",
-        },
-        "include": {
-            **_PATTERNS,
-            "description": "Globs on the path (and ?query): a page must match one (`*` within "
-            "a segment, `**` across).",
-        },
-        "exclude": {
-            **_PATTERNS,
-            "description": "Globs on the path: a page matching one is skipped.",
-        },
-        "sitemaps": {
-            "enum": list(SITEMAP_USES),
-            "default": "skip",
-            "description": "The site's sitemaps as seeds: skip them, include them with the "
-            "start page, or only them.",
-        },
-        "concurrency": {
-            "type": "integer",
-            "minimum": 1,
-            "default": DEFAULT_CONCURRENCY,
-            "description": "Pages fetched at once, each within its host's budget (at most the "
-            "server's max_concurrency). Left out: the server's default_concurrency.",
-        },
-        "options": {
-            **OPTIONS,
-            "description": "A target's options, applied to every page (robots on unless they "
-            "say otherwise); no Cookie or Authorization header (a 400).",
-        },
-        "webhook": ref("WebhookIn"),
-    },
-    "additionalProperties": False,
-}
-SCHEMAS["Crawl"] = {
-    "type": "object",
-    "description": "A crawl's progress, in the answers of a job that is one (a batch's have "
-    "no `crawl`): its bounds, pages stored done, and the URLs it did not follow, by reason.",
-    "required": ["limit", "max_depth", "done", "skipped"],
-    "properties": {
-        "limit": {"type": "integer", "minimum": 1},
-        "max_depth": {"type": "integer", "minimum": 0},
-        "done": {"type": "integer", "minimum": 0},
-        "skipped": {
-            "type": "object",
-            "required": list(SKIP_REASONS),
-            "properties": {reason: {"type": "integer", "minimum": 0} for reason in SKIP_REASONS},
-            "additionalProperties": False,
-        },
-    },
-    "additionalProperties": False,
-}
-
-
-def _crawled(submitted: JSONValue) -> JSONValue:
-    """The answer to a crawl: the submit's answer (``submitted``) with its ``crawl`` always."""
-    assert isinstance(submitted, dict)
-    required = submitted["required"]
-    assert isinstance(required, list)
-    return {
-        **submitted,
-        "description": "The answer to a crawl: a submit's answer and the crawl's object.",
-        "required": [*required, "crawl"],
-    }
-
-
-SCHEMAS["Crawled"] = _crawled(SCHEMAS["Submitted"])
