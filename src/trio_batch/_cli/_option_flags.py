@@ -38,7 +38,8 @@ def add_option_arguments(parser: argparse.ArgumentParser, *, crawl: bool = False
         "--render",
         action="store_true",
         default=None,
-        help=f"load every page{'' if crawl else ' that does not say'} in a headless Chromium and shape the DOM its "
+        help=f"load {'every page' if crawl else 'every page that does not say'} in a headless "
+        "Chromium and shape the DOM its "
         "scripts built (for pages that answer 'Loading...')",
     )
     parser.add_argument(
