@@ -78,9 +78,12 @@ DEFAULT_LIMIT = 100
 DEFAULT_MAX_DEPTH = 3
 DEFAULT_CONCURRENCY = 4
 DEFAULT_MAX_CRAWL_PAGES = Config().max_crawl_pages
-_READ_PAGE = 1000  # a crawl's stored targets read at once to write their lines
+_READ_PAGE = 100  # a crawl's targets read at once to write their lines (most are pending)
 _FLUSH_SECONDS = 30.0  # writing the stored lines after an interrupt: bounded, never stuck
 _WAKE_SECONDS = 1.0  # the longest the loop waits for a change before it looks again
+_FLUSH_EVERY = 0.05  # the shortest time between two reads of the stored lines (a busy crawl
+# stores a page every few milliseconds: its lines are written in batches, still at once to a
+# reader)
 
 
 # -- the flags ----------------------------------------------------------------------------------
@@ -408,6 +411,7 @@ async def _follow(
     """Write the crawl's lines as its pages are stored, until it ends."""
     read = functools.partial(_read, engine)
     while True:
+        next_flush = trio.current_time() + _FLUSH_EVERY
         event = changed()
         row = await engine.job(writer.job_id)
         await writer.flush(read)
@@ -418,6 +422,7 @@ async def _follow(
         view.status = row.status.value
         with trio.move_on_after(_WAKE_SECONDS):
             await event.wait()
+        await trio.sleep_until(next_flush)
 
 
 async def _read(engine: BatchEngine, job_id: str, after: int) -> list[TargetStatus]:
