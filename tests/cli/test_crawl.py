@@ -284,12 +284,13 @@ class TestProcess:
     async def test_a_reader_that_goes_away_ends_it_quietly(
         self, nursery: trio.Nursery, tmp_path: Path
     ) -> None:
-        """`trio-batch crawl URL --limit 50 | head -3`: three lines, then the command ends by
-        itself with the status of a writer SIGPIPE ended and no traceback."""
-        site = await serve_crawl_site(nursery, 100)
+        """`trio-batch crawl URL --limit N | head -3`: three lines, then the command ends by
+        itself with the status of a writer SIGPIPE ended and no traceback. (N is 150: its
+        lines are more than a pipe's buffer holds, so a write fails after the reader left.)"""
+        site = await serve_crawl_site(nursery, 200)
         read_end, write_end = os.pipe()
         proc = await trio.lowlevel.open_process(
-            [*CLI, *_args(site.start, "--limit", "50", *LOOPBACK, "--progress", "off")],
+            [*CLI, *_args(site.start, "--limit", "150", *LOOPBACK, "--progress", "off")],
             cwd=tmp_path,
             env=CLEAN_ENV,
             stdout=write_end,
