@@ -68,7 +68,7 @@ def test_sample_runs(
     exec(code, {"__name__": "__main__"})
 
 
-@pytest.mark.parametrize("command", ["run", "status", "results", "demo", "map", "retry"])
+@pytest.mark.parametrize("command", ["run", "status", "results", "demo", "map", "retry", "crawl"])
 def test_the_cli_reference_lists_every_option(command: str) -> None:
     """docs/cli.md names every visible option of the commands it documents."""
     parser = build_parser()

@@ -17,7 +17,19 @@ from collections.abc import Sequence
 # Each module defines register(subparsers) and sets a `func(args) -> int` default on its parser.
 # A module whose optional dependencies are missing still registers, and its func says what to
 # install.
-SUBCOMMANDS = ("demo", "run", "retry", "status", "jobs", "timeline", "serve", "keys", "mcp", "map")
+SUBCOMMANDS = (
+    "demo",
+    "run",
+    "retry",
+    "status",
+    "jobs",
+    "timeline",
+    "serve",
+    "keys",
+    "mcp",
+    "map",
+    "crawl",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

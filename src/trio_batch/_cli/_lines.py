@@ -148,9 +148,7 @@ class LineWriter:
 
     @staticmethod
     def _line(idx: int, target: TargetStatus) -> dict[str, JSONValue]:
-        line = target_line(idx, target)
-        line["hint"] = cli_hint(target.url, target.error, target.hint)
-        return line
+        return result_line(idx, target)
 
     async def _targets(
         self, job: Job, read: Callable[[str], Awaitable[Snapshot | None]]
@@ -160,6 +158,54 @@ class LineWriter:
             snap = await read(job.id) if job.id else None
             self._snapshots[key] = None if snap is None else {t.idx: t for t in snap.targets}
         return self._snapshots[key]
+
+
+def result_line(idx: int, target: TargetStatus) -> dict[str, JSONValue]:
+    """A stored target's line as ``run`` and ``crawl`` write it, the hint in the command line's
+    words."""
+    line = target_line(idx, target)
+    line["hint"] = cli_hint(target.url, target.error, target.hint)
+    return line
+
+
+ReadAfter = Callable[[str, int], Awaitable[Sequence[TargetStatus]]]
+"""``read(job_id, after)``: a page of the job's targets after index ``after``, in index order."""
+
+
+@final
+class StoredLines:
+    """Writes one line per finished target of one growing job (a crawl), in index order, as soon
+    as it and every target before it are stored.
+
+    The job's targets are read a page at a time after the last one written, so memory does not
+    grow with the job. A target that is not finished holds back the lines after it until it is;
+    a removed target (a crawl's duplicate) leaves no line. ``done`` and ``failed`` count the
+    lines written.
+    """
+
+    def __init__(self, out: Callable[[str], None], job_id: str) -> None:
+        self._out = out
+        self.job_id = job_id
+        self.after = -1
+        """The index of the last target written."""
+        self.done = 0
+        self.failed = 0
+
+    async def flush(self, read: ReadAfter) -> None:
+        """Write every line that is ready."""
+        while True:
+            page = await read(self.job_id, self.after)
+            for target in page:
+                if target.status not in (TargetState.DONE, TargetState.FAILED):
+                    return
+                if target.status == TargetState.DONE:
+                    self.done += 1
+                else:
+                    self.failed += 1
+                self._out(dump_line(result_line(target.idx, target)))
+                self.after = target.idx
+            if not page:
+                return
 
 
 def _lost_line(idx: int, target: Target) -> dict[str, JSONValue]:

@@ -21,14 +21,16 @@ from ._output import UsageError
 FORMATS_EXAMPLE = "markdown,links,metadata"
 
 
-def add_option_arguments(parser: argparse.ArgumentParser) -> None:
+def add_option_arguments(parser: argparse.ArgumentParser, *, crawl: bool = False) -> None:
     """``--formats``, ``--render``, ``--robots`` and ``--header``, each for every line that does
-    not say."""
+    not say; with ``crawl``, for every page of a crawl (which obeys robots.txt unless
+    ``--no-robots``)."""
+    each = "every page" if crawl else "every line that does not say"
     parser.add_argument(
         "--formats",
         type=formats_list,
         metavar="A,B",
-        help="the formats of every line that does not say, comma-separated, e.g. "
+        help=f"the formats of {each}, comma-separated, e.g. "
         f"{FORMATS_EXAMPLE} (the first text-like one is the content: markdown, text, html, "
         "raw; links and metadata go in meta)",
     )
@@ -36,7 +38,8 @@ def add_option_arguments(parser: argparse.ArgumentParser) -> None:
         "--render",
         action="store_true",
         default=None,
-        help="load every page that does not say in a headless Chromium and shape the DOM its "
+        help=f"load {'every page' if crawl else 'every page that does not say'} in a headless "
+        "Chromium and shape the DOM its "
         "scripts built (for pages that answer 'Loading...')",
     )
     parser.add_argument(
@@ -44,7 +47,10 @@ def add_option_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="obey each site's robots.txt (a disallowed URL fails without a request; a "
-        "Crawl-delay spaces the host) for every line that does not say",
+        "Crawl-delay spaces the host) for every line that does not say"
+        if not crawl
+        else "obey the site's robots.txt (on by default for a crawl: a disallowed page is "
+        "skipped without a request, a Crawl-delay spaces the host); --no-robots ignores it",
     )
     parser.add_argument(
         "--header",
@@ -52,8 +58,9 @@ def add_option_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar='"NAME: VALUE"',
-        help="a request header for every line that does not send one of that name "
-        "(repeatable): Accept, Accept-Language, Authorization, Cookie, Referer, User-Agent",
+        help="a request header for "
+        + ("every page" if crawl else "every line that does not send one of that name")
+        + " (repeatable): Accept, Accept-Language, Authorization, Cookie, Referer, User-Agent",
     )
 
 

@@ -54,6 +54,9 @@ class JobView:
     status: str = "queued"
     current: str = ""
     """The URL of the target being fetched now, or empty."""
+    polled: bool = True
+    """:meth:`ProgressTracker.poll` reads its counts; False: its command sets them (a crawl's
+    job, too large to read whole every few seconds)."""
 
     @property
     def finished(self) -> int:
@@ -113,16 +116,17 @@ class ProgressTracker:
 
         return observed
 
-    def add_job(self, job_id: str, label: str, total: int) -> JobView:
-        """Follow a submitted job; ``label`` is what its line shows (e.g. the caller)."""
-        view = self.jobs[job_id] = JobView(job_id, label, total)
+    def add_job(self, job_id: str, label: str, total: int, *, polled: bool = True) -> JobView:
+        """Follow a submitted job; ``label`` is what its line shows (e.g. the caller).
+        ``polled=False``: the caller keeps the view's counts and status."""
+        view = self.jobs[job_id] = JobView(job_id, label, total, polled=polled)
         self.total = max(self.total, sum(v.total for v in self.jobs.values()))
         return view
 
     async def poll(self, engine: BatchEngine) -> None:
         """Read the live jobs' snapshots and the engine's statistics."""
         for view in list(self.jobs.values()):
-            if not view.live:
+            if not view.live or not view.polled:
                 continue
             try:
                 snap = await engine.status(view.id)

@@ -297,7 +297,7 @@ def fetched_again(target: Target) -> Target:
     return dataclasses.replace(target, options=dataclasses.replace(target.options, max_age=0))
 
 
-def _fresh_caller() -> Caller:
+def fresh_caller() -> Caller:
     """A caller of its own for ``run --fresh``.
 
     The engine reuses a caller's identical job (SPEC §3.1), and only the caller's name takes
@@ -350,13 +350,15 @@ async def _plan(
     return items, jobs
 
 
-def _config_waking_on_change(
-    tracker: ProgressTracker, *, job_size: int, jobs: int, workers: int
+def waking_config(
+    tracker: ProgressTracker, **fields: Any
 ) -> tuple[Config, Callable[[], trio.Event]]:
-    """The run's engine config, and ``changed()``: an event set when a job or a target changes.
+    """A command's engine config of ``fields``, and ``changed()``: an event set when a job or a
+    target changes.
 
-    The run loop waits on it: a job that ended frees a slot for the next, and a stored target
-    may be the next line to write.
+    The command's loop waits on it: a job that ended frees a slot for the next, and a stored
+    target may be the next line to write. Every result stays until the command has written it
+    (no eviction for bytes); the tracker counts the targets.
     """
     event = trio.Event()
 
@@ -378,17 +380,77 @@ def _config_waking_on_change(
         event.set()
 
     config = Config(
-        targets_per_job=job_size,
-        jobs_per_caller=jobs,
-        jobs_total=jobs,
-        workers=workers,
-        max_workers=workers,
-        max_concurrency=max(workers, Config().max_concurrency),
-        # Every result stays until this run has written it: no eviction for bytes.
         max_bytes=sys.maxsize,
         hooks=dataclasses.replace(tracker_hooks, job=on_job, target=on_target),
+        **fields,
     )
     return config, changed
+
+
+def web_fetch_factory(
+    *, workers: int, host_concurrency: int, cache: bool
+) -> Callable[
+    [ServiceStore, Sequence[IPNetwork]], contextlib.AbstractAsyncContextManager[WebFetch]
+]:
+    """The web fetcher as ``run`` and ``crawl`` open it: ``workers`` fetches at once, at most
+    ``host_concurrency`` to one host, a response cache in the store only with ``cache``."""
+    return functools.partial(
+        open_web_fetch,
+        slots=workers,
+        cache=cache,
+        budget=HostBudget(concurrency=host_concurrency),
+    )
+
+
+FetchFactory = Callable[
+    [ServiceStore, Sequence[IPNetwork]],
+    contextlib.AbstractAsyncContextManager[FetchFunc | WebFetch],
+]
+"""``fetch_factory(store, allow)``: opens a command's fetch function (the web fetcher's, or a
+test's)."""
+
+
+@contextlib.asynccontextmanager
+async def open_cli_engine(
+    store: ServiceStore,
+    fetch_factory: FetchFactory,
+    allow: Sequence[IPNetwork],
+    config: Config,
+    tracker: ProgressTracker,
+) -> AsyncIterator[BatchEngine]:
+    """An engine on ``store`` with the fetch function ``fetch_factory`` opens, its host budget
+    and site guide when it is the web fetcher's, every fetch shown by ``tracker``."""
+    async with (
+        fetch_factory(store, allow) as opened,
+        open_engine(
+            store, tracker.wrap(fetch_of(opened)), config, **politeness_of(opened)
+        ) as engine,
+    ):
+        tracker.engine = engine
+        try:
+            yield engine
+        finally:
+            tracker.engine = None
+
+
+@contextlib.asynccontextmanager
+async def interruptible(handle_sigint: bool = True) -> AsyncIterator[trio.CancelScope]:
+    """A scope the first Ctrl-C (SIGINT) cancels (a second cancels at once: see
+    :func:`watch_signals`); after the block, its ``cancelled_caught`` says whether it was.
+
+    An exception group of one exception comes out as that exception.
+    """
+    try:
+        with trio.CancelScope() as scope, contextlib.ExitStack() as signal_stack:
+            async with trio.open_nursery() as nursery:
+                if handle_sigint:
+                    signals = signal_stack.enter_context(trio.open_signal_receiver(signal.SIGINT))
+                    nursery.start_soon(watch_signals, signals, lambda _: scope.cancel(), scope)
+                yield scope
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise_single_exception_from_group(group)
+        raise
 
 
 async def run_batch(
@@ -402,11 +464,7 @@ async def run_batch(
     workers: int = 4,
     allow: Sequence[IPNetwork] = (),
     progress: ProgressMode = "auto",
-    fetch_factory: Callable[
-        [ServiceStore, Sequence[IPNetwork]],
-        contextlib.AbstractAsyncContextManager[FetchFunc | WebFetch],
-    ]
-    | None = None,
+    fetch_factory: FetchFactory | None = None,
     handle_sigint: bool = True,
     redirect_stdout: bool = False,
     on_submit: Callable[[str], None] = lambda job_id: None,
@@ -435,11 +493,8 @@ async def run_batch(
         targets = [fetched_again(t) for t in targets]
     if fetch_factory is None:
         recover = any(t.options.recover for t in targets)
-        fetch_factory = functools.partial(
-            open_web_fetch,
-            slots=workers,
-            cache=recover,
-            budget=HostBudget(concurrency=host_concurrency),
+        fetch_factory = web_fetch_factory(
+            workers=workers, host_concurrency=host_concurrency, cache=recover
         )
         check = precheck_func(allow)
     else:
@@ -448,58 +503,43 @@ async def run_batch(
         check = precheck
     tracker = ProgressTracker(total=len(targets))
     tracker.phase = "checking"
-    config, changed = _config_waking_on_change(
-        tracker, job_size=job_size, jobs=jobs, workers=workers
+    config, changed = waking_config(
+        tracker,
+        targets_per_job=job_size,
+        jobs_per_caller=jobs,
+        jobs_total=jobs,
+        workers=workers,
+        max_workers=workers,
+        max_concurrency=max(workers, Config().max_concurrency),
     )
     batch: list[Job] = []
     writer: LineWriter | None = None
-    try:
-        with trio.CancelScope() as scope, contextlib.ExitStack() as signal_stack:
-            async with trio.open_nursery() as nursery:
-                if handle_sigint:
-                    signals = signal_stack.enter_context(trio.open_signal_receiver(signal.SIGINT))
-                    nursery.start_soon(watch_signals, signals, lambda _: scope.cancel(), scope)
-                async with show_progress(
-                    tracker, None, stream=err, mode=progress, redirect_stdout=redirect_stdout
-                ):
-                    items, batch = await _plan(targets, check, job_size, tracker)
-                    writer = LineWriter(out, items)
-                    tracker.phase = "submitting"
-                    async with open_cli_store(db, server_flag=True) as store:
-                        try:
-                            async with (
-                                fetch_factory(store, allow) as opened,
-                                open_engine(
-                                    store,
-                                    tracker.wrap(fetch_of(opened)),
-                                    config,
-                                    **politeness_of(opened),
-                                ) as engine,
-                            ):
-                                tracker.engine = engine
-                                try:
-                                    await _run_jobs(
-                                        engine,
-                                        batch,
-                                        jobs,
-                                        tracker,
-                                        changed,
-                                        writer,
-                                        on_submit,
-                                        _fresh_caller() if fresh else CALLER,
-                                    )
-                                    await tracker.poll(engine)
-                                finally:
-                                    tracker.engine = None
-                        finally:
-                            # After an interrupt the engine has failed the live jobs; write
-                            # what finished, even while being cancelled, but not forever.
-                            with trio.move_on_after(_FLUSH_SECONDS, shield=True):
-                                await writer.flush(store.snapshot, partial=True)
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        raise_single_exception_from_group(group)
-        raise
+    async with (
+        interruptible(handle_sigint) as scope,
+        show_progress(tracker, None, stream=err, mode=progress, redirect_stdout=redirect_stdout),
+    ):
+        items, batch = await _plan(targets, check, job_size, tracker)
+        writer = LineWriter(out, items)
+        tracker.phase = "submitting"
+        async with open_cli_store(db, server_flag=True) as store:
+            try:
+                async with open_cli_engine(store, fetch_factory, allow, config, tracker) as engine:
+                    await _run_jobs(
+                        engine,
+                        batch,
+                        jobs,
+                        tracker,
+                        changed,
+                        writer,
+                        on_submit,
+                        fresh_caller() if fresh else CALLER,
+                    )
+                    await tracker.poll(engine)
+            finally:
+                # After an interrupt the engine has failed the live jobs; write what
+                # finished, even while being cancelled, but not forever.
+                with trio.move_on_after(_FLUSH_SECONDS, shield=True):
+                    await writer.flush(store.snapshot, partial=True)
     return _summary(
         err,
         targets,
@@ -588,14 +628,14 @@ def _reused_note(
     return note + "\n"
 
 
-def _is_terminal(stream: IO[str]) -> bool:
+def is_terminal(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
 
 
-def _open_for_writing(path: str, what: str) -> IO[str]:
+def open_for_writing(path: str, what: str) -> IO[str]:
     try:
         return open(path, "w", encoding="utf-8")
     except OSError as exc:
@@ -611,10 +651,10 @@ def main(args: argparse.Namespace) -> int:
                 raise UsageError(f"{args.file} has no URLs; write one URL a line")
             out_file = None
             if args.out != "-":
-                out_file = files.enter_context(_open_for_writing(args.out, "--out"))
+                out_file = files.enter_context(open_for_writing(args.out, "--out"))
             ids_file = None
             if args.ids:
-                ids_file = files.enter_context(_open_for_writing(args.ids, "--ids"))
+                ids_file = files.enter_context(open_for_writing(args.ids, "--ids"))
         except UsageError as exc:
             sys.stderr.write(f"trio-batch run: {exc}\n")
             return EXIT_USAGE
@@ -644,7 +684,7 @@ def main(args: argparse.Namespace) -> int:
                     workers=args.workers,
                     allow=args.allow_net,
                     progress=args.progress,
-                    redirect_stdout=out_file is None and _is_terminal(sys.stdout),
+                    redirect_stdout=out_file is None and is_terminal(sys.stdout),
                     on_submit=on_submit,
                     out_name=args.out if out_file is not None else "",
                     fresh=args.fresh,
