@@ -30,7 +30,6 @@ from .support import CLI
 
 pytest.importorskip("httpx")  # the web fetcher
 
-from trio_batch.client import BatchClient
 
 LOOPBACK = ["--allow-net", "127.0.0.0/8"]
 
@@ -350,10 +349,6 @@ class TestProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not hasattr(BatchClient, "crawl"),
-    reason="client.crawl and POST /v1/crawl arrive with the HTTP door (branch crawlhttp)",
-)
 class TestServer:
     async def test_crawl_on_a_server_prints_its_pages(
         self, nursery: trio.Nursery, tmp_path: Path

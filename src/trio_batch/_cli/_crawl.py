@@ -571,8 +571,6 @@ async def crawl_remote(
     options = cast("dict[str, object]", spec.options.to_json())
     try:
         async with remote_client(args) as client:
-            if not hasattr(client, "crawl"):
-                raise UsageError("this trio-batch's client cannot crawl; upgrade trio-batch")
             submitted = await client.crawl(
                 spec.url,
                 limit=args.limit,
