@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Final, cast, get_args
+from typing import Final, cast
 
-from .._crawl import MAX_DEPTH, MAX_PATTERN_CHARS, MAX_PATTERNS, CrawlScope, SitemapUse
 from .._model import JSONValue
 from ..http import MAX_BODY, openapi_document
 
@@ -201,16 +200,18 @@ MAP = tool_schema(
 )
 
 
-_PATTERNS: dict[str, JSONValue] = {
-    "type": "array",
-    "maxItems": MAX_PATTERNS,
-    "items": {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN_CHARS},
-}
+def _crawl_property(name: str, description: str) -> JSONValue:
+    """Property ``name`` of ``POST /v1/crawl``'s body (its type and bounds, one copy), told
+    as an agent needs it."""
+    schema = _property("CrawlIn", name)
+    assert isinstance(schema, dict)
+    return {**schema, "description": description}
+
 
 CRAWL = tool_schema(
     {
         "url": _url_schema(),
-        "limit": {
+        "limit": {  # no maximum: the server's cap is its operator's (the API names it)
             "type": "integer",
             "minimum": 1,
             "default": 100,
@@ -218,42 +219,31 @@ CRAWL = tool_schema(
             "runs out of links). Failed pages are listed but do not count. At most the "
             "server's cap (10,000 unless its operator set another).",
         },
-        "max_depth": {
-            "type": "integer",
-            "minimum": 0,
-            "maximum": MAX_DEPTH,
-            "default": 3,
-            "description": "How many links deep to follow: 0 is the start page alone, 1 the "
-            "start page and its links.",
-        },
-        "scope": {
-            "type": "string",
-            "enum": list(get_args(CrawlScope)),
-            "default": "host",
-            "description": "Where links may go: host = the start page's host only (www. is "
-            "another host), domain = any host of its registrable domain, prefix = the start "
-            "page's host under a path prefix (prefix; left out: the start URL's directory).",
-        },
-        "prefix": {
-            "type": "string",
-            "description": "The path a prefix-scoped crawl stays under, like /docs/.",
-        },
-        "include": {
-            **_PATTERNS,
-            "description": "Path globs a page must match one of (* = any characters but /, "
-            "** = any characters), like /docs/**. Left out: every path in scope.",
-        },
-        "exclude": {
-            **_PATTERNS,
-            "description": "Path globs no page may match, like **/print/**.",
-        },
-        "sitemaps": {
-            "type": "string",
-            "enum": list(get_args(SitemapUse)),
-            "default": "skip",
-            "description": "The site's sitemaps: include = their pages are start pages too, "
-            "only = fetch their pages and follow no link, skip = links alone.",
-        },
+        "max_depth": _crawl_property(
+            "max_depth",
+            "How many links deep to follow: 0 is the start page alone, 1 the start page and "
+            "its links.",
+        ),
+        "scope": _crawl_property(
+            "scope",
+            "Where links may go: host = the start page's host only (www. is another host), "
+            "domain = any host of its registrable domain, prefix = the start page's host under "
+            "a path prefix (prefix; left out: the start URL's directory).",
+        ),
+        "prefix": _crawl_property(
+            "prefix", "The path a prefix-scoped crawl stays under, like /docs/."
+        ),
+        "include": _crawl_property(
+            "include",
+            "Path globs a page must match one of (* = any characters but /, ** = any "
+            "characters), like /docs/**. Left out: every path in scope.",
+        ),
+        "exclude": _crawl_property("exclude", "Path globs no page may match, like **/print/**."),
+        "sitemaps": _crawl_property(
+            "sitemaps",
+            "The site's sitemaps: include = their pages are start pages too, only = fetch "
+            "their pages and follow no link, skip = links alone.",
+        ),
         "concurrency": _property("BatchIn", "concurrency"),
         "options": {
             **ref("Options"),

@@ -251,17 +251,8 @@ def _cursor(args: Mapping[str, JSONValue]) -> int:
     return int(value)
 
 
-_CRAWL_FIELDS: Final = (
-    "limit",
-    "max_depth",
-    "scope",
-    "prefix",
-    "include",
-    "exclude",
-    "sitemaps",
-    "concurrency",
-    "options",
-    "webhook",
+_CRAWL_FIELDS: Final = tuple(
+    k for k in cast("dict[str, object]", schemas.CRAWL["properties"]) if k not in ("url", "wait")
 )
 """The crawl tool's arguments that are fields of ``POST /v1/crawl``'s body, as they are."""
 
