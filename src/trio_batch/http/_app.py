@@ -61,6 +61,7 @@ from ._parse import (
     MAX_INT,
     OptionsCheckFunc,
     PrecheckFunc,
+    check_fields,
     check_target,
     check_text,
     parse_batch,
@@ -610,15 +611,7 @@ def _parse_map(body: object) -> tuple[str, int, bool, bool | None]:
             'send {"url": "https://example.org/", "limit": 1000}',
             field="body",
         )
-    for name in body:
-        if name not in _MAP_FIELDS:
-            raise ApiError(
-                400,
-                f"{shown(name)} is not a field; the body has the fields url, limit, same_host "
-                "and robots",
-                "remove the field",
-                field=shown(name),
-            )
+    check_fields(body, _MAP_FIELDS)
     url = body.get("url")
     if not isinstance(url, str) or not url:
         raise ApiError(

@@ -19,6 +19,7 @@ from ._errors import ApiError
 from ._parse import (
     OptionsCheckFunc,
     PrecheckFunc,
+    check_fields,
     check_target,
     check_text,
     parse_concurrency,
@@ -74,14 +75,7 @@ def parse_crawl(
             f"send {_EXAMPLE}",
             field="body",
         )
-    for name in body:
-        if name not in CRAWL_FIELDS:
-            raise ApiError(
-                400,
-                f"{shown(name)} is not a field; the body has the fields {', '.join(CRAWL_FIELDS)}",
-                "remove the field",
-                field=shown(name),
-            )
+    check_fields(body, CRAWL_FIELDS)
     url = body.get("url")
     if not isinstance(url, str) or not url:
         raise ApiError(

@@ -311,6 +311,20 @@ def sealed(caller: str, target: Target) -> Target:
     return Target(target.url, dataclasses.replace(target.options, headers=headers))
 
 
+def check_fields(body: Mapping[str, object], fields: tuple[str, ...]) -> None:
+    """A 400 naming the first field of a request ``body`` that is not one of ``fields``, with
+    the fields it has: a misspelt field is never silently ignored."""
+    for name in body:
+        if name not in fields:
+            raise ApiError(
+                400,
+                f"{shown(name)} is not a field; the body has the fields "
+                f"{', '.join(fields[:-1])} and {fields[-1]}",
+                "remove the field",
+                field=shown(name),
+            )
+
+
 def parse_batch(data: object) -> list[Target]:
     """The targets of a submit body ``{"targets": [...]}``."""
     if not isinstance(data, dict):
@@ -320,15 +334,7 @@ def parse_batch(data: object) -> list[Target]:
             'send {"targets": [{"url": "https://example.org/"}]}',
             field="body",
         )
-    for name in data:
-        if name not in _BATCH_FIELDS:  # the webhook: _webhook_input
-            raise ApiError(
-                400,
-                f"{shown(name)} is not a field; the body has the fields targets, webhook, "
-                "concurrency and robots",
-                "remove the field",
-                field=shown(name),
-            )
+    check_fields(data, _BATCH_FIELDS)  # the webhook: _webhook_input
     if "targets" not in data:
         raise ApiError(
             400,
