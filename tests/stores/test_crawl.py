@@ -147,6 +147,31 @@ class TestOneCrawl:
         assert info.skipped["duplicate"] >= 1  # /40#x is /40
         assert [f"{SITE}/40", f"{SITE}/41"] == [t.url for t in snap_only.targets]
 
+    async def test_robots_txt_is_asked_once_a_link_and_every_time_it_refuses(
+        self, store: Store
+    ) -> None:
+        """A link robots.txt allowed is not asked about again when the next page links it too
+        (each page links itself, found first by its parent); a disallowed link that every page
+        has is asked about, and counted ``robots``, every time."""
+        site = TreeSite(pages=15)  # and a link to /private on every page
+
+        async def fetch(caller: Caller, target: Target) -> Result:
+            result = await site(caller, target)
+            links = [*result.meta["links"], {"url": f"{SITE}/private", "text": ""}]
+            return Result(result.content, {**result.meta, "links": links})
+
+        guide = CountingGuide(sitemap=[], disallowed={f"{SITE}/private"})
+        async with open_engine(store, fetch, Config(), site_guide=guide) as engine:
+            sub = await engine.crawl(ALICE, "fleet", start(100, max_depth=3))
+            await wait_ended_polling(engine, sub.id)
+            info = await store.crawl_info(sub.id)
+
+        assert info is not None
+        private = f"{SITE}/private"
+        assert info.skipped["robots"] > 1  # each stored page that linked it within max_depth
+        assert guide.asked[private] >= info.skipped["robots"]  # (and removed aliases too)
+        assert [private] == [url for url, n in guide.asked.items() if n > 1]
+
     async def test_a_page_redirected_off_scope_is_not_stored(self, store: Store) -> None:
         """A page whose fetch ended on another host (a redirect off the site) is removed from
         the crawl and counted skipped ``scope``; the crawl's other pages are stored as ever."""
@@ -209,6 +234,17 @@ class Guide:
 
     async def sitemap_urls(self, caller: Caller, url: str, limit: int) -> list[str]:
         return self.sitemap[:limit]
+
+
+@dataclasses.dataclass
+class CountingGuide(Guide):
+    """A :class:`Guide` that counts what it is asked about robots.txt, by URL."""
+
+    asked: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+    async def allows(self, caller: Caller, url: str) -> bool:
+        self.asked[url] += 1
+        return await super().allows(caller, url)
 
 
 def by_url_index(snap: Any, url: str) -> int:

@@ -17,9 +17,9 @@ as it runs.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Protocol, final
+from typing import Final, Protocol, final
 
 from .._config import Config
 from .._crawl import CrawlSpec, Found
@@ -59,6 +59,10 @@ def page_options(spec: CrawlSpec) -> Options:
     return dataclasses.replace(options, mode="", formats=formats, robots=robots)
 
 
+ROBOTS_PASSED: Final = 4096
+"""Keys of links robots.txt allowed that a :class:`CrawlRun` remembers (about 400 KiB)."""
+
+
 @final
 class CrawlRun:
     """What an engine holds of a crawl it runs: its rules, its pages done, its held targets'
@@ -71,6 +75,7 @@ class CrawlRun:
         "more",
         "pages",
         "robots",
+        "robots_passed",
         "rules",
         "spec",
         "wanted_links",
@@ -91,6 +96,24 @@ class CrawlRun:
         """Whether links are followed (not with ``sitemaps="only"``: the sitemaps' pages alone)."""
         self.robots = bool(page_options(spec).robots)
         """Whether links are checked against robots.txt (as its pages are fetched)."""
+        self.robots_passed: OrderedDict[str, None] = OrderedDict()
+        """The keys of links robots.txt allowed lately, the last :data:`ROBOTS_PASSED` of
+        them: a page links what its neighbours link (a menu, a footer), and a key checked a
+        moment ago is not checked again. What reaches the store is the same (the link, for
+        its dedup); only the guard's parse and the robots lookup of a repeat are saved."""
+
+    def allowed_lately(self, key: str) -> bool:
+        """Whether robots.txt allowed ``key`` lately (:attr:`robots_passed`)."""
+        if key in self.robots_passed:
+            self.robots_passed.move_to_end(key)
+            return True
+        return False
+
+    def allowed(self, key: str) -> None:
+        """Remember that robots.txt allowed ``key`` (bounded: the oldest is forgotten)."""
+        self.robots_passed[key] = None
+        if len(self.robots_passed) > ROBOTS_PASSED:
+            self.robots_passed.popitem(last=False)
 
     def room(self, in_flight: int) -> bool:
         """Whether another page may start: pages done and in flight stay under the limit."""
@@ -185,9 +208,11 @@ async def _judge(
             skipped["duplicate"] += 1
             continue
         seen.add(key)
-        if run.robots and web is not None and not await web.allows(caller, url):
-            skipped["robots"] += 1
-            continue
+        if run.robots and web is not None and not run.allowed_lately(key):
+            if not await web.allows(caller, url):
+                skipped["robots"] += 1
+                continue
+            run.allowed(key)
         found.append(Found(fetchable_url(url), key, depth, idx))
     return found, skipped
 
