@@ -158,3 +158,18 @@ class TestWaitingForHosts:
         assert 1 == tracker.waiting
         assert ", 1 waiting for their hosts, " in render_plain(tracker)
         assert "waiting for their hosts 1" in console.export_text()
+
+    def test_no_job_waits_once_every_job_has_ended(self) -> None:
+        """A crawl's view (its caller keeps its status) that ended after the last poll counted
+        it waiting: the last frame says 0, not the stale 1."""
+        tracker = ProgressTracker(total=10, clock=lambda: 0.0)
+        view = tracker.add_job("c1", "crawl", 10, polled=False)
+        view.status, tracker.waiting = "running", 1
+        assert ", 1 waiting for their hosts, " in render_plain(tracker)
+
+        view.status = "done"
+        console = _recording_console()
+        console.print(render_rich(tracker))
+
+        assert ", 0 waiting for their hosts, " in render_plain(tracker)
+        assert "waiting for their hosts 0" in console.export_text()

@@ -157,6 +157,12 @@ class ProgressTracker:
     # -- outputs ----------------------------------------------------------------------------
 
     @property
+    def waiting_now(self) -> int:
+        """Live jobs waiting for their hosts, as last polled; 0 once no job is live (a job
+        whose caller keeps its status, a crawl's, may end after the last poll)."""
+        return self.waiting if any(v.live for v in self.jobs.values()) else 0
+
+    @property
     def done(self) -> int:
         """Targets stored ``done``, as of the last poll."""
         return sum(v.done for v in self.jobs.values())
@@ -220,7 +226,7 @@ def render_plain(tracker: ProgressTracker) -> str:
     return (
         f"trio-batch: {tracker.finished}/{tracker.total} target{plural(tracker.total)} "
         f"({tracker.done} done, {tracker.failed} failed), {tracker.retrying} busy-retrying, "
-        f"{tracker.waiting} waiting for their hosts, "
+        f"{tracker.waiting_now} waiting for their hosts, "
         f"{tracker.rate():.1f}/s, ETA {_duration(tracker.eta())}, {live} live job{plural(live)}, "
         f"{_duration(tracker.elapsed)} elapsed"
     )
@@ -254,7 +260,7 @@ def render_rich(tracker: ProgressTracker, *, max_jobs: int = 12) -> RenderableTy
         ("  retries so far ", "dim"),
         (str(tracker.retries), "yellow"),
         ("  waiting for their hosts ", "dim"),
-        (str(tracker.waiting), "yellow"),
+        (str(tracker.waiting_now), "yellow"),
     )
     parts: list[RenderableType] = [bar, counts]
     phase = _phase_text(tracker)
