@@ -3,6 +3,7 @@ by ``_html``), in one table, and which literal text Markdown must escape."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -178,13 +179,29 @@ def dropped_for(tag: str, attributes: dict[str, str | None]) -> bool:
     if attributes.get("role") in DROP_ROLES:
         return True
 
-    classes = (attributes.get("class") or "").split()
+    classes = attributes.get("class")
     if not classes:
         return False
-    if not DROP_CLASSES.isdisjoint(classes):
+    kind = _class_kind(classes) if len(classes) <= _CACHED_CLASS else _kind_of_class(classes)
+    if kind is _DROPS:
         return True
-    return (
-        tag == "a"
-        and (attributes.get("href") or "").startswith("#")
-        and not PERMALINK_CLASSES.isdisjoint(classes)
-    )
+    return kind is _PERMALINK and tag == "a" and (attributes.get("href") or "").startswith("#")
+
+
+_DROPS: Final = "drops"
+_PERMALINK: Final = "permalink"
+_CACHED_CLASS: Final = 200
+"""Longest class whose kind is remembered (so the cache holds at most 4,096 short strings)."""
+
+
+def _kind_of_class(classes: str) -> str:
+    """What a class says to :func:`dropped_for`: ``_DROPS``, ``_PERMALINK`` or ""."""
+    names = classes.split()
+    if not DROP_CLASSES.isdisjoint(names):
+        return _DROPS
+    return "" if PERMALINK_CLASSES.isdisjoint(names) else _PERMALINK
+
+
+_class_kind = functools.lru_cache(maxsize=4096)(_kind_of_class)
+""":func:`_kind_of_class`, remembered: a page repeats its classes, and the walk asks for
+every element with attributes (the split and the set tests were a tenth of its time)."""
