@@ -22,8 +22,10 @@ Run ``python -m bench.real_pages [--quick]`` alone, or ``python -m bench.run --o
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -315,6 +317,9 @@ def _previous_converter(commit: str) -> Convert | None:
     if module is None:
         return None
     convert: Convert = module.html_to_text
+    if "main_content" in inspect.signature(convert).parameters:
+        # a commit of issue 37 or later: its default is the main content; compare whole pages
+        return functools.partial(convert, main_content=False)
     return convert
 
 
