@@ -33,6 +33,16 @@ _JOB_WORDS = "|".join(["live", *(s.value for s in JobStatus)])
 """What the listing's ``status`` accepts: every job status, and ``live`` for queued and running."""
 
 
+def _job_links() -> dict[str, JSONValue]:
+    """The links from a new job's answer to the routes that follow it (a batch's or a crawl's)."""
+    return {
+        "GetBatch": link("getBatch"),
+        "CancelBatch": link("cancelBatch"),
+        "StreamResults": link("streamResults"),
+        "StreamEvents": link("streamEvents"),
+    }
+
+
 def _submit_batch(kib: int) -> dict[str, JSONValue]:
     """``POST /v1/batch``: ``kib`` is the largest body, as ``create_app``'s ``max_body`` sets it."""
     return {
@@ -48,10 +58,7 @@ def _submit_batch(kib: int) -> dict[str, JSONValue]:
                 ref("Submitted"),
                 "Accepted: a new job, queued.",
                 links={
-                    "GetBatch": link("getBatch"),
-                    "CancelBatch": link("cancelBatch"),
-                    "StreamResults": link("streamResults"),
-                    "StreamEvents": link("streamEvents"),
+                    **_job_links(),
                     # OpenAPI 3.1 wants every link parameter a string: a
                     # runtime expression or a constant ("0" is the first target).
                     "GetTarget": link("getTarget", idx="0"),
@@ -90,12 +97,7 @@ def _submit_crawl(kib: int) -> dict[str, JSONValue]:
             "202": json_answer(
                 ref("Crawled"),
                 "Accepted: a new job, queued.",
-                links={
-                    "GetBatch": link("getBatch"),
-                    "CancelBatch": link("cancelBatch"),
-                    "StreamResults": link("streamResults"),
-                    "StreamEvents": link("streamEvents"),
-                },
+                links=_job_links(),
             ),
             "400": error(
                 "Malformed JSON, an unknown field, a wrong type or a value out of range "
