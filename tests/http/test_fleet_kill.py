@@ -4,7 +4,10 @@ Every job (of concurrency 4: several of its targets claimed at once) is submitte
 same jobs (the fleet's rotation). B is killed with SIGKILL at random points and started again; A is
 stopped once with SIGTERM and started again. Every target must end ``done`` with its own page (no
 result lost), each job's count must equal its targets (none stored twice), a page is fetched again
-only for a fetch a kill or a stop cut short, and a stopped instance must leave no claim behind.
+only for a fetch a kill or a stop cut short (a kill or a stop happened between the two fetches: a
+page cut short by two kills is fetched three times), and a stopped instance must leave no claim
+behind. The claim timeout (3 s) leaves renewals (every second) room on a loaded machine: a
+renewal late by a whole timeout would let another instance take a fetch no kill cut short.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 import trio
 
 from tests.stores.postgres.support import PG_DSN, SKIP_REASON, open_test_schema
-from tests.support import CLEAN_ENV
+from tests.support import CLEAN_ENV, Seen
 from trio_batch.http import add_key
 
 from .support import Server, open_page_site, wait_ended_over_http
@@ -43,6 +46,17 @@ def orphan_claims(schema: str) -> int:
     return int(row[0])
 
 
+def repeats(seen: list[Seen]) -> list[tuple[str, float, float]]:
+    """Each fetch of a page after its first: the path, when it was fetched before, and now."""
+    last: dict[str, float] = {}
+    found = []
+    for request in seen:
+        if request.path in last:
+            found.append((request.path, last[request.path], request.at))
+        last[request.path] = request.at
+    return found
+
+
 @pytest.mark.slow
 async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> None:
     """SIGKILL B at random points and SIGTERM A once: every job ends done, each target stored
@@ -61,7 +75,7 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
             "--port=0",
             f"--db={PG_DSN}",
             f"--pg-schema={schema}",
-            "--pg-claim-timeout=1",
+            "--pg-claim-timeout=3",
             f"--keys={keys_file}",
             "--allow-net=127.0.0.0/8",
             "--workers=2",
@@ -70,6 +84,7 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
         ]
         a, b = Server(args, CLEAN_ENV), Server(args, CLEAN_ENV)
         job_ids: list[str] = []
+        cuts: list[float] = []  # when each kill or stop happened (the site's clock)
         async with a.running() as (proc_a, port_a):
             async with httpx.AsyncClient(
                 base_url=f"http://127.0.0.1:{port_a}", headers=headers
@@ -88,7 +103,9 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
                 async with b.running() as (proc_b, _):
                     await trio.sleep(rng.uniform(0.2, 0.8))  # a random moment mid-batch
                     proc_b.send_signal(signal.SIGKILL)
+                    cuts.append(trio.current_time())
             proc_a.send_signal(signal.SIGTERM)
+            cuts.append(trio.current_time())
             with trio.fail_after(30):
                 await proc_a.wait()
             left_behind = await trio.to_thread.run_sync(orphan_claims, schema)
@@ -115,5 +132,10 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
     # Each kill or stop fetches again at most the targets its 2 workers had in flight (a
     # target claimed ahead and not started is claimed again, not fetched twice).
     assert sum(n - 1 for n in hits.values()) <= (KILLS + 1) * 2, (where, hits.most_common(5))
-    assert max(hits.values()) <= 2, (where, hits.most_common(5))
+    unexplained = [
+        (path, earlier, later)
+        for path, earlier, later in repeats(site.seen)
+        if not any(earlier < cut < later for cut in cuts)
+    ]
+    assert not unexplained, (where, cuts, unexplained)
     assert "Traceback" not in a.log.decode() + b.log.decode()
