@@ -14,8 +14,8 @@ spellings, and the issue's traps), served by a process of its own on 127.0.0.2-4
 - **crawl (CLI)**: ``trio-batch crawl START --limit N`` of the same site, in the same run:
   pages/s against ``run`` (goal >= 0.8x), peak RSS of the N-page crawl against a crawl of N/10
   pages (goal <= 1.5x), pages the site was asked for twice (goal 0) and pages stored past the
-  limit (goal 0). Peak RSS is the child's ``ru_maxrss`` from ``wait4`` (the largest process
-  of the CLI's tree: its extraction workers are reaped by it).
+  limit (goal 0). Peak RSS is the largest ``ru_maxrss`` from ``wait4`` of the CLI and of the
+  shaping fork server it leaves behind (the largest process of the CLI's tree).
 - **crawl (API)**: ``engine.crawl`` on a 500-page site with ``limit`` 200 at ``concurrency``
   8 (the issue's first Done-when): pages stored past the limit or short of it, pages fetched
   twice, disallowed pages fetched, requests off the site (all goals 0).
@@ -47,7 +47,7 @@ import trio
 from trio_batch._crawl import CrawlSpec
 from trio_batch._crawl_rules import CrawlRules, _cached_parts
 
-from ._harness import HERE, Figure, log
+from ._harness import HERE, Figure, adopt_orphans, children_of, log, reap_orphans
 from .crawl_site import CrawlSite, serve_crawl_site
 from .real_pages import _cli as cli_command, wait_quiet
 
@@ -96,11 +96,14 @@ class ChildRun:
 
 def run_child(command: Sequence[str], out: Path, errors: Path) -> ChildRun:
     """Run ``command`` to its end; its result lines are read from ``out`` (JSON a line)."""
+    adopt_orphans()
+    keep = children_of(os.getpid())
     start = time.perf_counter()
     with errors.open("wb") as stderr:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
+    orphans_cpu, orphans_peak = reap_orphans(keep)  # the fork server and its shaping workers
     proc.returncode = os.waitstatus_to_exitcode(status)
     lines = []
     if out.exists():
@@ -111,8 +114,8 @@ def run_child(command: Sequence[str], out: Path, errors: Path) -> ChildRun:
                 continue
     return ChildRun(
         wall=wall,
-        cpu=usage.ru_utime + usage.ru_stime,
-        peak_rss=usage.ru_maxrss * 1024,  # KiB on Linux
+        cpu=usage.ru_utime + usage.ru_stime + orphans_cpu,
+        peak_rss=max(usage.ru_maxrss * 1024, orphans_peak),  # KiB on Linux
         returncode=proc.returncode,
         lines=lines,
     )

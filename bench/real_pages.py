@@ -8,7 +8,8 @@ without ``apt-get`` or the network the workload is skipped with a note. The page
 runs the three modes one after another, so a neighbour's load falls on all three alike.
 
 Each run starts once the machine has been quiet for a second (60 s at most). For each run:
-pages/s (wall), CPU per page (the CLI and its shaping workers, from ``wait4``),
+pages/s (wall), CPU per page (the CLI and its shaping workers, from ``wait4`` of the CLI and of
+the fork server it leaves to this process: ``_harness.adopt_orphans``),
 the CPU that other processes used meanwhile (``/proc/stat`` less ours), and the time to the
 first result line. Then, in this process, the paragraph recall of text and Markdown (the share
 of the pages' ``<p>`` of 60 characters or more whose first 60 letters and digits appear in the
@@ -40,7 +41,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ._harness import HERE, Figure, log
+from ._harness import HERE, Figure, adopt_orphans, children_of, log, reap_orphans
 
 PACKAGES = (
     "python3.11-doc",
@@ -165,6 +166,8 @@ def run_cli(inputs: Path, workdir: Path, label: str, quiet: float = 60.0) -> dic
     ]
     tick = os.sysconf("SC_CLK_TCK")
     waited = wait_quiet(quiet)
+    adopt_orphans()
+    keep = children_of(os.getpid())
     busy = _busy_ticks()
     start = time.perf_counter()
     with (workdir / f"{label}.stderr").open("wb") as errors:
@@ -179,7 +182,8 @@ def run_cli(inputs: Path, workdir: Path, label: str, quiet: float = 60.0) -> dic
         time.sleep(0.005)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
-    cpu = usage.ru_utime + usage.ru_stime
+    orphans_cpu, _ = reap_orphans(keep)  # the fork server and its shaping workers
+    cpu = usage.ru_utime + usage.ru_stime + orphans_cpu
     other = max((_busy_ticks() - busy) / tick - cpu, 0.0)
     lines = out.read_text().splitlines() if out.exists() else []
     done = sum(1 for line in lines if json.loads(line).get("status") == "done")

@@ -288,8 +288,8 @@ async def _fails(fetch: WebFetcher, caller: Caller, target: Target) -> None:
 def test_the_first_fetch_that_may_shape_starts_a_worker(
     settings: dict[str, object], options: Options, expected: int
 ) -> None:
-    """A worker takes 0.3-2 s to start, so one starts beside the first download that may need
-    it (here a text page, shaped in a thread): the next page finds it running. A fetch that
+    """The first worker takes 0.2-2 s to start, so one starts beside the first download that
+    may need it (here a text page, shaped in a thread): the next page finds it running. A fetch that
     cannot need one (mode=raw), or ``shape_warm=False``, starts none."""
 
     async def main() -> int:
@@ -349,19 +349,25 @@ def test_workers_do_not_outlive_the_fetcher() -> None:
 
 
 def _children() -> set[int]:
-    """This process's children but multiprocessing's resource tracker, which the first worker
-    of a process starts beside it, once (a test run alone counted it as a second worker)."""
-    me = str(os.getpid())
-    found = set()
+    """The shaping workers of this process: the children of its fork server (which the first
+    worker of a process starts, once, beside multiprocessing's resource tracker; neither is a
+    worker, and a test run alone counted them)."""
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as stat:
-                    if stat.read().rsplit(")", 1)[1].split()[1] != me:
-                        continue
-                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                    if b"resource_tracker" not in cmdline.read():
-                        found.add(int(entry))
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
-    return found
+    servers = {pid for pid, parent in parents.items() if parent == os.getpid() and _forks(pid)}
+    return {pid for pid, parent in parents.items() if parent in servers}
+
+
+def _forks(pid: int) -> bool:
+    """Whether ``pid`` is multiprocessing's fork server."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"forkserver" in cmdline.read()
+    except OSError:
+        return False

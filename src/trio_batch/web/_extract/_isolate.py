@@ -14,7 +14,11 @@ such work to a ``trio-parallel`` worker process that
 - runs at a lower priority (nice 10), so on a busy machine the event loop gets the CPU first;
 - writes nothing to the service's stdout or stderr (jq prints its errors there).
 
-A dead worker is replaced by the next job (about 0.4 s to start one here). Only work that is
+Workers are forked from a ``multiprocessing`` fork server that has imported this module (the
+shaping code, jq, regex, lexbor) once: a worker then starts in milliseconds with nothing of the
+service's memory, where a spawned one paid a Python start and those imports (about 0.15 s of
+CPU each, 0.3 s for the two workers of every ``trio-batch run``). A dead worker is replaced by
+the next job. Only work that is
 cheap and bounded whatever the bytes say stays in the service, in a thread: decoding text, JSON
 without ``jq``, HTML source (``mode=html``/``raw``, ``formats=["raw"]``), and ``question``
 on at most 64 KiB. Why trio-parallel, and the numbers behind these choices, are in
@@ -27,6 +31,7 @@ import contextlib
 import functools
 import logging
 import math
+import multiprocessing
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -53,6 +58,8 @@ _IDLE_SECONDS: Final = 600.0
 _WARM_CALLER: Final = "\x00warm-up"
 """The pool's name for the warm-up jobs (no caller's name has a NUL)."""
 _GRACE_SECONDS: Final = 5.0
+PRELOADED: Final = (__name__,)
+"""What the fork server imports before it forks a worker: this module, so the shaping code."""
 _LIMIT_HINT: Final = (
     "ask for less: a smaller page (a section, or an API), fewer PDF pages (pages=1-5), "
     "a jq program that keeps fewer values (limit(100; ...)), or a simpler grep pattern"
@@ -313,10 +320,10 @@ class Shaper:
 
     async def warm(self) -> None:
         """Start one worker process now, holding one job slot, so the first job finds it
-        running: a worker takes 0.3-2 s to start (a Python interpreter and the shaping
-        imports), which a short run would otherwise wait for after its first download. The
-        others start when jobs first need them, as before: starting them all at once slowed
-        each (two starts and the service on two cores put the first line later, not earlier).
+        running: the first worker of a process takes 0.2-2 s to start (the fork server's
+        Python interpreter and the shaping imports), which a short run would otherwise wait
+        for after its first download. The others, forked from that server in milliseconds,
+        start when jobs first need them.
 
         A job that comes meanwhile waits for the worker to be ready, or takes another slot.
 
@@ -366,6 +373,17 @@ class Shaper:
         return RuntimeError(f"a shaping worker ended with exit code {code}")
 
 
+def preload_shaping() -> None:
+    """Have ``multiprocessing``'s fork server import the shaping code when it starts.
+
+    The fork server is one per process (``multiprocessing``'s); its preload list is replaced by
+    :data:`PRELOADED`, which takes effect if the server has not started yet (the first worker
+    of the first shaper starts it). A server started earlier by other code forks workers that
+    import the shaping code themselves: slower to start, the same otherwise.
+    """
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOADED))
+
+
 @contextlib.asynccontextmanager
 async def open_shaper(limits: ShapeLimits) -> AsyncIterator[Shaper]:
     """A :class:`Shaper` whose worker processes live as long as the block.
@@ -374,12 +392,14 @@ async def open_shaper(limits: ShapeLimits) -> AsyncIterator[Shaper]:
     for jobs still running in workers (each within its wall time), then ends the idle
     workers; one that does not end within 5 s is killed and logged, never raised.
     """
+    preload_shaping()
     try:
         async with trio_parallel.open_worker_context(
             init=functools.partial(_worker_init, limits.memory),
             retire=_worker_retire,
             idle_timeout=_IDLE_SECONDS,
             grace_period=_GRACE_SECONDS,
+            worker_type=trio_parallel.WorkerType.FORKSERVER,
         ) as context:
             yield Shaper(context, limits)
     except trio_parallel.BrokenWorkerError as exc:
