@@ -14,11 +14,12 @@ import pytest
 import trio
 
 from tests.support import Reply, serve_site, wait_ended
-from tests.web.support import CALLER, LOOPBACK, TEXT, mock_transport
+from tests.web.support import CALLER, HTML, LOOPBACK, TEXT, mock_transport
 from trio_batch import (
     Caller,
     Config,
     HostBudget,
+    Result,
     RetryLater,
     Target,
     TargetState,
@@ -152,6 +153,43 @@ async def test_the_engine_slot_serves_the_target_without_a_second_one() -> None:
     for snap in snaps:
         assert snap is not None
         assert [TargetState.DONE] * 3 == [t.status for t in snap.targets]
+
+
+async def test_a_page_being_shaped_holds_no_slot_of_its_host() -> None:
+    """A target's slot goes back when its body is in, before it is shaped: at a budget of one,
+    the next page's request starts while a long page is still being shaped into text, and the
+    host still sees one request at a time."""
+    host = Host()
+    long_page = "<html><body>" + "<p>A paragraph of a long page.</p>" * 60_000 + "</body></html>"
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        answer = await host.handle(request)
+        if request.url.path == "/long":
+            return httpx.Response(200, text=long_page, headers=HTML)
+        return answer
+
+    ended: dict[str, float] = {}
+    budget = HostBudget(concurrency=1)
+    async with WebFetcher(allow=LOOPBACK, transport=mock_transport(handle), budget=budget) as web:
+
+        async def fetch(caller: Caller, target: Target) -> Result:
+            result = await web(caller, target)
+            ended[target.url] = trio.current_time()
+            return result
+
+        async with open_engine(
+            MemoryStore(), fetch, Config(workers=2), budget=budget, scope=web.scope
+        ) as engine:
+            subs = [
+                await engine.submit(Caller(name), "fleet", [Target(f"http://127.0.0.1:8/{path}")])
+                for name, path in (("a", "long"), ("b", "short"))
+            ]
+            with trio.fail_after(20):
+                await wait_ended(engine, *(sub.id for sub in subs))
+
+    assert 1 == host.most
+    assert 2 == len(host.starts)
+    assert host.starts[1] < ended["http://127.0.0.1:8/long"]  # while the long page was shaped
 
 
 def test_the_scope_is_the_host_and_port_a_refused_url_has_none() -> None:
