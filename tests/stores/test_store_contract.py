@@ -193,6 +193,31 @@ class TestTargets:
         assert snap is not None
         assert (1, Result("first", {"n": 1})) == (snap.job.targets_done, snap.targets[0].result)
 
+    @pytest.mark.parametrize("grouped", [False, True], ids=["apart", "grouped"])
+    async def test_a_running_mark_leaves_a_stored_outcome_alone(
+        self, store: ServiceStore, grouped: bool
+    ) -> None:
+        """A running mark of a target that has its outcome changes nothing, and a second outcome
+        for it counts nothing, stored apart or in one group with the job's last (SQLite and
+        PostgreSQL fold a mark into its outcome's write). Found by the groups machine: the mark
+        re-opened the target, so the job counted 3 targets done of 2 (SQLite) or ended partial
+        with both targets done (memory)."""
+        await store.admit(new_job("j", n=2), LIMITS)
+        await store.finish_target("j", 0, done("first"), 1001.0, 10**9)
+        assert await store.start_target("j", 0, 1002.0)  # the job is live: True
+        items = [("j", 1, done("last")), ("j", 0, FAILED)]
+        if grouped:
+            stored = await store.finish_targets(items, 1002.0, 10**9)
+        else:
+            stored = [await store.finish_target(j, i, o, 1002.0, 10**9) for j, i, o in items]
+        snap = await store.snapshot("j")
+
+        assert [JobStatus.DONE, None] == [getattr(s, "terminal", s) for s in stored]
+        assert snap is not None
+        assert (JobStatus.DONE, 2) == (snap.job.status, snap.job.targets_done)
+        assert [TargetState.DONE] * 2 == [t.status for t in snap.targets]
+        assert Result("first", {"n": 1}) == snap.targets[0].result
+
     async def test_release_puts_target_back(self, store: ServiceStore) -> None:
         """A busy target goes back to pending; a repeat does nothing."""
         await store.admit(new_job("j"), LIMITS)

@@ -268,8 +268,9 @@ class MemoryStore:
         target = row.targets.get(idx)
         if target is None:  # a crawl's duplicate, removed
             return False
-        target.status = TargetState.RUNNING
-        target.started_at = now
+        if target.status in (TargetState.PENDING, TargetState.RUNNING):  # not one with its outcome
+            target.status = TargetState.RUNNING
+            target.started_at = now
         row.status = JobStatus.RUNNING
         row.updated_at = now
         return True

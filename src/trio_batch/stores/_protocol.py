@@ -286,10 +286,12 @@ class Store(Protocol):
         """Mark target ``idx`` running (its ``started_at`` is ``now``) and a queued job running.
 
         Returns False, writing nothing, when the job is no longer live (cancelled, interrupted
-        or gone): the engine then starts nothing more for it. A store may return before the
-        mark is committed (SQLite does), but the mark is then committed no later than the next
-        write, and always before this target's outcome; a store may also drop the mark when the
-        same transaction stores the target's outcome, since no reader could have seen it.
+        or gone): the engine then starts nothing more for it. A target that has its outcome
+        keeps it (the engine never starts one; the mark does nothing to it). A store may return
+        before the mark is committed (SQLite does), but the mark is then committed no later than
+        the next write, and always before this target's outcome; a store may also drop the mark
+        when the same transaction stores the target's outcome, since no reader could have seen
+        it.
         """
         ...
 

@@ -72,6 +72,7 @@ START = Statement(
     ), t AS (
         UPDATE targets SET status = 'running', started_at = %(now)s
         WHERE job_id IN (SELECT id FROM j) AND idx = %(idx)s
+            AND status IN ('pending', 'running')
     )
     SELECT count(*) FROM j
     """,
@@ -94,7 +95,7 @@ START_MANY = Statement(
     ), t AS (
         UPDATE targets SET status = 'running', started_at = m.now FROM m
         WHERE targets.job_id = m.job_id AND targets.idx = m.idx
-            AND m.job_id IN (SELECT id FROM j)
+            AND targets.status IN ('pending', 'running') AND m.job_id IN (SELECT id FROM j)
     )
     SELECT DISTINCT job_id FROM m WHERE job_id NOT IN (SELECT id FROM j)
     """,
@@ -126,11 +127,11 @@ RELEASE = Statement(
 # stored, as below.
 #
 # ``started`` marks items whose running mark the writer dropped (same batch): the statement
-# does the mark's part (a queued job becomes running; a mark re-opens a stored target, as
-# start_target does). ``replay`` (the batch is sent again after a lost connection) turns that
-# re-opening off and reports an item already stored with the same outcome, whose job ended at
-# this very ``now``, as the item that ended it: so a replay of a batch that had committed
-# stores nothing twice and answers as the first run did. Jobs given back to the fleet's rotation
+# does the mark's part (a queued job becomes running; a target that has its outcome keeps it,
+# as with start_target). ``replay`` (the batch is sent again after a lost connection) reports an
+# item already stored with the same outcome, whose job ended at this very ``now``, as the item
+# that ended it: so a replay of a batch that had committed stores nothing twice and answers as
+# the first run did. Jobs given back to the fleet's rotation
 # take their new turns in the order their outcomes came (nt), not in the order of a join.
 FINISH_MANY = Statement(
     "finish_targets",
@@ -152,10 +153,8 @@ FINISH_MANY = Statement(
             hint = v.hint, started_at = coalesce(v.start, tg.started_at), finished_at = %(now)s,
             claim = NULL, claim_until = NULL, busy_since = NULL
         FROM v JOIN targets AS prev ON prev.job_id = v.job_id AND prev.idx = v.idx
-        WHERE tg.job_id = v.job_id AND tg.idx = v.idx AND (
-            tg.status NOT IN ('done', 'failed') OR (v.started AND NOT %(replay)s
-                AND v.job_id IN (SELECT id FROM o WHERE status IN {LIVE_SQL}))
-        ) AND (v.claim = '' OR tg.claim = v.claim)
+        WHERE tg.job_id = v.job_id AND tg.idx = v.idx AND tg.status NOT IN ('done', 'failed')
+            AND (v.claim = '' OR tg.claim = v.claim)
         RETURNING v.ord, v.job_id, v.idx, v.state, v.size, v.claim <> '' AS claimed,
             (v.state = 'failed')::int - (prev.status = 'failed')::int AS failed
     ), r AS (

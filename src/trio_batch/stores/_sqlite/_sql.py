@@ -145,10 +145,12 @@ def _evict(conn: sqlite3.Connection, max_bytes: int, stored: int) -> int:
 def start_targets(conn: sqlite3.Connection, marks: list[tuple[str, int, float]]) -> None:
     """Running marks ``(job_id, idx, now)``, in order: the target and its live job go running.
 
-    A mark of a job that is no longer live writes nothing. Two statements, whatever the number.
+    A mark of a job that is no longer live, or of a target that has its outcome, writes nothing.
+    Two statements, whatever the number.
     """
     conn.executemany(
         "UPDATE targets SET status = 'running', started_at = ?3 WHERE job_id = ?1 AND idx = ?2 "
+        "AND status IN ('pending', 'running') "
         f"AND (SELECT status FROM jobs WHERE id = ?1) IN {LIVE_SQL}",
         marks,
     )
@@ -175,10 +177,10 @@ _STORE = (
     "started_at = coalesce(?, started_at), finished_at = ? "
     "WHERE job_id = ? AND idx = ? AND status NOT IN ('done', 'failed')"
 )
-# ... or whatever it has when its running mark was folded in: the mark would have made it running.
+# ... with the start of its running mark, folded in (a mark leaves a stored outcome alone).
 _STORE_MARKED = (
     "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, started_at = ?, "
-    "finished_at = ? WHERE job_id = ? AND idx = ?"
+    "finished_at = ? WHERE job_id = ? AND idx = ? AND status NOT IN ('done', 'failed')"
 )
 _COUNT = (
     "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ? "
@@ -292,7 +294,7 @@ def _finish_group(
         return None
     get = marked.get
     stored = conn.executemany(
-        _STORE,  # a folded mark made its target running: the guard holds all the same
+        _STORE,  # a folded mark leaves a stored outcome alone: the guard holds all the same
         [
             (o.state.value, o.result_json, o.error, o.hint, get((job_id, idx)), now, job_id, idx)
             for job_id, idx, o in items
