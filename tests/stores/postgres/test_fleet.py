@@ -116,29 +116,36 @@ class ClaimLog:
         store.finish_targets = stored  # type: ignore[method-assign]
 
     def passed_over(self, sizes: dict[str, int]) -> list[tuple[str, str]]:
-        """(waiting job, job served twice): each time a job got two turns while another was
-        waiting all along (live, no target claimed). Jobs of concurrency 1 with ``sizes``
-        targets each; an empty list is an exact round robin of the jobs ready for a turn."""
+        """(waiting job, job served): each time a job got its third turn while another was
+        waiting all along (live, no target claimed), so passed over twice. Jobs of
+        concurrency 1 with ``sizes`` targets each.
+
+        Twice, not once: two instances' claims commit in one order and may be logged in the
+        other, and a claim statement may skip a job whose row another claim holds locked at
+        that moment (``SKIP LOCKED``), so one turn may be seen out of place; a rotation that
+        passes a ready job over again does not come from either.
+        """
         claimed = dict.fromkeys(sizes, 0)
         in_flight = dict.fromkeys(sizes, 0)
         waiting_since: dict[str, int | None] = dict.fromkeys(sizes)
-        last_claim: dict[str, int] = {}
+        claims_at: dict[str, list[int]] = {job: [] for job in sizes}
         found = []
         for at, (what, job) in enumerate(self.events):
             if what == "admitted":  # logged after the submit returned: maybe claimed already
                 if claimed[job] == 0:
                     waiting_since[job] = at
             elif what == "claimed":
-                if job in last_claim:
+                earlier = claims_at[job][-2:-1]  # the claim before the last: two turns ago
+                if earlier:
                     found += [
                         (other, job)
                         for other, since in waiting_since.items()
-                        if other != job and since is not None and since < last_claim[job]
+                        if other != job and since is not None and since < earlier[0]
                     ]
                 claimed[job] += 1
                 in_flight[job] += 1
                 waiting_since[job] = None
-                last_claim[job] = at
+                claims_at[job].append(at)
             else:
                 in_flight[job] -= 1
                 if in_flight[job] == 0 and claimed[job] < sizes[job]:
@@ -173,7 +180,7 @@ class TestOneRotation:
     ) -> None:
         """With more jobs than workers, a job ready for a turn (live, nothing in flight) is
         never passed over twice, whichever instance admitted it and whichever claims: the round
-        robin is the fleet's."""
+        robin is the fleet's (``ClaimLog.passed_over``)."""
         for _ in range(5):  # a race hides from one run
             async with open_schema_copy(pg_dsn) as schema:
                 log, claims = TurnLog(), ClaimLog()

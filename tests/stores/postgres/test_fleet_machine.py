@@ -306,6 +306,7 @@ class FleetMachine(RuleBasedStateMachine):
         self.recorders: list[Recorder] = []
         self.instances: list[Instance] = []
         self.dead: list[str] = []  # instance ids of the engines killed
+        self.replaced = 0  # engines killed or stopped
         self.twins: dict[str, str] = {}  # fleet job id -> the reference's job id
         self.cancelled: set[str] = set()
         self.submits = 0
@@ -440,6 +441,7 @@ class FleetMachine(RuleBasedStateMachine):
         """
         instance = self.instances.pop(victim % len(self.instances))
         rec = instance.recorder
+        self.replaced += 1
 
         async def stop() -> None:
             if mid_fetch:
@@ -495,7 +497,10 @@ class FleetMachine(RuleBasedStateMachine):
             stored = sum(t.status in STORED for t in snap.targets)
             assert stored == snap.job.targets_done, job_id
 
-        assert len(fleet) == sum(rec.terminal() for rec in self.recorders)
+        # Each job's end is heard once; an engine killed or stopped right after the store took
+        # a job's last outcome (a queued write commits) is gone before its hook runs.
+        heard = sum(rec.terminal() for rec in self.recorders)
+        assert heard == len(fleet) if not self.replaced else heard <= len(fleet)
         ends = Counter(url for _, url, event in list(self.fetch.log) if event == "end")
         assert all(n <= 2 for n in ends.values()), ends
 
