@@ -150,7 +150,8 @@ class FleetTurns:
         """Claim as many turns as workers wait for (and a few ahead); hand them over in order.
 
         When the fleet has fewer turns ready than workers wait, it sleeps until the store
-        hears of a change (a notification) or for ``_FLEET_POLL`` at most. A store error is
+        hears of a change (a notification) or for ``_FLEET_POLL`` at most; with enough turns
+        held, until a worker asks for one, or for ``_FLEET_POLL`` at most too. A store error is
         logged and tried again after a backoff; the workers just wait meanwhile.
         """
         rules = None if self._budget is None else self._budget.rules
@@ -158,7 +159,12 @@ class FleetTurns:
         while True:
             want = min(self._turns_wanted(), _MAX_CLAIMS)
             if want <= 0:
-                await self._wants_work.wait()
+                # Bounded as the dry wait is: a worker woken for a job it then cannot take (the
+                # job was dropped meanwhile) parks again without asking for work, and the
+                # turns wanted were counted while that job stood ready (a claimer asleep with a
+                # job pending in the fleet and an idle worker: seen on PostgreSQL under load).
+                with trio.move_on_after(_FLEET_POLL):
+                    await self._wants_work.wait()
                 self._wants_work = trio.Event()
                 continue
             t0 = trio.current_time()
