@@ -182,6 +182,10 @@ _STORE_MARKED = (
     "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, started_at = ?, "
     "finished_at = ? WHERE job_id = ? AND idx = ? AND status NOT IN ('done', 'failed')"
 )
+# The job's part of a running mark folded into an outcome that did not store (a repeat).
+_MARK_JOB = (
+    f"UPDATE jobs SET status = 'running', updated_at = ? WHERE id = ? AND status IN {LIVE_SQL}"
+)
 _COUNT = (
     "UPDATE jobs SET targets_done = targets_done + 1, bytes = bytes + ?, updated_at = ? "
     "WHERE id = ? RETURNING caller, status, targets_total, targets_done"
@@ -358,6 +362,8 @@ def _finish_one(
             idx,
         ),
     ).rowcount:
+        if marked:  # a repeat: the folded mark still does its job's part, as start_targets
+            conn.execute(_MARK_JOB, (started, job_id))
         return None, None
     size = result.size
     caller, status, total, done = conn.execute(
