@@ -131,8 +131,8 @@ RELEASE = Statement(
 # as with start_target). ``replay`` (the batch is sent again after a lost connection) reports an
 # item already stored with the same outcome, whose job ended at this very ``now``, as the item
 # that ended it: so a replay of a batch that had committed stores nothing twice and answers as
-# the first run did. Jobs given back to the fleet's rotation
-# take their new turns in the order their outcomes came (nt), not in the order of a join.
+# the first run did. Jobs given back to the fleet's rotation take their new turns in the order
+# their outcomes came (nt), not in the order of a join.
 FINISH_MANY = Statement(
     "finish_targets",
     f"""

@@ -18,8 +18,8 @@ Workers are forked from a ``multiprocessing`` fork server that has imported this
 shaping code, jq, regex, lexbor) once: a worker then starts in milliseconds with nothing of the
 service's memory, where a spawned one paid a Python start and those imports (about 0.15 s of
 CPU each, 0.3 s for the two workers of every ``trio-batch run``). A dead worker is replaced by
-the next job. Only work that is
-cheap and bounded whatever the bytes say stays in the service, in a thread: decoding text, JSON
+the next job. Only work that is cheap and bounded whatever the bytes say stays in the service,
+in a thread: decoding text, JSON
 without ``jq``, HTML source (``mode=html``/``raw``, ``formats=["raw"]``), and ``question``
 on at most 64 KiB. Why trio-parallel, and the numbers behind these choices, are in
 ``docs/web.md``.
