@@ -5,8 +5,6 @@ from __future__ import annotations
 import random
 from typing import Any, NoReturn, TypeVar
 
-import trio
-
 T = TypeVar("T")
 
 
@@ -62,6 +60,8 @@ def raise_single_exception_from_group(group: BaseExceptionGroup[BaseException]) 
     raises the first. Returns without raising when the group holds several real errors: the
     caller then re-raises the group, since hiding one of them would be worse.
     """
+    import trio  # (here: the model's modules import this one in shaping workers, without Trio)
+
     errors = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
     if len(errors) > 1:
         return
