@@ -7,5 +7,6 @@ the mode and formats (text, Markdown, clean HTML, links and metadata from one pa
 parses HTML and walks the tree for ``_html_writer``, which writes text or Markdown (with
 ``_html_tables`` and ``_html_tags``; ``_html_clean`` and ``_html_meta`` read the same tree);
 ``_pdf`` reads PDF pages; ``_question`` picks the passages that answer a question;
-``_isolate`` runs the shaping in worker processes with CPU and memory limits.
+``_isolate`` runs the shaping in worker processes with CPU and memory limits, and
+``_worker`` is what those processes run (no Trio: see its docstring).
 """

@@ -14,15 +14,14 @@ such work to a ``trio-parallel`` worker process that
 - runs at a lower priority (nice 10), so on a busy machine the event loop gets the CPU first;
 - writes nothing to the service's stdout or stderr (jq prints its errors there).
 
-Workers are forked from a ``multiprocessing`` fork server that has imported this module (the
-shaping code, jq, regex, lexbor) once: a worker then starts in milliseconds with nothing of the
-service's memory, where a spawned one paid a Python start and those imports (about 0.15 s of
-CPU each, 0.3 s for the two workers of every ``trio-batch run``). A dead worker is replaced by
-the next job. Only work that is cheap and bounded whatever the bytes say stays in the service,
-in a thread: decoding text, JSON
-without ``jq``, HTML source (``mode=html``/``raw``, ``formats=["raw"]``), and ``question``
-on at most 64 KiB. Why trio-parallel, and the numbers behind these choices, are in
-``docs/web.md``.
+Workers are forked from a ``multiprocessing`` fork server that has imported ``_worker`` (the
+shaping code, jq, regex, lexbor; no Trio) once: a worker then starts in milliseconds with
+nothing of the service's memory, where a spawned one paid a Python start and those imports
+(about 0.15 s of CPU each, 0.3 s for the two workers of every ``trio-batch run``). A dead
+worker is replaced by the next job. Only work that is cheap and bounded whatever the bytes say
+stays in the service, in a thread: decoding text, JSON without ``jq``, HTML source
+(``mode=html``/``raw``, ``formats=["raw"]``), and ``question`` on at most 64 KiB. Why
+trio-parallel, and the numbers behind these choices, are in ``docs/web.md``.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ import functools
 import logging
 import math
 import multiprocessing
-import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -44,7 +42,9 @@ import trio_parallel  # type: ignore[import-untyped,import-not-found,unused-igno
 from ..._errors import TargetError
 from ..._model import Options
 from .._guard._limits import FairPool
+from . import _worker
 from ._shape import Body, kind_of, shape_body
+from ._worker import Broke, Failed, Shaped, job, ready, worker_init, worker_retire
 
 logger = logging.getLogger("trio_batch.web")
 T = TypeVar("T")
@@ -53,13 +53,14 @@ IN_PROCESS_BYTES: Final = 64 * 1024
 """Largest body ``question`` scores in the service's own thread (BM25 is linear: ~5 ms)."""
 MIN_MEMORY: Final = 256 * 2**20
 """Smallest address-space limit a worker starts with (Python, jq and regex take ~50 MiB)."""
-NICE: Final = 10
 _IDLE_SECONDS: Final = 600.0
 _WARM_CALLER: Final = "\x00warm-up"
 """The pool's name for the warm-up jobs (no caller's name has a NUL)."""
 _GRACE_SECONDS: Final = 5.0
-PRELOADED: Final = (__name__,)
-"""What the fork server imports before it forks a worker: this module, so the shaping code."""
+PRELOADED: Final = (_worker.__name__, "_trio_parallel_workers")
+"""What the fork server imports before it forks a worker: the worker's side, so the shaping
+code, and nothing of the service's (``_worker`` says why); and trio-parallel's worker loop
+(its own light package, which a forked worker imported afresh: 0.03 s each)."""
 _LIMIT_HINT: Final = (
     "ask for less: a smaller page (a section, or an API), fewer PDF pages (pages=1-5), "
     "a jq program that keeps fewer values (limit(100; ...)), or a simpler grep pattern"
@@ -154,99 +155,6 @@ def _memory_text(n: int) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
-# -- in the worker ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Shaped:
-    content: str
-    meta: dict[str, object]
-
-
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    msg: str
-    hint: str
-    status: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Broke:
-    what: str
-    """``memory``, or the type name of an unexpected exception."""
-
-
-_retire = False
-
-
-def _lower(which: int, value: int) -> None:
-    import resource
-
-    _soft, hard = resource.getrlimit(which)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    resource.setrlimit(which, (value, value))
-
-
-def _worker_init(memory: int) -> None:
-    """Run once in each new worker, before its first job: limits, priority, quiet output."""
-    import resource
-
-    _lower(resource.RLIMIT_CORE, 0)
-    _lower(resource.RLIMIT_AS, memory)
-    with contextlib.suppress(OSError):
-        os.nice(NICE)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    os.close(devnull)
-
-
-def _worker_retire() -> bool:
-    """Run after each job: a worker that ran out of memory is not trusted with another."""
-    return _retire
-
-
-def _ready() -> bool:
-    """The warm-up job: the worker has started and imported the shaping code."""
-    return True
-
-
-def _job(body: Body, options: Options, cpu_seconds: float) -> _Shaped | _Failed | _Broke:
-    """Shape ``body`` in a worker, within ``cpu_seconds`` of CPU time from now."""
-    global _retire
-    import resource
-
-    # SIGPROF (its default action ends the process, even inside jq's C loop) after exactly
-    # cpu_seconds of CPU time; RLIMIT_CPU (whole seconds) is the kernel's backstop.
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = math.ceil(usage.ru_utime + usage.ru_stime + cpu_seconds) + 1
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-    signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
-    try:
-        content, meta = shape_body(body, options)
-    except TargetError as exc:
-        return _Failed(exc.msg, exc.hint, exc.status)
-    except MemoryError:
-        _retire = True
-        return _Broke("memory")
-    except RecursionError:
-        return _Failed(
-            "the response is nested too deeply to read",
-            hint="fetch another format of this content (an HTML page instead of a PDF, say)",
-            status=422,
-        )
-    except Exception as exc:
-        return _Broke(type(exc).__name__)
-    finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
-    return _Shaped(content, meta)
-
-
 # -- in the service -----------------------------------------------------------------------------
 
 
@@ -308,9 +216,9 @@ class Shaper:
         async with self._workers.slot(caller):
             outcome = await self._in_worker(body, options)
 
-        if isinstance(outcome, _Shaped):
+        if isinstance(outcome, Shaped):
             return outcome.content, outcome.meta
-        if isinstance(outcome, _Failed):
+        if isinstance(outcome, Failed):
             raise TargetError(outcome.msg, hint=outcome.hint, status=outcome.status)
         if outcome.what == "memory":
             logger.info("a shaping job went over its memory limit")
@@ -331,16 +239,16 @@ class Shaper:
         """
         async with self._workers.slot(_WARM_CALLER):
             try:
-                await self._context.run_sync(_ready, kill_on_cancel=True, limiter=self._unlimited)
+                await self._context.run_sync(ready, kill_on_cancel=True, limiter=self._unlimited)
             except Exception as exc:  # best effort: the next job starts a worker as before
                 logger.warning("a shaping worker did not start (%s)", type(exc).__name__)
 
-    async def _in_worker(self, body: Body, options: Options) -> _Shaped | _Failed | _Broke:
+    async def _in_worker(self, body: Body, options: Options) -> Shaped | Failed | Broke:
         limits = self._limits
         with trio.move_on_after(limits.wall_seconds):
             try:
                 outcome = await self._context.run_sync(
-                    _job,
+                    job,
                     body,
                     options,
                     limits.cpu_seconds,
@@ -395,8 +303,8 @@ async def open_shaper(limits: ShapeLimits) -> AsyncIterator[Shaper]:
     preload_shaping()
     try:
         async with trio_parallel.open_worker_context(
-            init=functools.partial(_worker_init, limits.memory),
-            retire=_worker_retire,
+            init=functools.partial(worker_init, limits.memory),
+            retire=worker_retire,
             idle_timeout=_IDLE_SECONDS,
             grace_period=_GRACE_SECONDS,
             worker_type=trio_parallel.WorkerType.FORKSERVER,
