@@ -46,7 +46,7 @@ def _walk(writer: Writer, top: LexborNode) -> None:
     """
     start, end, text, special = writer.start, writer.end, writer.text, writer.special
     node: LexborNode | None = top
-    depth = 0
+    parents: list[tuple[LexborNode, str]] = []  # (lexbor's .parent costs more than a list)
     while node is not None:
         tag = node.tag
         if tag == "-text":
@@ -56,8 +56,8 @@ def _walk(writer: Writer, top: LexborNode) -> None:
             if child is not None:
                 attributes = node.attributes
                 if not (attributes and dropped_for(tag, attributes)):
+                    parents.append((node, tag))
                     node = child
-                    depth += 1
                     continue
         elif tag is not None and tag not in _SKIPPED:
             skipped = start(tag, node.attributes)
@@ -68,21 +68,18 @@ def _walk(writer: Writer, top: LexborNode) -> None:
             else:
                 child = node.first_child
                 if child is not None:
+                    parents.append((node, tag))
                     node = child
-                    depth += 1
                     continue
                 end(tag)
         while True:  # the next node: a sibling, or the end of each parent left behind
-            if not depth:
+            if not parents:
                 return
             following = node.next
             if following is not None:
                 node = following
                 break
-            node = node.parent
-            depth -= 1
-            assert node is not None
-            tag = node.tag or ""
+            node, tag = parents.pop()
             if tag in special or writer.every_tag:  # else its end does nothing
                 end(tag)
 

@@ -174,6 +174,12 @@ def squeeze(text: str) -> str:
 def dropped_for(tag: str, attributes: dict[str, str | None]) -> bool:
     """Whether an element's attributes drop it: hidden, a navigation role, a sidebar's or a
     permalink's class."""
+    if len(attributes) == 1 and "class" in attributes:  # the most common, made short
+        classes = attributes["class"]
+        if not classes:
+            return False
+        kind = _class_kind(classes) if len(classes) <= _CACHED_CLASS else _kind_of_class(classes)
+        return kind is _DROPS  # (a permalink's needs its href)
     if "hidden" in attributes or attributes.get("aria-hidden") == "true":
         return True
     if attributes.get("role") in DROP_ROLES:
