@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
+import trio_batch.web
 from trio_batch import Options, Target
 from trio_batch._cli import build_parser, main
 from trio_batch._cli._demo_site import DemoSite, serve_demo_site
@@ -615,6 +616,31 @@ def test_cli_module_runs_as_a_script() -> None:
 
     assert done.returncode == 0
     assert b"--allow-net" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "started"),
+    [
+        (["run", "--help"], True),
+        (["crawl", "--help"], True),
+        (["run", "--server", "http://127.0.0.1:9", "--help"], False),
+        (["run", "--server=http://127.0.0.1:9", "--help"], False),
+        (["status", "--help"], False),
+    ],
+)
+def test_a_command_that_shapes_here_starts_the_shaping_server_first(
+    argv: list[str], started: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run`` and ``crawl`` start the shaping workers' fork server before anything else (its
+    0.1 s start then overlaps the command's own imports, where a run's first page waited for
+    it); with ``--server`` the pages are shaped there, and other commands shape nothing."""
+    calls: list[str] = []
+    monkeypatch.setattr(trio_batch.web, "start_shaping", lambda: calls.append("started"))
+
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit):
+        main(argv)
+
+    assert calls == (["started"] if started else [])
 
 
 class TestLargeInput:

@@ -33,6 +33,7 @@ class TestSurface:
             "precheck",
             "shape",
             "site_map",
+            "start_shaping",
             "validate_options",
         ]
 

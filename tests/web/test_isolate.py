@@ -20,11 +20,11 @@ from trio_batch.web import WebFetcher
 from trio_batch.web._extract._isolate import (
     IN_PROCESS_BYTES,
     MIN_MEMORY,
-    PRELOADED,
     ShapeLimits,
     Shaper,
     in_process,
 )
+from trio_batch.web._extract._preload import PRELOADED
 from trio_batch.web._extract._shape import Body
 from trio_batch.web._extract._worker import Shaped
 
@@ -284,6 +284,14 @@ async def _fails(fetch: WebFetcher, caller: Caller, target: Target) -> None:
         await fetch(caller, target)
 
 
+def _fresh_python(script: str) -> str:
+    """What ``script`` prints, run in a new interpreter (nothing imported by the tests)."""
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    return run.stdout
+
+
 def test_what_a_worker_imports_is_the_shaping_code_alone() -> None:
     """The fork server imports the worker's side (``PRELOADED``) before the first page of every
     run can be shaped, so that is only the shaping code: not Trio, not the engine or the stores
@@ -298,10 +306,7 @@ def test_what_a_worker_imports_is_the_shaping_code_alone() -> None:
         "assert trio_batch.Options.__module__ == 'trio_batch'\n"
         "print('\\n'.join(sys.modules))"
     )
-    run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-    )
-    loaded = set(run.stdout.split())
+    loaded = set(_fresh_python(script).split())
 
     assert "trio_batch.web._extract._shape" in loaded
     assert "_trio_parallel_workers" in loaded
@@ -311,6 +316,30 @@ def test_what_a_worker_imports_is_the_shaping_code_alone() -> None:
         if name.partition(".")[0] in ("trio", "trio_parallel", "httpx", "sqlite3")
         or name.startswith(("trio_batch._engine", "trio_batch.stores", "trio_batch._budget"))
     }
+
+
+def test_start_shaping_launches_the_fork_server_with_the_shaping_preload() -> None:
+    """``start_shaping()`` (``trio-batch run`` calls it first thing) has the fork server running
+    at once, told to import the worker's side, so its start overlaps the program's imports; a
+    second call starts no other."""
+    script = (
+        "import os, trio_batch.web as web\n"
+        "web.start_shaping()\n"
+        "web.start_shaping()\n"
+        "me = str(os.getpid())\n"
+        "for pid in os.listdir('/proc'):\n"
+        "    try:\n"
+        "        stat = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()\n"
+        "        line = open(f'/proc/{pid}/cmdline').read().replace('\\0', ' ')\n"
+        "    except (OSError, IndexError):\n"
+        "        continue\n"
+        "    if stat[1] == me and 'forkserver' in line:\n"
+        "        print(line)\n"
+    )
+    servers = _fresh_python(script).splitlines()
+
+    assert 1 == len(servers)
+    assert all(name in servers[0] for name in PRELOADED)
 
 
 @pytest.mark.parametrize(

@@ -18,15 +18,23 @@ what a crawl asks of a site besides its pages (robots.txt for its links, its sit
 :func:`guarded_transport` is that fetch-time guard as an httpx transport, for the service's
 own requests to URLs a caller chose (webhooks); it raises :class:`AddressRefused`.
 
+:func:`start_shaping` starts the process that shaping workers come from, so that a program's
+first page does not wait for it.
+
 The public names are imported on first use (PEP 562), all together: a shaping worker process
-imports ``trio_batch.web._extract._isolate`` only, and importing the fetcher, httpx and the
+imports ``trio_batch.web._extract._worker`` only, and importing the fetcher, httpx and the
 rest there took 0.11 of the 0.26 s of CPU each worker spent starting (two workers a run).
+:func:`start_shaping` is imported at once: it needs only the standard library, and is called
+before anything else.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
+
+from .._util import fixup_module_metadata as _fixup_module_metadata
+from ._extract._preload import start_shaping as start_shaping
 
 if TYPE_CHECKING:
     from ._extract._options import validate_options as validate_options
@@ -75,20 +83,21 @@ __all__ = [
     "precheck",
     "shape",
     "site_map",
+    "start_shaping",
     "validate_options",
 ]
+
+_fixup_module_metadata(__name__, {"start_shaping": start_shaping, "__all__": ["start_shaping"]})
 
 
 def _load() -> None:
     """Import every public name at once, and make each report this module as its own."""
-    from .._util import fixup_module_metadata
-
     found = {
         name: getattr(importlib.import_module(where, __name__), name)
         for name, where in _WHERE.items()
     }
     globals().update(found)
-    fixup_module_metadata(__name__, {**found, "__all__": __all__})
+    _fixup_module_metadata(__name__, {**found, "__all__": list(found)})
 
 
 def __getattr__(name: str) -> object:

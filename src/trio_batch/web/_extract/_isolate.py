@@ -30,7 +30,6 @@ import contextlib
 import functools
 import logging
 import math
-import multiprocessing
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ import trio_parallel  # type: ignore[import-untyped,import-not-found,unused-igno
 from ..._errors import TargetError
 from ..._model import Options
 from .._guard._limits import FairPool
-from . import _worker
+from ._preload import preload_shaping
 from ._shape import Body, kind_of, shape_body
 from ._worker import Broke, Failed, Shaped, job, ready, worker_init, worker_retire
 
@@ -57,10 +56,6 @@ _IDLE_SECONDS: Final = 600.0
 _WARM_CALLER: Final = "\x00warm-up"
 """The pool's name for the warm-up jobs (no caller's name has a NUL)."""
 _GRACE_SECONDS: Final = 5.0
-PRELOADED: Final = (_worker.__name__, "_trio_parallel_workers")
-"""What the fork server imports before it forks a worker: the worker's side, so the shaping
-code, and nothing of the service's (``_worker`` says why); and trio-parallel's worker loop
-(its own light package, which a forked worker imported afresh: 0.03 s each)."""
 _LIMIT_HINT: Final = (
     "ask for less: a smaller page (a section, or an API), fewer PDF pages (pages=1-5), "
     "a jq program that keeps fewer values (limit(100; ...)), or a simpler grep pattern"
@@ -279,17 +274,6 @@ class Shaper:
             code,
         )
         return RuntimeError(f"a shaping worker ended with exit code {code}")
-
-
-def preload_shaping() -> None:
-    """Have ``multiprocessing``'s fork server import the shaping code when it starts.
-
-    The fork server is one per process (``multiprocessing``'s); its preload list is replaced by
-    :data:`PRELOADED`, which takes effect if the server has not started yet (the first worker
-    of the first shaper starts it). A server started earlier by other code forks workers that
-    import the shaping code themselves: slower to start, the same otherwise.
-    """
-    multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOADED))
 
 
 @contextlib.asynccontextmanager
