@@ -60,6 +60,7 @@ class FleetTurns:
             self._dropped,
             parts.config.retry_for,
             waited=parts.waited,
+            parking=self._worker_waits,
         )
         self._wants_work = trio.Event()  # set when a worker takes or waits for a turn
         self._dry = False  # the last claim found fewer turns than it asked for
@@ -92,6 +93,12 @@ class FleetTurns:
         """A claimed turn; the claimer tops the claimed turns up while a worker waits."""
         self._wants_work.set()
         return await self.rotation.take()
+
+    def _worker_waits(self) -> None:
+        """A worker waits for a turn (the rotation tells, each time it parks one): the claimer
+        counts the turns wanted again. A worker woken for a job it then could not take parks
+        again without a new :meth:`take`, and the claimer had counted that job as ready."""
+        self._wants_work.set()
 
     async def started(self, live: LiveJob, idx: int) -> bool:
         """The claim marked the target running: True."""
@@ -159,10 +166,10 @@ class FleetTurns:
         while True:
             want = min(self._turns_wanted(), _MAX_CLAIMS)
             if want <= 0:
-                # Bounded as the dry wait is: a worker woken for a job it then cannot take (the
-                # job was dropped meanwhile) parks again without asking for work, and the
-                # turns wanted were counted while that job stood ready (a claimer asleep with a
-                # job pending in the fleet and an idle worker: seen on PostgreSQL under load).
+                # Bounded as the dry wait is, a second guard: a worker that parks again after a
+                # wake-up for a job it could not take tells it (_worker_waits); before it did,
+                # an idle worker and a job pending in the fleet waited for a claimer asleep for
+                # ever (seen on PostgreSQL under load).
                 with trio.move_on_after(_FLEET_POLL):
                     await self._wants_work.wait()
                 self._wants_work = trio.Event()

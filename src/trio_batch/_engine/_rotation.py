@@ -56,11 +56,13 @@ class Rotation:
         dropped: Callable[[LiveJob], None],
         retry_for: float = math.inf,
         waited: Callable[[LiveJob, str, bool], None] = lambda live, reason, new: None,
+        parking: Callable[[], None] = lambda: None,
     ) -> None:
         self._budget = budget
         self._dropped = dropped  # a cancelled job leaves the rotation: a fleet's claims go back
         self._retry_for = retry_for
         self._waited = waited  # each pass-over: the job, the reason, whether it is a new wait
+        self._parking = parking  # a worker is about to wait: a fleet's claimer claims for it
         self._turns = itertools.count()
         self._ready: list[tuple[int, LiveJob]] = []  # a heap by turn
         self._fifo: deque[LiveJob] = deque()  # the same without a budget: arrival order
@@ -101,7 +103,10 @@ class Rotation:
         """The ready job of lowest turn with its target's slot held; waits while there is none.
 
         A job ready at once is returned without a trip through the scheduler (what the worker
-        does next checkpoints): the rotation's cost per target stays a heap operation.
+        does next checkpoints): the rotation's cost per target stays a heap operation. Each
+        time the worker is about to wait, ``parking`` is told, again when a job it was woken
+        for could not be taken (cancelled, or set aside for its hosts meanwhile): a fleet's
+        claimer counts the turns its workers want from that.
         """
         while True:
             if self._budget is None:  # nothing waits aside: turn order is arrival order
@@ -117,6 +122,7 @@ class Rotation:
                 taken = self._try(turn, live)
                 if taken is not None:
                     return taken
+            self._parking()
             await self._takers.park()
 
     async def run_timers(self) -> None:
