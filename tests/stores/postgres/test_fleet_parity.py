@@ -132,7 +132,12 @@ class TestConcurrencyOnAFleet:
 
     async def test_turns_still_alternate_across_jobs(self, pg_dsn: str, pg_schema: str) -> None:
         """A job of ``concurrency`` 4 beside a serial job never takes the serial job's turn:
-        the serial job's first target starts in the first round of turns."""
+        the serial job's first target starts in the first round of turns after it is admitted
+        (at most 4 of the wide job's start first: those it held, and one round's share).
+
+        Counted from the serial job's admission: pages of the wide job that started before it
+        could not wait for a job not yet there (on a loaded machine 5 did, as the second
+        submit took longer than a page)."""
         fetch = CountingFetch(0.05)
         order: list[str] = []
 
@@ -143,11 +148,12 @@ class TestConcurrencyOnAFleet:
         async with instance(pg_dsn, pg_schema, recording, workers=2, jobs_per_caller=2) as a:
             wide = await a.submit(ALICE, "fleet", targets("w", 12), concurrency=4)
             serial = await a.submit(BOB, "fleet", targets("s", 4))
+            admitted = len(order)
             assert [JobStatus.DONE] == await wait_ended_polling(a, serial.id)
             assert [JobStatus.DONE] == await wait_ended_polling(a, wide.id)
 
         assert 4 == order.count("s")
-        assert order.index("s") <= 4, order
+        assert order.index("s") - admitted <= 4, (admitted, order)
 
 
 class BusyFirst:
