@@ -174,21 +174,16 @@ def squeeze(text: str) -> str:
 def dropped_for(tag: str, attributes: dict[str, str | None]) -> bool:
     """Whether an element's attributes drop it: hidden, a navigation role, a sidebar's or a
     permalink's class."""
-    if len(attributes) == 1 and "class" in attributes:  # the most common, made short
-        classes = attributes["class"]
-        if not classes:
-            return False
-        kind = _class_kind(classes) if len(classes) <= _CACHED_CLASS else _kind_of_class(classes)
-        return kind is _DROPS  # (a permalink's needs its href)
-    if "hidden" in attributes or attributes.get("aria-hidden") == "true":
-        return True
-    if attributes.get("role") in DROP_ROLES:
-        return True
+    if not (len(attributes) == 1 and "class" in attributes):  # (the most common: a class alone)
+        if "hidden" in attributes or attributes.get("aria-hidden") == "true":
+            return True
+        if attributes.get("role") in DROP_ROLES:
+            return True
 
     classes = attributes.get("class")
     if not classes:
         return False
-    kind = _class_kind(classes) if len(classes) <= _CACHED_CLASS else _kind_of_class(classes)
+    kind = _class_kind(classes) if len(classes) <= CACHED_CLASS else _kind_of_class(classes)
     if kind is _DROPS:
         return True
     return kind is _PERMALINK and tag == "a" and (attributes.get("href") or "").startswith("#")
@@ -196,8 +191,9 @@ def dropped_for(tag: str, attributes: dict[str, str | None]) -> bool:
 
 _DROPS: Final = "drops"
 _PERMALINK: Final = "permalink"
-_CACHED_CLASS: Final = 200
-"""Longest class whose kind is remembered (so the cache holds at most 4,096 short strings)."""
+CACHED_CLASS: Final = 200
+"""Longest class whose kind is remembered, here and in ``_main``'s verdicts (so each cache
+holds at most 4,096 short strings)."""
 
 
 def _kind_of_class(classes: str) -> str:

@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from ._html_tags import dropped_for
+from ._html_tags import CACHED_CLASS, dropped_for
 
 if TYPE_CHECKING:
     from selectolax.lexbor import LexborHTMLParser, LexborNode
@@ -108,8 +108,6 @@ as the paragraph it is on pages that write their text in ``<div>``s."""
 _SECTIONS: Final = frozenset({"section", "article"})
 _HEADINGS: Final = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "hgroup"})
 _MIN_BLOCK: Final = 25
-_CACHED_CLASS: Final = 200
-"""Longest class whose verdict is remembered (so the cache holds at most 4,096 short ones)."""
 _NAMES_CHARS: Final = 500
 """How much of a class or id is read for its words (a 9 MiB class is no one's name)."""
 _WRAPPER_CHILDREN: Final = 50
@@ -128,7 +126,7 @@ def dropped_for_main(tag: str, attributes: dict[str, str | None]) -> bool:
     a banner or dialog role, a modal, and a class or id that names chrome but not content."""
     if len(attributes) == 1:
         classes = attributes.get("class")
-        if classes is not None and len(classes) <= _CACHED_CLASS:
+        if classes is not None and len(classes) <= CACHED_CLASS:
             return _dropped_for_class(tag, classes)
     return _dropped_for_main(tag, attributes)
 
