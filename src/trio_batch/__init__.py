@@ -6,8 +6,9 @@ one target of a job at a time, and every outcome lands in a store. See SPEC §2 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ._util import import_public as _import_public
 
 if TYPE_CHECKING:
     from ._budget import (
@@ -138,21 +139,12 @@ __all__ = [
 ]
 
 
-def _load(module: str) -> None:
-    """Import the public names of ``module`` and make each report this module as its own."""
-    from ._util import fixup_module_metadata
-
-    names = [name for name, where in _WHERE.items() if where == module]
-    found = {name: getattr(importlib.import_module(module, __name__), name) for name in names}
-    globals().update(found)
-    fixup_module_metadata(__name__, {**found, "__all__": names})
-
-
 def __getattr__(name: str) -> object:
+    """A public name on first use, with the other names of its module."""
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    _load(where)
+    _import_public(__name__, globals(), _WHERE, [n for n, w in _WHERE.items() if w == where])
     return globals()[name]
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import random
+from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
@@ -49,6 +51,17 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
         obj = namespace[name]
         if not name.startswith("_"):
             fix_one(name, name, obj)
+
+
+def import_public(
+    package: str, namespace: dict[str, object], where: Mapping[str, str], names: Iterable[str]
+) -> None:
+    """Import ``names`` into a public package's ``namespace`` from their private modules
+    (``where``, relative to ``package``), each reporting ``package`` as its module: what a
+    package's ``__getattr__`` does on first use of a name (PEP 562)."""
+    found = {name: getattr(importlib.import_module(where[name], package), name) for name in names}
+    namespace.update(found)
+    fixup_module_metadata(package, {**found, "__all__": list(found)})
 
 
 def raise_single_exception_from_group(group: BaseExceptionGroup[BaseException]) -> None:

@@ -13,10 +13,9 @@ service). Every backend here implements all of them.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from .._util import fixup_module_metadata as _fixup_module_metadata
+from .._util import fixup_module_metadata as _fixup_module_metadata, import_public as _import_public
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import (
     CacheEntry as CacheEntry,
@@ -76,10 +75,8 @@ _fixup_module_metadata(__name__, {**globals(), "__all__": [n for n in __all__ if
 def __getattr__(name: str) -> object:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    cls: object = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    _fixup_module_metadata(__name__, {"__all__": [name], name: cls})
-    globals()[name] = cls
-    return cls
+    _import_public(__name__, globals(), _LAZY, [name])
+    return globals()[name]
 
 
 def __dir__() -> list[str]:

@@ -30,10 +30,9 @@ before anything else.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from .._util import fixup_module_metadata as _fixup_module_metadata
+from .._util import fixup_module_metadata as _fixup_module_metadata, import_public as _import_public
 from ._extract._preload import start_shaping as start_shaping
 
 if TYPE_CHECKING:
@@ -90,20 +89,11 @@ __all__ = [
 _fixup_module_metadata(__name__, {"start_shaping": start_shaping, "__all__": ["start_shaping"]})
 
 
-def _load() -> None:
-    """Import every public name at once, and make each report this module as its own."""
-    found = {
-        name: getattr(importlib.import_module(where, __name__), name)
-        for name, where in _WHERE.items()
-    }
-    globals().update(found)
-    _fixup_module_metadata(__name__, {**found, "__all__": list(found)})
-
-
 def __getattr__(name: str) -> object:
+    """A public name on first use, with all the others (the fetcher's)."""
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    _load()
+    _import_public(__name__, globals(), _WHERE, _WHERE)
     return globals()[name]
 
 
