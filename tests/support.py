@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,6 +43,14 @@ command in a child process would read (pass it as ``env``; never change it)."""
 
 ALICE = Caller("alice")
 BOB = Caller("bob")
+
+
+def fresh_python(script: str) -> str:
+    """What ``script`` prints, run in a new interpreter (nothing the tests imported is loaded)."""
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    return run.stdout
 
 
 def slack(floor: float, baseline: float, times: float = 10.0) -> float:

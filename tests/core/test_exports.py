@@ -5,14 +5,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import trio_batch
 import trio_batch.stores
+
+from ..support import fresh_python
 
 SPEC_NAMES = {
     "open_engine", "BatchEngine", "Config", "Hooks",
@@ -51,11 +51,7 @@ def test_stores_export() -> None:
 
 def loaded_modules(statement: str) -> set[str]:
     """The names in ``sys.modules`` after ``statement`` runs in a fresh interpreter."""
-    script = f"{statement}\nimport sys\nprint('\\n'.join(sys.modules))"
-    run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-    )
-    return set(run.stdout.split())
+    return set(fresh_python(f"{statement}\nimport sys\nprint('\\n'.join(sys.modules))").split())
 
 
 def test_import_loads_no_driver_or_extra() -> None:

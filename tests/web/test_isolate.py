@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import TypeVar, cast
 
@@ -14,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support import fresh_python
 from tests.web.support import ARTICLE_HTML, CALLER, PUBLIC_IP, SITE, FakeDNS, make_pdf
 from trio_batch import Caller, Options, Target, TargetError
 from trio_batch.web import WebFetcher
@@ -284,14 +283,6 @@ async def _fails(fetch: WebFetcher, caller: Caller, target: Target) -> None:
         await fetch(caller, target)
 
 
-def _fresh_python(script: str) -> str:
-    """What ``script`` prints, run in a new interpreter (nothing imported by the tests)."""
-    run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-    )
-    return run.stdout
-
-
 def test_what_a_worker_imports_is_the_shaping_code_alone() -> None:
     """The fork server imports the worker's side (``PRELOADED``) before the first page of every
     run can be shaped, so that is only the shaping code: not Trio, not the engine or the stores
@@ -306,7 +297,7 @@ def test_what_a_worker_imports_is_the_shaping_code_alone() -> None:
         "assert trio_batch.Options.__module__ == 'trio_batch'\n"
         "print('\\n'.join(sys.modules))"
     )
-    loaded = set(_fresh_python(script).split())
+    loaded = set(fresh_python(script).split())
 
     assert "trio_batch.web._extract._shape" in loaded
     assert "_trio_parallel_workers" in loaded
@@ -336,7 +327,7 @@ def test_start_shaping_launches_the_fork_server_with_the_shaping_preload() -> No
         "    if stat[1] == me and 'forkserver' in line:\n"
         "        print(line)\n"
     )
-    servers = _fresh_python(script).splitlines()
+    servers = fresh_python(script).splitlines()
 
     assert 1 == len(servers)
     assert all(name in servers[0] for name in PRELOADED)
