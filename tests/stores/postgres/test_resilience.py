@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import select
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -29,6 +30,7 @@ from trio_batch import (
 )
 from trio_batch.stores import PostgresStore
 from trio_batch.stores._postgres import _sql
+from trio_batch.stores._postgres._threads import check_idle_connection
 from trio_batch.stores._protocol import Limits, Outcome, Stored
 
 from ...support import Recorder, wait_ended
@@ -302,6 +304,50 @@ class TestCommittedWritesKeepTheirAnswer:
         assert isinstance(answers["recover"], StoreError)
         assert not isinstance(answers["admit"], Exception)
         assert snap is not None
+
+
+class TestPooledConnectionCheck:
+    """A pooled connection is checked at checkout without a round trip, unless the server
+    has spoken: then it is asked, and a dropped one is replaced."""
+
+    def test_a_healthy_idle_connection_is_not_asked(
+        self, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        asked: list[object] = []
+        monkeypatch.setattr(
+            "trio_batch.stores._postgres._threads.ConnectionPool.check_connection", asked.append
+        )
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+            check_idle_connection(conn)
+
+        assert asked == []
+
+    def test_a_dropped_connection_is_refused(self, pg_dsn: str) -> None:
+        name = f"tb_check_{secrets.token_hex(4)}"
+        with psycopg.connect(tagged(pg_dsn, name), autocommit=True) as conn:
+            conn.execute("SELECT 1")
+            assert terminate(pg_dsn, name) == 1
+            # The server's goodbye arrives on the socket, which the check looks at.
+            readable, _, _ = select.select([conn.fileno()], [], [], DEADLINE)
+            assert readable
+
+            with pytest.raises(psycopg.OperationalError):
+                check_idle_connection(conn)
+
+    async def test_reads_after_the_sessions_were_dropped_answer(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        name = f"tb_reads_{secrets.token_hex(4)}"
+        async with PostgresStore.open(tagged(pg_dsn, name), schema=pg_schema) as store:
+            await store.admit(new_job("j"), LIMITS)
+            assert await store.snapshot("j") is not None
+            await poll(lambda: sessions(pg_dsn, name) >= 2)  # the writer and a reader
+
+            assert await trio.to_thread.run_sync(terminate, pg_dsn, name) >= 2
+            snaps = [await store.snapshot("j") for _ in range(3)]
+
+        assert all(snap is not None for snap in snaps)
 
 
 async def test_the_writer_never_compiles_a_plan(pg_dsn: str, pg_schema: str) -> None:
