@@ -19,12 +19,14 @@ from trio_batch.web import WebFetcher
 from trio_batch.web._extract._isolate import (
     IN_PROCESS_BYTES,
     MIN_MEMORY,
+    ON_LOOP_BYTES,
     ShapeLimits,
     Shaper,
+    WorkerContext,
     in_process,
 )
 from trio_batch.web._extract._preload import PRELOADED
-from trio_batch.web._extract._shape import Body
+from trio_batch.web._extract._shape import Body, shape_body
 from trio_batch.web._extract._worker import Shaped
 
 T = TypeVar("T")
@@ -101,6 +103,36 @@ class TestWhereShapingRuns:
         """A shaping setting out of range is a ValueError naming it."""
         with pytest.raises(ValueError, match="^" + re.escape(message)):
             WebFetcher(**settings)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        ("page", "options", "on_loop"),
+        [
+            (body(b"text", "text/plain"), Options(), True),
+            (body(b"x" * ON_LOOP_BYTES, "text/plain"), Options(mode="markdown"), True),
+            (body(b'{"a": 1}', "application/json"), Options(formats=("raw",)), True),
+            (body(b"x" * (ON_LOOP_BYTES + 1), "text/plain"), Options(), False),
+            (body(b"text", "text/plain"), Options(question="text"), False),
+        ],
+    )
+    async def test_a_small_body_that_needs_only_decoding_is_shaped_on_the_loop(
+        self, page: Body, options: Options, on_loop: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A thread's round trip costs more CPU than decoding a small body: such a body is
+        shaped on the event loop, as the thread would have shaped it; others still go to a
+        thread."""
+        threads: list[object] = []
+        to_thread = trio.to_thread.run_sync
+
+        async def counted(fn: Callable[[], T], **kwargs: object) -> T:
+            threads.append(fn)
+            return await to_thread(fn, **kwargs)  # type: ignore[arg-type]
+
+        shaper = Shaper(cast("WorkerContext", None), ShapeLimits(1, 1.0, MIN_MEMORY))
+        monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+        shaped = await shaper.run("c", page, options)
+
+        assert shaped == shape_body(page, options)
+        assert len(threads) == (0 if on_loop else 1)
 
     def test_wall_time_allows_for_a_busy_machine(self) -> None:
         """A job gets twice its CPU time of wall time, plus 5 s for a worker to start."""

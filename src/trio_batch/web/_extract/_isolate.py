@@ -50,6 +50,10 @@ T = TypeVar("T")
 
 IN_PROCESS_BYTES: Final = 64 * 1024
 """Largest body ``question`` scores in the service's own thread (BM25 is linear: ~5 ms)."""
+ON_LOOP_BYTES: Final = 64 * 1024
+"""Largest body shaped on the event loop itself when shaping is only decoding it (no
+``question``): 4 us at 16 KiB, where a thread's round trip costs 90 us of CPU on a 2-core
+machine (bench.fleet, instant pages)."""
 MIN_MEMORY: Final = 256 * 2**20
 """Smallest address-space limit a worker starts with (Python, jq and regex take ~50 MiB)."""
 _IDLE_SECONDS: Final = 600.0
@@ -201,9 +205,13 @@ class Shaper:
                 the exception type only).
 
         Cancellation: work in a thread is not abandoned (it is short: see
-        :func:`in_process`); a job in a worker process is killed at once.
+        :func:`in_process`); a job in a worker process is killed at once. A small body that
+        needs only decoding (``ON_LOOP_BYTES``) is shaped here, after a checkpoint.
         """
         if in_process(body, options):
+            if not options.question and len(body.data) <= ON_LOOP_BYTES:
+                await trio.lowlevel.checkpoint()
+                return shape_body(body, options)
             return await trio.to_thread.run_sync(
                 functools.partial(shape_body, body, options), limiter=self._threads
             )
