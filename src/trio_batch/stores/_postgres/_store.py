@@ -48,7 +48,14 @@ from . import _adopt, _claims, _scopes, _sql
 from ._batch import AdmissionsFirst, WriteQueue
 from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
-from ._threads import TimedOut, connections, open_pool, run_with_connection, sleep_real
+from ._threads import (
+    TimedOut,
+    connection_lost,
+    connections,
+    open_pool,
+    run_with_connection,
+    sleep_real,
+)
 from ._wakeups import TurnWakeups
 
 T = TypeVar("T")
@@ -60,6 +67,9 @@ _STOP_WRITER_SECONDS = 10
 
 _DEREGISTER_SECONDS = 5
 """At close, how long deregistering the instance may take (others reap it anyway)."""
+
+_READ_ATTEMPTS = 3
+"""Runs of a read whose connection turns out to be gone (a restart, ``pg_terminate_backend``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +344,19 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._check_open()
         if self._queue.unsettled_marks:
             await self._queue.barrier()
+        return await self._run_read(fn)
+
+    async def _run_read(self, fn: Callable[[Conn], T]) -> T:
+        """:meth:`_run` for a read, which runs again (twice at most) on a connection that
+        was already gone: the pool checks a connection at checkout without a round trip
+        (``_threads.check_idle_connection``), so one the server ended a moment ago may be
+        handed out before its goodbye arrived. A read has no effect to repeat."""
+        for _ in range(_READ_ATTEMPTS - 1):
+            try:
+                return await self._run(fn)
+            except psycopg.OperationalError as exc:
+                if not connection_lost(exc):
+                    raise
         return await self._run(fn)
 
     def _forget(self, job_ids: Iterable[str]) -> None:
@@ -822,7 +845,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         stopped on the server, and this returns once its connection is back in the pool.
         """
         self._check_open()
-        return await self._run(lambda conn: _sql.cache_get(conn, key))
+        return await self._run_read(lambda conn: _sql.cache_get(conn, key))
 
     async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
         """Store ``entry`` under ``key``, then drop the oldest entries while over ``max_bytes``.

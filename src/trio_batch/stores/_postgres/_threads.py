@@ -272,6 +272,14 @@ def check_idle_connection(conn: Conn) -> None:
         ConnectionPool.check_connection(conn)
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection itself was gone (the server ended the session, or
+    the stream broke), not that the statement failed: a read may then run again on another."""
+    if isinstance(exc, (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown)):
+        return True
+    return type(exc) is psycopg.OperationalError and exc.sqlstate is None
+
+
 def open_pool(pool: ConnectionPool[Conn], timeout: float) -> None:
     """Open ``pool``, waiting for its first connection (blocking: run it in a thread)."""
     try:
