@@ -551,7 +551,9 @@ class TestCache:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A cancel that arrives while the body is shaped in its thread stops the fetch before
-        the cache write, even with a store whose write cannot be cancelled once begun."""
+        the cache write, even with a store whose write cannot be cancelled once begun. (A
+        ``question`` sends even a small body to a thread; one shaped on the event loop meets a
+        cancel only at the checkpoint before it.)"""
         entries: dict[str, CacheEntry] = {}
 
         class EagerCache:
@@ -571,7 +573,7 @@ class TestCache:
             monkeypatch.setattr(trio_batch.web._extract._isolate, "shape_body", cancel_then_shape)
             store = typing.cast("ResponseCache", EagerCache())
             async with mock_fetcher(text_handler("shaped"), store=store) as fetch:
-                await fetch(CALLER, Target(f"{SITE}/"))
+                await fetch(CALLER, Target(f"{SITE}/", Options(question="shaped")))
 
         assert scope.cancelled_caught
         assert {} == entries

@@ -124,6 +124,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         # Outcomes in the order their fetches ended; bounded by the targets in flight.
         self._fetched_send, self._fetched_recv = trio.open_memory_channel[Fetched](math.inf)
         self._inflight = 0
+        self._unstored = 0  # outcomes fetched and not acknowledged yet (sent to the finisher)
         self._tasks: trio.Nursery | None = None  # workers and the turns' tasks; closing cancels
         self._runner_done = trio.Event()
         self._closing = False
@@ -137,7 +138,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         parts = EngineParts(
             store, config, log, wall_clock, self._hooks, self._live, self._store_error,
             self._watchers.changed, self._requeue, self._interrupt_unfinished, self._pace,
-            self._workers,
+            self._workers, lambda: self._unstored > 0,
         )  # fmt: skip
         self._turns = turns(parts)  # its own rotation, or a fleet's claims: open_engine chose
 
@@ -625,6 +626,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
             outcome = dataclasses.replace(outcome, crawl=True)
         seconds = trio.current_time() - t0
         self._pace.fetched(seconds)
+        self._unstored += 1
         self._fetched_send.send_nowait((live, idx, outcome, error, seconds))
 
     async def _fetch_target(
@@ -718,6 +720,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
     async def _acknowledge_group(
         self, group: list[Fetched], results: Sequence[Stored | Exception]
     ) -> None:
+        self._unstored -= len(group)
         unfinished = [
             live
             for fetched, stored in zip(group, results, strict=True)
@@ -750,15 +753,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._requeue(live)
         elif live.crawl is not None and live.crawl.more:
             pass  # its frontier is read on after the group (_acknowledge_group)
-        elif self._holds_nothing(live) and self._turns.emptied(live) and not live.cancelled:
+        elif live.holds_nothing() and self._turns.emptied(live) and not live.cancelled:
             # every target started and ended, yet the job did not end (an outcome was lost)
             return live if live.id in self._live else None
         return None
-
-    @staticmethod
-    def _holds_nothing(live: LiveJob) -> bool:
-        """No target of the job left here: none pending, in flight or to try again."""
-        return not live.targets and live.in_flight == 0 and not live.queued
 
     async def _interrupt_unfinished(self, live: LiveJob) -> None:
         # The last outcome did not finish the job (a store error): free its cap.

@@ -23,7 +23,7 @@ from .._budget import HostBudget
 from .._crawl import CrawlSpec
 from .._model import Caller, CallerClass, Target
 from .._util import backoff
-from ..stores._protocol import Claim, FleetStore, NewJob
+from ..stores._protocol import Claim, ClaimAsk, FleetStore, NewJob
 from ._crawling import CrawlRun
 from ._fleet_budget import FleetBudget
 from ._live import HostFunc, LiveJob
@@ -35,6 +35,8 @@ from ._turns import EngineParts
 _FLEET_POLL = 1.0
 # Turns claimed by one statement at most.
 _MAX_CLAIMS = 64
+# Seconds the claimer leaves its claim to the outcome on its way to the store (a ride) at most.
+_RIDE_WAIT = 0.05
 
 
 @final
@@ -64,6 +66,9 @@ class FleetTurns:
         )
         self._wants_work = trio.Event()  # set when a worker takes or waits for a turn
         self._dry = False  # the last claim found fewer turns than it asked for
+        self._claiming = 0  # turns the claimer's claim in flight asked for
+        self._riding = 0  # turns the claim riding with a group of outcomes asked for
+        self._ridden = trio.Event()  # set as each ride is answered
         self._tasks: trio.Nursery | None = None
         self.retrying = 0
         """Targets whose claim is held through a busy answer's wait."""
@@ -137,7 +142,12 @@ class FleetTurns:
             nursery.start_soon(self._claimer)
             if self._budget is not None:
                 await nursery.start(self._budget.run)
-            task_status.started()
+            self._store.ride_claims(self)
+            try:
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                self._store.ride_claims(None)
 
     async def close(self) -> None:
         """Give the fleet back the turns this engine holds; bounded and shielded.
@@ -145,7 +155,10 @@ class FleetTurns:
         Their targets go back to pending and the jobs keep their places: another instance
         claims them at once (a rolling deploy costs no claim timeout).
         """
+        self._store.ride_claims(None)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            if self._riding:  # its claims are given back with the others
+                await self._ridden.wait()
             try:
                 await self._store.release_claims(self._parts.wall())
             except Exception as exc:
@@ -158,13 +171,25 @@ class FleetTurns:
 
         When the fleet has fewer turns ready than workers wait, it sleeps until the store
         hears of a change (a notification) or for ``_FLEET_POLL`` at most; with enough turns
-        held, until a worker asks for one, or for ``_FLEET_POLL`` at most too. A store error is
-        logged and tried again after a backoff; the workers just wait meanwhile.
+        held, until a worker asks for one, or for ``_FLEET_POLL`` at most too. While an outcome
+        of this engine is on its way to the store, it first leaves the claim to that outcome's
+        group (:meth:`ask`), for ``_RIDE_WAIT`` at most. A store error is logged and tried
+        again after a backoff; the workers just wait meanwhile.
         """
         rules = None if self._budget is None else self._budget.rules
         failures = 0
+        deferred = False
         while True:
             want = min(self._turns_wanted(), _MAX_CLAIMS)
+            if self._riding:  # one claim in flight at a time (see ask)
+                await self._ridden.wait()
+                continue
+            if want > 0 and not deferred and self._parts.storing():
+                deferred = True  # once: a ride answered before this wait began wakes nobody
+                with trio.move_on_after(_RIDE_WAIT):
+                    await self._ridden.wait()
+                continue
+            deferred = False
             if want <= 0:
                 # Bounded as the dry wait is, a second guard: a worker that parks again after a
                 # wake-up for a job it could not take tells it (_worker_waits); before it did,
@@ -176,6 +201,7 @@ class FleetTurns:
                 continue
             t0 = trio.current_time()
             spaced = max(0, self.rotation.idle_workers - self.rotation.ready)
+            self._claiming = want
             try:
                 claims = await self._store.claim_turns(
                     want, self._parts.wall(), rules, spaced=spaced
@@ -185,6 +211,8 @@ class FleetTurns:
                 self._parts.store_error("claim_turns", "", exc)
                 await trio.sleep(backoff(failures, 0.1, 5.0, jitter=0.5))
                 continue
+            finally:
+                self._claiming = 0
             failures = 0
             self._parts.pace.claimed(trio.current_time() - t0)
             self._dry = len(claims) < want
@@ -194,6 +222,35 @@ class FleetTurns:
             if len(claims) < want and not (claims and rules is not None):
                 with trio.move_on_after(_FLEET_POLL):
                     await self._store.wait_for_turns()
+
+    def ask(self) -> ClaimAsk | None:
+        """The turns to claim with a group of this engine's outcomes (``ClaimRider``): as the
+        claimer would claim now; none while the claimer's own claim is in flight.
+
+        One claim in flight at a time: two at once (the claimer's on a pooled connection, a
+        ride on the writer's) skip each other's locked jobs, so each may take a job whose turn
+        comes after one the other took, and the one answered first would hand its turn to the
+        workers first (``a1 b1 a2 b2 b3 a3`` in ``tests/stores/test_fairness.py``, 11 runs of
+        200 before this rule).
+        """
+        want = min(self._turns_wanted(), _MAX_CLAIMS)
+        if want <= 0 or self._claiming:
+            return None
+        self._riding = want
+        spaced = max(0, self.rotation.idle_workers - self.rotation.ready)
+        rules = None if self._budget is None else self._budget.rules
+        return ClaimAsk(want, self._parts.wall(), rules, spaced)
+
+    def answered(self, claims: list[Claim] | None) -> None:
+        """The ride's claims (None: it did not run): held as the claimer's are; the claimer
+        looks again."""
+        asked, self._riding = self._riding, 0
+        if claims is not None:
+            self._dry = len(claims) < asked
+            self._hold(claims)
+        self._ridden.set()
+        self._ridden = trio.Event()
+        self._wants_work.set()
 
     def _hold(self, claims: Sequence[Claim]) -> None:
         """Take the claimed targets in: each under its job, the job in the rotation."""
@@ -244,7 +301,8 @@ class FleetTurns:
         # A fleet with fewer ready turns than it can take claims none ahead: a turn held here
         # behind a busy worker would wait while another instance's idle worker could run it.
         ahead = 0 if self._dry else self._parts.pace.turns(self._parts.workers)
-        return self.rotation.idle_workers + ahead - self.rotation.ready
+        held = self.rotation.ready + self._claiming + self._riding
+        return self.rotation.idle_workers + ahead - held
 
     async def _give_back_after(self, live: LiveJob, idx: int, wait: float) -> None:
         """After a busy target's wait, its claim goes back to the fleet."""

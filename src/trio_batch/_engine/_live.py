@@ -200,6 +200,10 @@ class LiveJob:
             return False
         return self.crawl is None or self.crawl.room(self.in_flight)
 
+    def holds_nothing(self) -> bool:
+        """No target of the job left here: none pending, in flight or to try again."""
+        return not self.targets and self.in_flight == 0 and not self.queued
+
     def token(self, idx: int) -> str:
         """The claim token of target ``idx`` for ``Outcome.claim``: empty without a claim."""
         claim = self.claims.get(idx)

@@ -53,6 +53,8 @@ class EngineParts:
     """The fetches' running pace (and how far a fleet claims ahead of its workers)."""
     workers: int
     """The engine's worker tasks."""
+    storing: Callable[[], bool]
+    """Whether an outcome this engine fetched is on its way to the store (not acknowledged)."""
 
     def waited(self, live: LiveJob, reason: str, new: bool) -> None:
         """The rotation passed ``live`` over: counted; a new wait also wakes its followers

@@ -20,6 +20,8 @@ from ._memory import MemoryStore as MemoryStore
 from ._protocol import (
     CacheEntry as CacheEntry,
     Claim as Claim,
+    ClaimAsk as ClaimAsk,
+    ClaimRider as ClaimRider,
     FinishItem as FinishItem,
     FleetStore as FleetStore,
     HookDue as HookDue,
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CacheEntry",
     "Claim",
+    "ClaimAsk",
+    "ClaimRider",
     "FinishItem",
     "FleetStore",
     "HookDue",

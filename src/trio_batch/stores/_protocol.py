@@ -534,6 +534,38 @@ class HostRules:
 
 @final
 @dataclass(frozen=True, slots=True)
+class ClaimAsk:
+    """Turns an engine wants claimed with a group of its outcomes (``ClaimRider.ask``): the
+    arguments of :meth:`FleetStore.claim_turns`."""
+
+    n: int
+    now: float
+    rules: HostRules | None
+    spaced: int
+
+
+class ClaimRider(Protocol):
+    """Who takes the claims that ride with a store's outcomes (``FleetStore.ride_claims``).
+
+    A worker that stores an outcome and finds no turn waiting would otherwise wait for a claim
+    of its own: a second round trip after the outcome's. The store asks the rider before it
+    sends a group of outcomes, and sends the claim in the same round trip and transaction.
+    """
+
+    def ask(self) -> ClaimAsk | None:
+        """Called as a group of outcomes is about to be sent: the claim to send with it, or
+        None. Not a checkpoint."""
+        ...
+
+    def answered(self, claims: list[Claim] | None) -> None:
+        """The claim asked for committed with the outcomes (``claims``, maybe fewer than
+        asked), or did not run (None). Called once per claim asked, before the outcomes'
+        writers learn their fate. Not a checkpoint."""
+        ...
+
+
+@final
+@dataclass(frozen=True, slots=True)
 class HostReport:
     """What one instance learned of a scope, for the fleet (``FleetStore.report_scopes``).
 
@@ -611,6 +643,11 @@ class FleetStore(Store, Protocol):
         """Give back every claim of this store's instance (the engine closes): their targets
         pending again, the jobs keeping their place. Cancellation: as :meth:`release_claim`.
         """
+        ...
+
+    def ride_claims(self, rider: ClaimRider | None) -> None:
+        """Send claims with groups of outcomes, for ``rider`` (None: no more): each claim is
+        renewed and given back as one of :meth:`claim_turns` is."""
         ...
 
     async def wait_for_turns(self) -> None:

@@ -24,7 +24,7 @@ from trio_batch import (
     TargetState,
     open_engine,
 )
-from trio_batch.stores import Outcome, PostgresStore
+from trio_batch.stores import Claim, ClaimAsk, ClaimRider, Outcome, PostgresStore
 from trio_batch.testing import ScriptedFetch
 
 from ...support import ALICE, BOB, Recorder, targets, url, wait_ended_polling
@@ -93,14 +93,39 @@ class ClaimLog:
 
     A turn is a claim, not a fetch: an instance slowed down between its claim and its fetch
     (a loaded machine) starts the fetch late, but the rotation gave the turn at the claim.
+    A claim that rode with a group of outcomes committed after them, in their transaction: it
+    is logged after the first group of outcomes stored once it was answered.
     """
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []  # ("admitted" | "claimed" | "stored", job id)
+        self._rode: list[tuple[str, str]] = []  # ride claims answered, their outcomes not back
+        self.rode = 0
+        """Claims that rode with a group of outcomes."""
 
     def watch(self, store: PostgresStore) -> None:
         """Log ``store``'s claims and stored outcomes (before an engine opens on it)."""
-        claim_turns, finish_targets = store.claim_turns, store.finish_targets
+        claim_turns, finish_targets, ride_claims = (
+            store.claim_turns,
+            store.finish_targets,
+            store.ride_claims,
+        )
+        log = self
+
+        class LoggedRider:
+            def __init__(self, rider: ClaimRider) -> None:
+                self.rider = rider
+
+            def ask(self) -> ClaimAsk | None:
+                return self.rider.ask()
+
+            def answered(self, claims: list[Claim] | None) -> None:
+                log._rode.extend(("claimed", claim.job_id) for claim in claims or ())
+                log.rode += len(claims or ())
+                self.rider.answered(claims)
+
+        def ride(rider: ClaimRider | None) -> None:
+            ride_claims(None if rider is None else LoggedRider(rider))
 
         async def claimed(*args: Any, **kwargs: Any) -> Any:
             got = await claim_turns(*args, **kwargs)
@@ -110,10 +135,13 @@ class ClaimLog:
         async def stored(items: Any, *args: Any, **kwargs: Any) -> Any:
             results = await finish_targets(items, *args, **kwargs)
             self.events.extend(("stored", job_id) for job_id, _, _ in items)
+            self.events.extend(self._rode)
+            self._rode.clear()
             return results
 
         store.claim_turns = claimed  # type: ignore[method-assign]
         store.finish_targets = stored  # type: ignore[method-assign]
+        store.ride_claims = ride  # type: ignore[method-assign]
 
     def passed_over(self, sizes: dict[str, int]) -> list[tuple[str, str]]:
         """(waiting job, job served): each time a job got its third turn while another was
@@ -198,6 +226,30 @@ class TestOneRotation:
 
             assert [] == claims.passed_over({sub.id: 5 for sub in subs}), claims.events
             assert 15 == sum(what == "claimed" for what, _ in claims.events)
+
+
+class TestClaimsRideWithOutcomes:
+    async def test_a_serial_jobs_next_target_is_claimed_with_its_last_outcome(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """A worker that stores an outcome and has no turn waiting gets its next one from a
+        claim sent in that outcome's round trip and transaction. A serial job's next target is
+        free only once its last outcome is stored, so without the ride each of its turns
+        waited for the outcome's commit, then for a claim of its own."""
+
+        async def instant(caller: Caller, target: Target) -> Result:
+            await trio.lowlevel.checkpoint()
+            return Result("ok")
+
+        claims = ClaimLog()
+        async with fleet(pg_dsn, pg_schema, [instant], [Recorder()], claims, workers=1) as (
+            engine,
+        ):
+            sub = await engine.submit(ALICE, "fleet", targets("a", 16))
+            assert [JobStatus.DONE] == await wait_ended_polling(engine, sub.id)
+
+        assert 16 == sum(what == "claimed" for what, _ in claims.events)
+        assert claims.rode >= 1
 
 
 @asynccontextmanager

@@ -313,6 +313,7 @@ class TestPooledConnectionCheck:
     def test_a_healthy_idle_connection_is_not_asked(
         self, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        """A connection with nothing to read costs no round trip at checkout."""
         asked: list[object] = []
         monkeypatch.setattr(
             "trio_batch.stores._postgres._threads.ConnectionPool.check_connection", asked.append
@@ -324,6 +325,7 @@ class TestPooledConnectionCheck:
         assert asked == []
 
     def test_a_dropped_connection_is_refused(self, pg_dsn: str) -> None:
+        """A connection the server ended fails the check, so the pool replaces it."""
         name = f"tb_check_{secrets.token_hex(4)}"
         with psycopg.connect(tagged(pg_dsn, name), autocommit=True) as conn:
             conn.execute("SELECT 1")
@@ -338,6 +340,8 @@ class TestPooledConnectionCheck:
     async def test_reads_after_the_sessions_were_dropped_answer(
         self, pg_dsn: str, pg_schema: str
     ) -> None:
+        """Reads right after every session of the store was ended answer: a connection handed
+        out before its goodbye arrived is replaced and the read runs again."""
         name = f"tb_reads_{secrets.token_hex(4)}"
         async with PostgresStore.open(tagged(pg_dsn, name), schema=pg_schema) as store:
             await store.admit(new_job("j"), LIMITS)

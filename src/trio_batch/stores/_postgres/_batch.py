@@ -51,6 +51,7 @@ import trio
 from ..._errors import StoreError
 from ..._util import backoff
 from .._protocol import FinishItem
+from ._claims import Ride
 from ._pipeline import ConnectionLost, Mark, Params, Pipeline, Write
 from ._schema import Conn, Cursor
 from ._sql import FinishReply, Statement
@@ -156,6 +157,10 @@ class WriteQueue:
     ) -> None:
         self._connect = connect
         self._admissions = admissions
+        self.ride: Callable[[], Ride | None] | None = None
+        """Asked before each batch that stores outcomes: a claim to send with it, or None."""
+        self.rode: Callable[[Ride], None] = lambda ride: None
+        """Told of each ride once its batch ended (its claims None if it did not commit)."""
         self._pipeline = Pipeline(instance)
         self.timeout = timeout
         self._on_not_live = on_not_live
@@ -282,15 +287,20 @@ class WriteQueue:
 
                 # Admissions first: their advisory lock is then taken before any row lock.
                 writes.sort(key=lambda w: not w.admits)
+                ride = None
                 try:
                     if self._admissions is not None:
                         await self._admissions.wait()
-                    await self._commit(marks, writes)
+                    if self.ride is not None and any(w.finish for w in writes):
+                        ride = self.ride()
+                    await self._commit(marks, writes, ride)
                 except BaseException:
                     for w in writes:
                         w.result = outcome.Error(_closed_error())
                     raise
                 finally:
+                    if ride is not None:  # the claims first: a worker may be waiting for one
+                        self.rode(ride)
                     # Each waiter learns its write's fate, whatever ended the commit.
                     for w in writes:
                         assert w.result is not None
@@ -339,8 +349,11 @@ class WriteQueue:
         self._send.close()
         await self._done.wait()
 
-    async def _commit(self, marks: list[Mark], writes: list[Write[object]]) -> None:
-        """Commit ``marks`` and ``writes``, connecting again and replaying if the link breaks."""
+    async def _commit(
+        self, marks: list[Mark], writes: list[Write[object]], ride: Ride | None
+    ) -> None:
+        """Commit ``marks`` and ``writes`` (and ``ride``'s claim with them), connecting again
+        and replaying if the link breaks (without the claim: see :class:`Ride`)."""
         replay = False
         attempts = 0
         # A mark whose target's outcome is in this batch is dropped (the outcome's statement
@@ -371,6 +384,7 @@ class WriteQueue:
                         writes=live,
                         finishing=finishing,
                         replay=replay,
+                        ride=None if replay else ride,
                     ),
                     answer_within=budget,
                 )

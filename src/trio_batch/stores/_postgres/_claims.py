@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
@@ -84,6 +85,30 @@ def channel(schema: str) -> str:
     return "tbt_" + hashlib.md5(schema.encode()).hexdigest()
 
 
+def claim_params(
+    instance: str,
+    n: int,
+    now: float,
+    ttl: float,
+    space: int,
+    rules: HostRules | None,
+    spaced: int | None,
+) -> dict[str, object]:
+    """The parameters of :data:`CLAIM_SQL`: up to ``n`` targets for ``instance``."""
+    return {
+        "space": space,
+        "instance": instance,
+        "n": n,
+        "now": now,
+        "ttl": ttl,
+        "scoped": rules is not None,
+        "conc": 0 if rules is None else rules.concurrency,
+        "interval": 0.0 if rules is None else rules.interval,
+        "block_limit": 0.0 if rules is None else rules.block_limit,
+        "spaced": n if spaced is None else spaced,
+    }
+
+
 def claim(
     conn: Conn,
     instance: str,
@@ -99,28 +124,43 @@ def claim(
     Returns the claims and, with ``rules``, in how many seconds the first scope held back by
     its spacing or backoff may start again (None: none is).
     """
-    params = {
-        "space": space,
-        "instance": instance,
-        "n": n,
-        "now": now,
-        "ttl": ttl,
-        "scoped": rules is not None,
-        "conc": 0 if rules is None else rules.concurrency,
-        "interval": 0.0 if rules is None else rules.interval,
-        "block_limit": 0.0 if rules is None else rules.block_limit,
-        "spaced": n if spaced is None else spaced,
-    }
+    params = claim_params(instance, n, now, ttl, space, rules, spaced)
     if rules is None:
         rows = unflushed(conn, CLAIM_SQL, params)
-        return [_claim_of(row) for row in rows], None
+        return claims_of(rows), None
     with conn.pipeline(), conn.transaction():
         conn.execute("SET LOCAL synchronous_commit TO off")
         claimed = conn.execute(CLAIM_SQL, params)
         free = conn.execute(SCOPES_FREE_SQL)
-    wait = free.fetchone()
-    claims = [_claim_of(row) for row in claimed.fetchall()]
-    return claims, None if wait is None or wait[0] is None else float(wait[0])
+    return claims_of(claimed.fetchall()), free_in(free.fetchone())
+
+
+@dataclass(slots=True)
+class Ride:
+    """A claim sent in the same round trip as a group of outcomes (the writer's batch), for
+    workers that will have no turn waiting once those outcomes are stored.
+
+    It runs after the outcomes, in their transaction: a batch rolled back takes its claims
+    with it, and a batch sent again after a lost connection carries no ride (a claim that
+    committed before the loss expires, and another claimer takes its targets).
+    """
+
+    params: dict[str, object]
+    scoped: bool
+    claims: list[Claim] | None = None
+    """What the ride claimed, once its batch committed; None: it did not run."""
+    free_in: float | None = None
+    """As :func:`claim` returns it: when the first scope held back may start again."""
+
+
+def claims_of(rows: Sequence[Sequence[object]]) -> list[Claim]:
+    """The claims :data:`CLAIM_SQL` returned."""
+    return [_claim_of(row) for row in rows]
+
+
+def free_in(row: Sequence[object] | None) -> float | None:
+    """The seconds :data:`SCOPES_FREE_SQL` answered (None: no scope is held back)."""
+    return None if row is None or row[0] is None else float(str(row[0]))
 
 
 def _claim_of(row: Sequence[object]) -> Claim:

@@ -31,7 +31,9 @@ import trio
 
 from ..._errors import SubmitError
 from .._protocol import FinishItem
+from ._claims import CLAIM_SQL, Ride, claims_of, free_in
 from ._schema import Conn, Cursor
+from ._scopes import SCOPES_FREE_SQL
 from ._sql import (
     FINISH_MANY,
     START_MANY,
@@ -121,12 +123,15 @@ class Pipeline:
         writes: list[Write[object]],
         finishing: set[tuple[str, int]],
         replay: bool,
+        ride: Ride | None = None,
     ) -> set[str]:
         """Run the batch in one round trip; on a database error, write by write.
 
         ``finishing`` holds the targets whose outcome is among ``writes``: their marks are
         dropped, and their ``started_at`` goes with the outcome. ``replay``: the batch is sent
-        again after a lost connection.
+        again after a lost connection. ``ride``: a claim that goes with the batch, in its
+        round trip and its transaction; its claims are set on it if the batch committed whole
+        (written one by one after a database error, the batch carries no claim).
 
         Returns the jobs found not live. Raises :class:`ConnectionLost` if the link broke,
         and ``QueryCanceled`` if the batch was stopped: the caller decides what follows.
@@ -137,7 +142,7 @@ class Pipeline:
         started = {(m.job_id, m.idx): m.now for m in marks if (m.job_id, m.idx) in finishing}
 
         try:
-            not_live = self._apply_batch(conn, kept, started, writes, replay=replay)
+            not_live = self._apply_batch(conn, kept, started, writes, replay=replay, ride=ride)
         except Exception as exc:
             _check(conn, exc)
             for w in writes:
@@ -166,10 +171,11 @@ class Pipeline:
         writes: list[Write[object]],
         *,
         replay: bool,
+        ride: Ride | None,
     ) -> set[str]:
         statements = [w for w in writes if w.fn is None and (w.stmt or w.finish)]
         cursors: list[Cursor] = []
-        marks_cur = None
+        marks_cur = claim_cur = free_cur = None
         with conn.pipeline():  # one round trip, one implicit transaction (autocommit)
             if kept:
                 marks_cur = conn.cursor()
@@ -185,9 +191,19 @@ class Pipeline:
                     cur.execute(w.stmt.sql, _with_replay(w.params, replay), prepare=True)
                 cursors.append(cur)
 
+            if ride is not None:  # after the outcomes: the claims see the room they freed
+                claim_cur = conn.cursor()
+                claim_cur.execute(CLAIM_SQL, ride.params, prepare=True)
+                if ride.scoped:
+                    free_cur = conn.cursor()
+                    free_cur.execute(SCOPES_FREE_SQL, prepare=True)
+
         self.commits += 1
         self.writes += len(writes)
         not_live = set() if marks_cur is None else {str(r[0]) for r in marks_cur.fetchall()}
+        if ride is not None and claim_cur is not None:
+            ride.claims = claims_of(claim_cur.fetchall())
+            ride.free_in = None if free_cur is None else free_in(free_cur.fetchone())
         for w, cur in zip(statements, cursors, strict=True):
             w.result = outcome.capture(_read, w, cur)
 

@@ -32,6 +32,7 @@ from ..._util import NoPublicConstructor, raise_single_exception_from_group
 from .._protocol import (
     CacheEntry,
     Claim,
+    ClaimRider,
     FinishItem,
     HostReport,
     HostRules,
@@ -830,6 +831,34 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         if self._leases:
             await self._run(lambda conn: _scopes.release_instance_leases(conn, self._instance))
             self._leases.clear()
+
+    def ride_claims(self, rider: ClaimRider | None) -> None:
+        """Send claims with groups of outcomes, for ``rider`` (``FleetStore.ride_claims``):
+        the writer asks it before each batch that stores outcomes and sends the claim in the
+        batch's round trip and transaction (``_claims.Ride``), then hands it the claims, which
+        are renewed and given back as those of :meth:`claim_turns`."""
+        if rider is None:
+            self._queue.ride = None
+            return
+
+        def ride() -> _claims.Ride | None:
+            ask = rider.ask()
+            if ask is None:
+                return None
+            self._wakeups.claiming()
+            params = _claims.claim_params(
+                self._instance, ask.n, ask.now, self._claim_timeout, self._locks, ask.rules,
+                ask.spaced,
+            )  # fmt: skip
+            return _claims.Ride(params, scoped=ask.rules is not None)
+
+        def rode(ride: _claims.Ride) -> None:
+            if ride.claims is not None:
+                self._wakeups.claimed(ride.free_in)
+                self._claims.update(c.token for c in ride.claims)
+            rider.answered(ride.claims)
+
+        self._queue.ride, self._queue.rode = ride, rode
 
     async def wait_for_turns(self) -> None:
         """Return when a turn may be free (``FleetStore.wait_for_turns``).
