@@ -69,6 +69,7 @@ class FleetTurns:
         self._claiming = 0  # turns the claimer's claim in flight asked for
         self._riding = 0  # turns the claim riding with a group of outcomes asked for
         self._ridden = trio.Event()  # set as each ride is answered
+        self._closed = False  # close began: a ride answered now is given back with the rest
         self._tasks: trio.Nursery | None = None
         self.retrying = 0
         """Targets whose claim is held through a busy answer's wait."""
@@ -155,6 +156,7 @@ class FleetTurns:
         Their targets go back to pending and the jobs keep their places: another instance
         claims them at once (a rolling deploy costs no claim timeout).
         """
+        self._closed = True
         self._store.ride_claims(None)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
             if self._riding:  # its claims are given back with the others
@@ -243,9 +245,10 @@ class FleetTurns:
 
     def answered(self, claims: list[Claim] | None) -> None:
         """The ride's claims (None: it did not run): held as the claimer's are; the claimer
-        looks again."""
+        looks again. Once :meth:`close` began they are not held: it gives them back with the
+        others (the store holds their tokens)."""
         asked, self._riding = self._riding, 0
-        if claims is not None:
+        if claims is not None and not self._closed:
             self._dry = len(claims) < asked
             self._hold(claims)
         self._ridden.set()
