@@ -100,8 +100,6 @@ class ClaimLog:
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []  # ("admitted" | "claimed" | "stored", job id)
         self._rode: list[tuple[str, str]] = []  # ride claims answered, their outcomes not back
-        self.rode = 0
-        """Claims that rode with a group of outcomes."""
 
     def watch(self, store: PostgresStore) -> None:
         """Log ``store``'s claims and stored outcomes (before an engine opens on it)."""
@@ -121,7 +119,6 @@ class ClaimLog:
 
             def answered(self, claims: list[Claim] | None) -> None:
                 log._rode.extend(("claimed", claim.job_id) for claim in claims or ())
-                log.rode += len(claims or ())
                 self.rider.answered(claims)
 
         def ride(rider: ClaimRider | None) -> None:
@@ -229,27 +226,43 @@ class TestOneRotation:
 
 
 class TestClaimsRideWithOutcomes:
-    async def test_a_serial_jobs_next_target_is_claimed_with_its_last_outcome(
+    async def test_an_outcome_carries_the_claim_of_its_jobs_next_target(
         self, pg_dsn: str, pg_schema: str
     ) -> None:
-        """A worker that stores an outcome and has no turn waiting gets its next one from a
-        claim sent in that outcome's round trip and transaction. A serial job's next target is
-        free only once its last outcome is stored, so without the ride each of its turns
-        waited for the outcome's commit, then for a claim of its own."""
+        """A store asked for a claim as it sends a group of outcomes runs it in the same
+        round trip and transaction, after them: a serial job's next target, which only the
+        outcome frees, is claimed with it; the claim is held as one of ``claim_turns``."""
+        from trio_batch.stores import Limits, NewJob
 
-        async def instant(caller: Caller, target: Target) -> Result:
-            await trio.lowlevel.checkpoint()
-            return Result("ok")
+        class Rider:
+            def __init__(self) -> None:
+                self.answers: list[list[Claim] | None] = []
 
-        claims = ClaimLog()
-        async with fleet(pg_dsn, pg_schema, [instant], [Recorder()], claims, workers=1) as (
-            engine,
-        ):
-            sub = await engine.submit(ALICE, "fleet", targets("a", 16))
-            assert [JobStatus.DONE] == await wait_ended_polling(engine, sub.id)
+            def ask(self) -> ClaimAsk | None:
+                return ClaimAsk(2, 3.0, None, 2)
 
-        assert 16 == sum(what == "claimed" for what, _ in claims.events)
-        assert claims.rode >= 1
+            def answered(self, claims: list[Claim] | None) -> None:
+                self.answers.append(claims)
+
+        rider = Rider()
+        async with PostgresStore.open(pg_dsn, schema=pg_schema) as store:
+            job = NewJob("r" * 32, "alice", "fleet", "k", targets("r", 3), 1.0)
+            await store.admit(job, Limits(3600, 32, 4, 8))
+            (first,) = await store.claim_turns(2, 2.0)  # serial: one target at a time
+            store.ride_claims(rider)
+            outcome = Outcome(TargetState.DONE, result_json='{"content": "r0"}', claim=first.token)
+            await store.finish_targets([(job.id, 0, outcome)], 3.0, 10**9)
+            store.ride_claims(None)
+            (ridden,) = rider.answers
+            assert ridden is not None
+            (second,) = ridden
+            late = Outcome(TargetState.DONE, result_json='{"content": "r1"}', claim=second.token)
+            await store.finish_targets([(job.id, 1, late)], 4.0, 10**9)
+            snap = await store.snapshot(job.id)
+
+        assert (job.id, 1) == (second.job_id, second.idx)
+        assert snap is not None
+        assert ["done", "done", "pending"] == [t.status.value for t in snap.targets]
 
 
 @asynccontextmanager
