@@ -33,6 +33,10 @@ TARGETS = 20
 PAGES = [j * 100 + i for j in range(JOBS) for i in range(TARGETS)]
 """The site's page numbers: job j's target i is page j * 100 + i."""
 KILLS = int(os.environ.get("TRIO_BATCH_FLEET_KILLS", "3"))
+SIGNAL_SLACK = 0.05
+"""Seconds after a signal is sent during which a fetch the instance had already begun may
+still reach the site: the process acts on the signal at its event loop's next turn (seen: a
+request 0.3 ms after SIGTERM was sent, cut short by that stop and fetched again later)."""
 
 
 def orphan_claims(schema: str) -> int:
@@ -135,7 +139,7 @@ async def test_a_fleet_loses_nothing_to_kill_9_and_sigterm(tmp_path: Path) -> No
     unexplained = [
         (path, earlier, later)
         for path, earlier, later in repeats(site.seen)
-        if not any(earlier < cut < later for cut in cuts)
+        if not any(earlier < cut + SIGNAL_SLACK and cut < later for cut in cuts)
     ]
     assert not unexplained, (where, cuts, unexplained)
     assert "Traceback" not in a.log.decode() + b.log.decode()
