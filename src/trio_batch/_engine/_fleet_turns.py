@@ -148,6 +148,7 @@ class FleetTurns:
                 task_status.started()
                 await trio.sleep_forever()
             finally:
+                self._closed = True  # a ride answered from now on must not use this nursery
                 self._store.ride_claims(None)
 
     async def close(self) -> None:
@@ -184,7 +185,8 @@ class FleetTurns:
         while True:
             want = min(self._turns_wanted(), _MAX_CLAIMS)
             if self._riding:  # one claim in flight at a time (see ask)
-                await self._ridden.wait()
+                with trio.move_on_after(_FLEET_POLL):  # the writer answers every ride
+                    await self._ridden.wait()
                 continue
             if want > 0 and not deferred and self._waiting() and self._parts.storing():
                 deferred = True  # once: a ride answered before this wait began wakes nobody
@@ -233,8 +235,8 @@ class FleetTurns:
         One claim in flight at a time: two at once (the claimer's on a pooled connection, a
         ride on the writer's) skip each other's locked jobs, so each may take a job whose turn
         comes after one the other took, and the one answered first would hand its turn to the
-        workers first (``a1 b1 a2 b2 b3 a3`` in ``tests/stores/test_fairness.py``, 11 runs of
-        200 before this rule).
+        workers first (``a1 b1 a2 b2 b3 a3`` in ``tests/stores/test_fairness.py``, 26 runs of
+        1,000 before this rule).
         """
         want = min(self._turns_wanted(), _MAX_CLAIMS)
         if want <= 0 or self._claiming or not self._waiting():
