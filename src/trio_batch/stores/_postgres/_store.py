@@ -753,9 +753,14 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                 conn, self._instance, n, now, self._claim_timeout, self._locks, rules, spaced
             )
         )
-        self._wakeups.claimed(free_in)
-        self._claims.update(c.token for c in claimed)
+        self._took(claimed, free_in)
         return claimed
+
+    def _took(self, claims: Sequence[Claim], free_in: float | None) -> None:
+        """A claim ended (on a pooled connection, or riding with outcomes): renew what it took
+        until stored or released; the next wait for turns ends at ``free_in`` at the latest."""
+        self._wakeups.claimed(free_in)
+        self._claims.update(c.token for c in claims)
 
     async def lease_scope(
         self, scope: str, rules: HostRules
@@ -854,8 +859,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
 
         def rode(ride: _claims.Ride) -> None:
             if ride.claims is not None:
-                self._wakeups.claimed(ride.free_in)
-                self._claims.update(c.token for c in ride.claims)
+                self._took(ride.claims, ride.free_in)
             rider.answered(ride.claims)
 
         self._queue.ride, self._queue.rode = ride, rode
