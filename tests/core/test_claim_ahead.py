@@ -33,8 +33,9 @@ def test_slow_fetches_hold_one_turn_ahead() -> None:
 
 
 def test_quick_fetches_hold_enough_turns_to_cover_a_claim() -> None:
-    """Fetches of 1 ms and claims of 4 ms: two workers use eight turns per claim."""
-    assert 8 == settled(0.004, 0.001).turns(2)
+    """Fetches of 1 ms and claims of 4 ms: two workers use eight turns per claim, and the
+    claimer tops up once half its turns are used, so it holds twice that."""
+    assert 16 == settled(0.004, 0.001).turns(2)
 
 
 def test_instant_fetches_hold_the_most() -> None:
