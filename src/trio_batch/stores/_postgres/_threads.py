@@ -35,13 +35,15 @@ Each call runs under a ``CapacityLimiter`` as large as the pool, so no thread wa
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import math
 import select
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeVar, final
 
 import outcome
 import psycopg.errors
@@ -84,15 +86,76 @@ class Held:
                 with contextlib.suppress(Exception):
                     self.conn.cancel_safe(timeout=_CANCEL_TIMEOUT)
 
-    def watch(self, seconds: float) -> None:
-        """Stop the query if the call is still running after ``seconds`` of real time."""
-        if self.done.wait(seconds):
-            return
+    def expire(self) -> None:
+        """Stop the query if the call is still running: its deadline passed (blocking: the
+        watchdog's thread runs it)."""
         with self.lock:
-            if self.conn is not None:
+            if self.conn is not None and not self.done.is_set():
                 self.timed_out = True
                 with contextlib.suppress(Exception):
                     self.conn.cancel_safe(timeout=_CANCEL_TIMEOUT)
+
+
+@final
+class Watchdog:
+    """One thread that stops the queries still running past their deadline, for every call.
+
+    Each call with a deadline started a thread of its own that waited for it (two more thread
+    switches a call, on the start and on the end): under a fleet's load on two cores, a
+    pooled call then cost the instance several times its own work. Here a call only pushes its
+    deadline on a heap; the thread sleeps until the earliest one, stops that call's query if it
+    still runs, and goes on. It starts with the first deadline and ends after
+    :data:`_WATCHDOG_IDLE` seconds with none (Trio's thread cache does the same with its
+    threads); the calls that ended before their deadline are dropped from the heap lazily.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Held]] = []
+        self._order = itertools.count()
+        self._running = False
+
+    def watch(self, held: Held, deadline: float) -> None:
+        """Stop ``held``'s query if it still runs at ``deadline`` (``time.monotonic``)."""
+        with self._cond:
+            if len(self._heap) >= _WATCHDOG_PRUNE:
+                self._heap = [entry for entry in self._heap if not entry[2].done.is_set()]
+                heapq.heapify(self._heap)
+            heapq.heappush(self._heap, (deadline, next(self._order), held))
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="trio-batch watchdog", daemon=True).start()
+            elif self._heap[0][2] is held:  # earlier than what the thread sleeps for
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while (held := self._next_expired()) is not None:
+            held.expire()  # outside the lock: a cancel request waits on the network
+
+    def _next_expired(self) -> Held | None:
+        """The next call past its deadline, waiting for it; None once idle for long."""
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][2].done.is_set():
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    if not self._cond.wait(_WATCHDOG_IDLE) and not self._heap:
+                        self._running = False
+                        return None
+                    continue
+                left = self._heap[0][0] - time.monotonic()
+                if left <= 0:
+                    return heapq.heappop(self._heap)[2]
+                self._cond.wait(left)
+
+
+_WATCHDOG_IDLE = 10.0
+"""Seconds the watchdog's thread waits with no deadline before it ends."""
+
+_WATCHDOG_PRUNE = 1024
+"""Deadlines on the heap past which the ended calls' are dropped before a push."""
+
+WATCHDOG = Watchdog()
 
 
 Source = ConnectionPool[Conn] | Conn
@@ -141,8 +204,7 @@ async def run_with_connection(
                         raise Withdrawn
                     held.conn = conn
                 if not math.isinf(answer_within):
-                    left = answer_within - (time.monotonic() - started)
-                    trio.lowlevel.start_thread_soon(lambda: held.watch(left), lambda _: None)
+                    WATCHDOG.watch(held, started + answer_within)
                 try:
                     return fn(conn)
                 finally:
