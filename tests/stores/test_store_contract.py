@@ -324,3 +324,23 @@ class TestCache:
         assert await store.cache_get("k1") is None
         assert await store.cache_get("k2") is not None
         assert await store.cache_get("k3") is not None
+
+    async def test_reads_at_once_each_get_their_own_entry(self, store: ServiceStore) -> None:
+        """Reads asked together (PostgreSQL sends them in one query) each answer for their own
+        key: an entry, or None for a key with none, the same key read twice alike."""
+        entries = {
+            f"k{i}": CacheEntry(bytes([i]) * 8, f'{{"i":{i}}}', i, i + 1.0) for i in range(4)
+        }
+        for key, entry in entries.items():
+            await store.cache_put(key, entry, 10**6)
+        keys = [*entries, "absent-1", "k2", "absent-2", "k0"]
+        got: dict[int, CacheEntry | None] = {}
+
+        async def read(i: int, key: str) -> None:
+            got[i] = await store.cache_get(key)
+
+        async with trio.open_nursery() as nursery:
+            for i, key in enumerate(keys):
+                nursery.start_soon(read, i, key)
+
+        assert [entries.get(key) for key in keys] == [got[i] for i in range(len(keys))]

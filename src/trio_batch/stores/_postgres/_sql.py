@@ -465,16 +465,16 @@ def snapshot(conn: Conn, job_id: str) -> Snapshot | None:
 # -- the web cache -------------------------------------------------------------------------------
 
 
-def cache_get(conn: Conn, key: str) -> CacheEntry | None:
-    """The entry under ``key``, expired or not, or None."""
-    row = conn.execute(
-        "SELECT body, meta, stored_at, expires_at FROM web_cache WHERE key = %s", (key,)
-    ).fetchone()
-    return (
-        None
-        if row is None
-        else CacheEntry(bytes(row[0]), str(row[1]), float(row[2]), float(row[3]))
-    )
+def cache_get(conn: Conn, keys: list[str]) -> dict[str, CacheEntry]:
+    """The entries under ``keys``, expired or not; a key with none is left out."""
+    rows = conn.execute(
+        "SELECT key, body, meta, stored_at, expires_at FROM web_cache WHERE key = ANY(%s)",
+        (keys,),
+    ).fetchall()
+    return {
+        str(row[0]): CacheEntry(bytes(row[1]), str(row[2]), float(row[3]), float(row[4]))
+        for row in rows
+    }
 
 
 def cache_put(conn: Conn, locks: int, key: str, entry: CacheEntry, max_bytes: int) -> None:

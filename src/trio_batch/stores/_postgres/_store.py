@@ -47,6 +47,7 @@ from .._sql_crawl import CrawlSQL
 from .._sql_shared import PostgresCommon
 from . import _adopt, _claims, _scopes, _sql
 from ._batch import AdmissionsFirst, WriteQueue
+from ._cache_reads import CacheReads
 from ._schema import SCHEMA_NAME, Conn, Cursor, lock_space, migrate
 from ._sql import FinishReply
 from ._threads import (
@@ -182,6 +183,9 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._claims: set[str] = set()  # tokens this instance holds: renewed until stored
         self._wakeups = TurnWakeups()
         self._leases: set[str] = set()  # leases of scopes held by requests outside the rotation
+        self._cache_reads = CacheReads(
+            lambda keys: self._run_read(lambda conn: _sql.cache_get(conn, keys))
+        )
 
     @property
     def instance_id(self) -> str:
@@ -292,6 +296,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                     await nursery.start(store._queue.run)
                     await nursery.start(store._heartbeat_loop)
                     await nursery.start(store._renew_loop)
+                    await nursery.start(store._cache_reads.run)
                     listener_done = store._wakeups.start(
                         store._connect, store._schema, store._stopping
                     )
@@ -874,11 +879,14 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
     async def cache_get(self, key: str) -> CacheEntry | None:
         """The cached entry under ``key``, expired or not, or None.
 
-        Cancellation: safe to cancel at any point; a read has no effect to undo. The query is
-        stopped on the server, and this returns once its connection is back in the pool.
+        The reads that arrive while one query is out go together in the next
+        (:class:`~trio_batch.stores._postgres._cache_reads.CacheReads`).
+
+        Cancellation: safe to cancel at any point; a read has no effect to undo. A read not
+        sent yet is taken out of the next query; one in a query leaves it to the others.
         """
         self._check_open()
-        return await self._run_read(lambda conn: _sql.cache_get(conn, key))
+        return await self._cache_reads.get(key)
 
     async def cache_put(self, key: str, entry: CacheEntry, max_bytes: int) -> None:
         """Store ``entry`` under ``key``, then drop the oldest entries while over ``max_bytes``.
