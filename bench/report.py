@@ -60,6 +60,28 @@ def goals(
     try:
         pg = find(figures, "W1", "postgres", "trio-batch", "throughput").median
         add("W1 on PostgreSQL >= 3,000 targets/s", pg, pg >= 3_000, f"{pg:,.0f} targets/s")
+        # Issue 35 states the goal against "PostgreSQL's own per-write baseline", describes it
+        # as the bare one (a commit a write) and took its figures from the one through the
+        # store (the "vs baseline" column): both are reported.
+        for system, what in (("baseline", "baseline through the store"), ("bare", "bare baseline")):
+            base = find(figures, "W1", "postgres", system, "throughput").median
+            add(
+                f"W1 on PostgreSQL >= 1.8x its {what} (issue 35)",
+                pg / base,
+                pg / base >= 1.8,
+                f"{pg / base:.2f}x the {what} ({base:,.0f}/s)",
+            )
+    except KeyError:
+        pass
+    try:
+        pg_p99 = find(figures, "W3", "postgres", "trio-batch", "small job p99").median
+        sqlite_p99 = find(figures, "W3", "sqlite", "trio-batch", "small job p99").median
+        add(
+            "W3 p99 on PostgreSQL within 1.15x SQLite's (issue 35)",
+            pg_p99 / sqlite_p99,
+            pg_p99 / sqlite_p99 <= 1.15,
+            f"{pg_p99 / sqlite_p99:.2f}x ({pg_p99:.2f} against {sqlite_p99:.2f})",
+        )
     except KeyError:
         pass
     try:

@@ -174,8 +174,8 @@ def run_w1_w2(
     for kind in kinds:
         if "W1" in only:
             w1_systems = list(systems)
-            if baseline and kind == "sqlite":
-                w1_systems.append(("bare", bare_drain))  # the issue's: a hop and a commit a write
+            if baseline and kind in ("sqlite", "postgres"):
+                w1_systems.append(("bare", bare_drain))  # the issues': a hop and a commit a write
             w1: dict[str, list[DrainRun]] = {name: [] for name, _ in w1_systems}
             for _ in range(s.w1_repeats):
                 for name, drain in w1_systems:

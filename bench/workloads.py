@@ -13,8 +13,9 @@ Nothing here repeats, aggregates or prints; ``bench/run.py`` does that. Each wor
   the store's write path (admit, ``start_target`` awaited, ``finish_target`` in the background
   and the job re-queued once it is committed: the engine's own schedule), so engine/baseline is
   the engine's overhead and nothing else. Both time their drain with :func:`measure_drain`.
-- :func:`bare_drain` is W1's bare baseline on SQLite as the issue states it: no store and no
-  engine, one ``trio.to_thread`` hop and one commit for every job and every result.
+- :func:`bare_drain` is W1's bare baseline as the issues state it, on SQLite and on PostgreSQL
+  (``synchronous_commit`` on): no store and no engine, one ``trio.to_thread`` hop and one commit
+  for every job and every result.
 - :func:`floor_drain` is W2 with no store at all: what the machine's timers allow.
 - :func:`fairness_run` is W3: one caller keeps 8 jobs of 32 slow targets live; another submits
   1-target jobs now and then; the small job's submit-to-done times, to be read in target
@@ -52,6 +53,7 @@ from ._harness import (
     check_readable,
     chunked,
     commit_statistics,
+    drop_pg_schema,
     open_bench_store,
     remove_sqlite_files,
     sleep_fetch,
@@ -231,13 +233,78 @@ async def baseline_drain(
     return run
 
 
-_BARE_SCHEMA = (
-    "PRAGMA journal_mode = WAL",
-    "PRAGMA synchronous = NORMAL",  # SQLiteStore's durability
-    "CREATE TABLE jobs (id TEXT PRIMARY KEY, targets INTEGER NOT NULL)",
+_BARE_JOBS = "CREATE TABLE jobs (id TEXT PRIMARY KEY, targets INTEGER NOT NULL)"
+_BARE_RESULTS = (
     "CREATE TABLE results (job_id TEXT NOT NULL, idx INTEGER NOT NULL, result TEXT NOT NULL, "
-    "PRIMARY KEY (job_id, idx)) WITHOUT ROWID",
+    "PRIMARY KEY (job_id, idx))"
 )
+
+
+@dataclass(frozen=True)
+class _BareDb:
+    """One connection of the bare baseline: each ``write`` is one statement committed on its
+    own (called in a worker thread), ``count`` reads a job's results back, ``close`` removes
+    everything."""
+
+    write: Callable[[str, Sequence[object]], None]
+    count: Callable[[str], int]
+    close: Callable[[], None]
+    mark: str  # the driver's parameter placeholder
+
+
+def _bare_sqlite(workdir: str) -> _BareDb:
+    """A SQLite file in WAL mode with SQLiteStore's durability; each write its own
+    ``BEGIN IMMEDIATE`` ... ``COMMIT``."""
+    path = os.path.join(workdir, f"bare-{secrets.token_hex(6)}.sqlite")
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")  # SQLiteStore's durability
+    conn.execute(_BARE_JOBS)
+    conn.execute(_BARE_RESULTS + " WITHOUT ROWID")
+
+    def write(sql: str, params: Sequence[object]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(sql, params)
+        conn.execute("COMMIT")
+
+    def count(job_id: str) -> int:
+        row = conn.execute("SELECT count(*) FROM results WHERE job_id = ?", (job_id,)).fetchone()
+        return int(row[0])
+
+    def close() -> None:
+        conn.close()
+        remove_sqlite_files(path)
+
+    return _BareDb(write, count, close, "?")
+
+
+def _bare_postgres(dsn: str) -> _BareDb:
+    """A schema of its own on PostgreSQL; each write one statement in autocommit mode (its own
+    transaction, one round trip), with ``synchronous_commit`` on: the issue's "PostgreSQL's own
+    per-write baseline"."""
+    import psycopg
+    from psycopg import sql as pgsql
+
+    schema = f"bench_bare_{secrets.token_hex(4)}"
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("SET synchronous_commit = on")
+    conn.execute(pgsql.SQL("CREATE SCHEMA {}").format(pgsql.Identifier(schema)))
+    conn.execute(pgsql.SQL("SET search_path = {}").format(pgsql.Identifier(schema)))
+    conn.execute(_BARE_JOBS.encode())
+    conn.execute(_BARE_RESULTS.encode())
+
+    def write(sql: str, params: Sequence[object]) -> None:
+        conn.execute(sql.encode(), params)
+
+    def count(job_id: str) -> int:
+        row = conn.execute(b"SELECT count(*) FROM results WHERE job_id = %s", (job_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def close() -> None:
+        conn.close()
+        drop_pg_schema(dsn, schema)
+
+    return _BareDb(write, count, close, "%s")
 
 
 async def bare_drain(
@@ -250,29 +317,22 @@ async def bare_drain(
     fetch: Callable[[Caller, Target], Awaitable[Result]],
     workers: int,
 ) -> DrainRun:
-    """W1's bare baseline on SQLite, the one the issue states: no store, no engine; every
-    write (a job, a result) is one ``trio.to_thread`` hop and one commit of its own.
+    """W1's bare baseline as the issues state it: no store, no engine; every write (a job, a
+    result) is one ``trio.to_thread`` hop and one commit of its own, on one connection (SQLite,
+    or PostgreSQL with ``synchronous_commit`` on).
 
     ``workers`` tasks take jobs from a Trio memory channel; a job goes back to the channel once
     its result is committed (one target at a time, as the engine runs a job).
     """
-    if kind != "sqlite":
-        raise ValueError("the bare baseline is SQLite's")
-    path = os.path.join(workdir, f"bare-{secrets.token_hex(6)}.sqlite")
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    for statement in _BARE_SCHEMA:
-        conn.execute(statement)
+    if kind == "sqlite":
+        db = await trio.to_thread.run_sync(_bare_sqlite, workdir)
+    elif kind == "postgres":
+        db = await trio.to_thread.run_sync(_bare_postgres, pg_dsn)
+    else:
+        raise ValueError("the bare baseline is SQLite's or PostgreSQL's")
     one_thread = trio.CapacityLimiter(1)  # one connection: one write at a time
-
-    def write(sql: str, params: Sequence[object]) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(sql, params)
-        conn.execute("COMMIT")
-
-    def read(job_id: str) -> int:
-        return int(
-            conn.execute("SELECT count(*) FROM results WHERE job_id = ?", (job_id,)).fetchone()[0]
-        )
+    insert_result = f"INSERT INTO results VALUES ({db.mark}, {db.mark}, {db.mark})"
+    insert_job = f"INSERT INTO jobs VALUES ({db.mark}, {db.mark})"
 
     jobs = chunked(targets_for("w1", n_targets), job_size)
     caller = Caller("bench")
@@ -286,10 +346,7 @@ async def bare_drain(
             idx = job.next_idx
             result = (await fetch(caller, job.targets[idx])).to_json()
             await trio.to_thread.run_sync(
-                write,
-                "INSERT INTO results VALUES (?, ?, ?)",
-                (job.id, idx, result),
-                limiter=one_thread,
+                db.write, insert_result, (job.id, idx, result), limiter=one_thread
             )
             job.next_idx = idx + 1
             if job.next_idx < len(job.targets):
@@ -308,19 +365,16 @@ async def bare_drain(
             for targets in jobs:
                 last = secrets.token_hex(16)
                 await trio.to_thread.run_sync(
-                    write,
-                    "INSERT INTO jobs VALUES (?, ?)",
-                    (last, len(targets)),
-                    limiter=one_thread,
+                    db.write, insert_job, (last, len(targets)), limiter=one_thread
                 )
                 send.send_nowait(_BareJob(last, targets))
             await all_done.wait()
-            assert len(jobs[-1]) == await trio.to_thread.run_sync(read, last, limiter=one_thread)
+            counted = await trio.to_thread.run_sync(db.count, last, limiter=one_thread)
+            assert len(jobs[-1]) == counted
             seconds = trio.current_time() - t0
             nursery.cancel_scope.cancel()
     finally:
-        conn.close()
-        remove_sqlite_files(path)
+        await trio.to_thread.run_sync(db.close)
     return DrainRun(seconds, n_targets)
 
 
