@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from hypothesis import given, strategies as st
 
 from trio_batch import Caller, Config, Options, Result, RetryLater, Target, TargetError
 from trio_batch._errors import find_retry_later
+from trio_batch._headers import HeaderMap
 from trio_batch._model import idempotency_key
 
 
@@ -110,3 +112,29 @@ class TestErrors:
         loop = ValueError("a")
         loop.__context__ = loop
         assert find_retry_later(loop) is None
+
+
+headers = st.dictionaries(st.sampled_from(["accept", "authorization", "cookie", "x-a"]), st.text())
+
+
+class TestHeaderMap:
+    @given(a=headers, b=headers)
+    def test_equal_as_their_mappings_are_in_any_order(
+        self, a: dict[str, str], b: dict[str, str]
+    ) -> None:
+        """Two header maps (or one and a plain mapping) are equal exactly when their names and
+        values are, whatever their order; equal ones hash alike (options are hashed by them)."""
+        left, right = HeaderMap(a), HeaderMap(reversed(list(b.items())))
+
+        assert (left == right) == (a == b)
+        assert (left == b) == (a == b)
+        assert (left != right) == (a != b)
+        if a == b:
+            assert hash(left) == hash(right)
+
+    def test_default_options_leave_their_headers_out(self) -> None:
+        """Options whose headers are empty store none; set ones are stored."""
+        assert "headers" not in Options(headers={}).to_json()
+        assert {"accept": "text/html"} == Options(headers={"accept": "text/html"}).to_json()[
+            "headers"
+        ]
