@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 import trio
+from psycopg import sql
 
 from trio_batch import (
     Caller,
@@ -371,6 +372,46 @@ async def test_the_writer_never_compiles_a_plan(pg_dsn: str, pg_schema: str) -> 
 
     assert "Seq Scan" in "\n".join(plan)
     assert not any(line.startswith("JIT:") for line in plan)
+
+
+class TestRenewalWaitsForNoLock:
+    async def test_a_claim_whose_row_is_locked_is_kept_without_a_wait(
+        self, pg_dsn: str, pg_schema: str
+    ) -> None:
+        """A renewal passes over a claimed target's row that another transaction holds (as
+        the writer holds the rows of the outcomes it stores), keeps that claim and moves the
+        others on. It locked them all before: it waited here until ``call_timeout`` (and under
+        a drain it sometimes lost a deadlock to the writer, and failed whole)."""
+        async with PostgresStore.open(pg_dsn, schema=pg_schema, call_timeout=5.0) as store:
+            for job_id in ("a", "b"):
+                await store.admit(new_job(job_id, n=1), LIMITS)
+            claims = {claim.job_id: claim for claim in await store.claim_turns(2, NOW)}
+            targets = sql.Identifier(pg_schema, "targets")
+            deadline = sql.SQL("SELECT claim_until FROM {} WHERE job_id = %s").format(targets)
+
+            def lock_a() -> psycopg.Connection[tuple[Any, ...]]:
+                conn = psycopg.connect(pg_dsn)  # the lock lasts until its rollback
+                conn.execute(
+                    sql.SQL("SELECT 1 FROM {} WHERE job_id = 'a' FOR UPDATE").format(targets)
+                )
+                return conn
+
+            def deadlines() -> list[Any]:
+                with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                    return [conn.execute(deadline, (j,)).fetchone() for j in ("a", "b")]
+
+            before = await trio.to_thread.run_sync(deadlines)
+            locker = await trio.to_thread.run_sync(lock_a)
+            try:
+                with trio.fail_after(2.5):  # half the call_timeout the old renewal waited for
+                    held = await store._renew([claims["a"].token, claims["b"].token])
+            finally:
+                await trio.to_thread.run_sync(locker.close)
+            after = await trio.to_thread.run_sync(deadlines)
+
+        assert {claims["a"].token, claims["b"].token} == held
+        assert before[0] == after[0]  # passed over this time
+        assert before[1] < after[1]  # moved on
 
 
 @pytest.mark.slow

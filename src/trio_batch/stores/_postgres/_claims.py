@@ -73,10 +73,19 @@ SWEEP_SQL = f"""
         AND jb.id = tg.job_id AND jb.status NOT IN {LIVE_SQL}
 """
 
+# The renewal waits for no row lock: a target row another transaction holds (the writer storing
+# its outcome, which clears the claim, in its own order of rows) is passed over this time, and
+# still counts as held while its committed claim is ours; the next renewal moves it on if it
+# still is. Locking them all (the plain UPDATE before) sometimes lost a deadlock to the writer's
+# outcome group under a 10,000-target drain: the renewal failed whole, logged, until the next.
 RENEW_SQL = """
-    UPDATE targets SET claim_until = clock_timestamp() + %(ttl)s * interval '1 second'
-    WHERE claim = ANY(%(tokens)s)
-    RETURNING claim
+    WITH free AS (
+        SELECT job_id, idx FROM targets WHERE claim = ANY(%(tokens)s) FOR UPDATE SKIP LOCKED
+    ), renewed AS (
+        UPDATE targets AS t SET claim_until = clock_timestamp() + %(ttl)s * interval '1 second'
+        FROM free WHERE t.job_id = free.job_id AND t.idx = free.idx
+    )
+    SELECT claim FROM targets WHERE claim = ANY(%(tokens)s)
 """
 
 
@@ -205,7 +214,8 @@ def release_all(conn: Conn, tokens: Sequence[str], now: float) -> None:
 
 
 def renew(conn: Conn, tokens: Sequence[str], ttl: float) -> set[str]:
-    """Move the deadlines of ``tokens`` on by ``ttl``; return the ones still held."""
+    """Move the deadlines of ``tokens`` on by ``ttl``; return the ones still held (a row
+    another transaction has locked is not waited for: see :data:`RENEW_SQL`)."""
     rows = unflushed(conn, RENEW_SQL, {"tokens": list(tokens), "ttl": ttl})
     return {str(r[0]) for r in rows}
 
