@@ -53,7 +53,7 @@ class CacheReads:
         Cancellation: safe at any point; a read not sent yet is taken out of the next query.
         """
         if self._closed:
-            raise trio.ClosedResourceError("this PostgresStore is closed")
+            raise _closed()
         read = _Read()
         self._waiting.setdefault(key, []).append(read)
         self._asked.set()
@@ -83,7 +83,7 @@ class CacheReads:
                     await self._answer(batch)
         finally:
             self._closed = True
-            _settle(self._waiting, {}, trio.ClosedResourceError("this PostgresStore is closed"))
+            _settle(self._waiting, {}, _closed())
 
     async def _answer(self, batch: dict[str, list[_Read]]) -> None:
         try:
@@ -91,10 +91,15 @@ class CacheReads:
         except Exception as exc:
             _settle(batch, {}, exc)
         except BaseException:  # the store closes: the query was stopped
-            _settle(batch, {}, trio.ClosedResourceError("this PostgresStore is closed"))
+            _settle(batch, {}, _closed())
             raise
         else:
             _settle(batch, found, None)
+
+
+def _closed() -> trio.ClosedResourceError:
+    """What a read raises once the store is closed."""
+    return trio.ClosedResourceError("this PostgresStore is closed")
 
 
 def _settle(
