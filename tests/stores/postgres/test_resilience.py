@@ -403,8 +403,8 @@ class TestRenewalWaitsForNoLock:
             before = await trio.to_thread.run_sync(deadlines)
             locker = await trio.to_thread.run_sync(lock_a)
             try:
-                with trio.fail_after(2.5):  # half the call_timeout the old renewal waited for
-                    held = await store._renew([claims["a"].token, claims["b"].token])
+                # The renewal before this one waited for the lock: StoreError at call_timeout.
+                held = await store._renew([claims["a"].token, claims["b"].token])
             finally:
                 await trio.to_thread.run_sync(locker.close)
             after = await trio.to_thread.run_sync(deadlines)
