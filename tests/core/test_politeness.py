@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import trio
@@ -25,6 +25,8 @@ from trio_batch import (
     TargetState,
     open_engine,
 )
+from trio_batch._budget import CURRENT_SLOT, HostSlot
+from trio_batch._crawl import REDIRECT_SCOPE
 from trio_batch.stores import MemoryStore
 
 from ..support import FakeHosts, WallClock, host_of, targets, wait_ended
@@ -266,3 +268,38 @@ class TestWorkConservingWithinAJob:
             sub = await engine.submit(Caller("a"), "fleet", job)
             await wait_ended(engine, sub.id)
         assert [t.url for t in job] == started
+
+
+async def test_a_fetch_sees_its_own_slot_and_never_one_from_around_the_engine(
+    autojump_clock: object,
+) -> None:
+    """A fetch reads its target's slot through ``CURRENT_SLOT`` (the web fetcher sends in it)
+    and a crawl's scope through ``REDIRECT_SCOPE``. The engine sets them only for a target that
+    has one, so an engine opened where they are set (inside another engine's fetch) must still
+    run its own fetches with none: no budget, no slot; with a budget, its own slot."""
+    seen: list[tuple[object, object]] = []
+
+    async def fetch(caller: Caller, target: Target) -> Result:
+        seen.append((CURRENT_SLOT.get(), REDIRECT_SCOPE.get()))
+        return Result("ok")
+
+    around = cast("HostSlot", object())
+    slot_token = CURRENT_SLOT.set(around)
+    scope_token = REDIRECT_SCOPE.set(lambda url: True)
+    try:
+        async with open_engine(MemoryStore(), fetch, Config()) as engine:
+            job = await engine.submit(Caller("c"), "fleet", targets("plain", 3))
+            assert await wait_ended(engine, job.id) == [JobStatus.DONE]
+        assert seen == [(None, None)] * 3
+        seen.clear()
+        budget = HostBudget(concurrency=1)
+        async with open_engine(
+            MemoryStore(), fetch, Config(), budget=budget, scope=host_of
+        ) as engine:
+            job = await engine.submit(Caller("c"), "fleet", targets("kept", 3))
+            assert await wait_ended(engine, job.id) == [JobStatus.DONE]
+        assert len(seen) == 3
+        assert all(isinstance(slot, HostSlot) and scope is None for slot, scope in seen)
+    finally:
+        CURRENT_SLOT.reset(slot_token)
+        REDIRECT_SCOPE.reset(scope_token)

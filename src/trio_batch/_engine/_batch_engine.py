@@ -589,6 +589,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
     async def _worker(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        # A fetch sees its slot and its crawl's scope through these; each target sets them only
+        # when it has one (its own cost), so they start out unset in every worker.
+        CURRENT_SLOT.set(None)
+        REDIRECT_SCOPE.set(None)
         task_status.started()
         while True:
             await self._run_target(await self._turns.take())
@@ -604,21 +608,17 @@ class BatchEngine(metaclass=NoPublicConstructor):
             self._live.pop(live.id)
             return
         self._requeue(live)  # its next target may start meanwhile (concurrency)
-        self._inflight += 1
-        self._report_inflight()
+        self._count_inflight(+1)
         t0 = trio.current_time()
         try:
             if turn.blocked is not None:
                 since = live.busy_since.get(idx, trio.current_time())
-                fetched: tuple[Outcome | None, BaseException | None] = (
-                    blocked(turn.blocked, trio.current_time() - since, live.token(idx)),
-                    None,
-                )
+                failure = blocked(turn.blocked, trio.current_time() - since, live.token(idx))
+                fetched: tuple[Outcome | None, BaseException | None] = (failure, None)
             else:
                 fetched = await self._fetch_target(live, idx, slot, t0)
         finally:
-            self._inflight -= 1
-            self._report_inflight()
+            self._count_inflight(-1)
         outcome, error = fetched
         if outcome is None:  # busy: tried again later
             return
@@ -633,8 +633,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         self, live: LiveJob, idx: int, slot: HostSlot | None, t0: float
     ) -> tuple[Outcome | None, BaseException | None]:
         """Fetch one target in its slot: its outcome and error, or no outcome if it was busy."""
-        held = CURRENT_SLOT.set(slot)
-        scope = REDIRECT_SCOPE.set(None if live.crawl is None else live.crawl.rules.in_scope)
+        held = None if slot is None else CURRENT_SLOT.set(slot)
+        scope = None if live.crawl is None else REDIRECT_SCOPE.set(live.crawl.rules.in_scope)
         try:
             result = await self._fetch(live.caller, live.targets[idx])
             if not isinstance(result, Result):
@@ -646,8 +646,10 @@ class BatchEngine(metaclass=NoPublicConstructor):
                 slot.release(rate_limited=isinstance(kind, RetryLater), retry_after=after)
             return await self._failure(live, idx, exc, kind, t0, budgeted=slot is not None)
         finally:
-            CURRENT_SLOT.reset(held)
-            REDIRECT_SCOPE.reset(scope)
+            if held is not None:
+                CURRENT_SLOT.reset(held)
+            if scope is not None:
+                REDIRECT_SCOPE.reset(scope)
         if slot is not None:
             slot.release()
         result = with_busy_waits(result, live.busy_waited(idx, t0))  # meta.waited
@@ -728,7 +730,7 @@ class BatchEngine(metaclass=NoPublicConstructor):
         ]
         for live in unfinished:
             await self._interrupt_unfinished(live)
-        crawls = {live.id: live for live, *_ in group if live.crawl is not None}
+        crawls = {f[0].id: f[0] for f in group if f[0].crawl is not None}
         for live in crawls.values():
             if live.id in self._live and not live.cancelled:
                 await self._turns.refill(live)
@@ -787,7 +789,8 @@ class BatchEngine(metaclass=NoPublicConstructor):
         if (hook := self._hooks.depth) is not None:
             hook(live_jobs)
 
-    def _report_inflight(self) -> None:
+    def _count_inflight(self, change: int) -> None:
+        self._inflight += change
         if (hook := self._hooks.inflight) is not None:
             hook(self._inflight)
 

@@ -14,7 +14,7 @@ given back. Live jobs belong to the fleet: nothing is failed or adopted here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import final
 
 import trio
@@ -95,10 +95,10 @@ class FleetTurns:
         """The job is the fleet's now: any instance's claimer takes its turns. (Not a
         checkpoint: the job is stored, and the submit must return its id.)"""
 
-    async def take(self) -> Turn:
+    def take(self) -> Awaitable[Turn]:
         """A claimed turn; the claimer tops the claimed turns up while a worker waits."""
         self._wants_work.set()
-        return await self.rotation.take()
+        return self.rotation.take()
 
     def _worker_waits(self) -> None:
         """A worker waits for a turn (the rotation tells, each time it parks one): the claimer

@@ -126,14 +126,15 @@ class LiveJob:
         self.park = 0  # the rotation's mark of its latest pass-over (stale marks are skipped)
         self.crawl: CrawlRun | None = None
         """A crawl's own state (its rules, pages done, frontier read); None for a batch."""
-        self._scopes: dict[int, str | None] = {}
+        self._scopes: dict[int, str] = {}  # a target without a scope (no budget) is not in it
         self._heaps: dict[str | None, list[int]] = {}
         self._pending = 0
 
     def add(self, idx: int, target: Target, scope: str | None = None) -> None:
         """Hold target ``idx``, pending, under its host's ``scope`` (None: no budget)."""
         self.targets[idx] = target
-        self._scopes[idx] = scope
+        if scope is not None:
+            self._scopes[idx] = scope
         self._push(idx)
 
     def heads(self) -> list[tuple[int, str | None]]:
@@ -148,11 +149,20 @@ class LiveJob:
     @property
     def upcoming(self) -> int | None:
         """The lowest pending index (what a status shows as the job's next target), or None."""
-        return min((heap[0] for heap in self._heaps.values()), default=None)
+        return self.first() if self._heaps else None
+
+    def first(self) -> int:
+        """The lowest pending index, of a job with a target pending: its next target when no
+        host of its waits (a job without host budgets has one scope, so one heap to look at)."""
+        heaps = self._heaps
+        if len(heaps) == 1:
+            for heap in heaps.values():
+                return heap[0]
+        return min(heap[0] for heap in heaps.values())
 
     def take(self, idx: int) -> None:
         """Start pending target ``idx`` (the first of its scope): one more in flight."""
-        scope = self._scopes[idx]
+        scope = self._scopes.get(idx)
         heap = self._heaps[scope]
         assert heap[0] == idx, "a turn starts the first pending target of its scope"
         heapq.heappop(heap)
@@ -171,10 +181,13 @@ class LiveJob:
         """Forget target ``idx``, in flight until now (stored, or its claim given back)."""
         self.in_flight -= 1
         self.targets.pop(idx, None)
-        self._scopes.pop(idx, None)
-        self.busy_since.pop(idx, None)
-        self.busy_tries.pop(idx, None)
-        self.claims.pop(idx, None)
+        if self._scopes:
+            self._scopes.pop(idx, None)
+        if self.busy_since:  # rarely anything to forget in these: one test each, per target
+            self.busy_since.pop(idx, None)
+            self.busy_tries.pop(idx, None)
+        if self.claims:
+            self.claims.pop(idx, None)
 
     def busy_waited(self, idx: int, now: float) -> tuple[int, float] | None:
         """Target ``idx``'s busy answers (at least 1) and the seconds from its first try to
@@ -210,7 +223,7 @@ class LiveJob:
         return "" if claim is None else claim.token
 
     def _push(self, idx: int) -> None:
-        heapq.heappush(self._heaps.setdefault(self._scopes[idx], []), idx)
+        heapq.heappush(self._heaps.setdefault(self._scopes.get(idx), []), idx)
         self._pending += 1
 
 

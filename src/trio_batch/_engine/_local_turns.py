@@ -11,7 +11,7 @@ also adopts the jobs of engines that are gone, every second.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import final
 
 import trio
@@ -109,9 +109,9 @@ class LocalTurns:
         self._parts.live.add(live)
         self.rotation.put(live)
 
-    async def take(self) -> Turn:
+    def take(self) -> Awaitable[Turn]:
         """The next job's turn from the rotation."""
-        return await self.rotation.take()
+        return self.rotation.take()
 
     async def started(self, live: LiveJob, idx: int) -> bool:
         """Mark the target running in the store; False if its job is no longer live."""

@@ -114,7 +114,7 @@ class Rotation:
                     live = self._fifo.popleft()
                     live.queued = False
                     if not live.cancelled and live.pending:
-                        return Turn(live, live.heads()[0][0], None)
+                        return Turn(live, live.first(), None)
                     self._drop(live)
             while self._ready:
                 turn, live = heapq.heappop(self._ready)

@@ -108,8 +108,12 @@ class Turns(Protocol):
         """As the engine opens, before :meth:`run`: what to do with the live jobs in the store."""
         ...
 
-    async def take(self) -> Turn:
-        """The next turn for a worker: from the rotation, waiting while there is none."""
+    def take(self) -> Awaitable[Turn]:
+        """The next turn for a worker: from the rotation, waiting while there is none.
+
+        A plain method returning the rotation's own awaitable, not a coroutine of its own: a
+        worker takes a turn a target, and each coroutine layer is its cost again.
+        """
         ...
 
     async def started(self, live: LiveJob, idx: int) -> bool:

@@ -55,6 +55,17 @@ class _TargetRow:
     parent: int = -1  # a crawl's: the target whose page found it (-1: a seed)
 
 
+def _target_rows(job: NewJob) -> dict[int, _TargetRow]:
+    """A new job's targets, pending, by index (a crawl's seeds at their depth)."""
+    if not job.seeds:
+        return {i: _TargetRow(t.url, t.options) for i, t in enumerate(job.targets)}
+    seeds = itertools.zip_longest(job.targets, job.seeds[: len(job.targets)])
+    return {
+        i: _TargetRow(t.url, t.options, depth=seed.depth if seed else 0)
+        for i, (t, seed) in enumerate(seeds)
+    }
+
+
 @dataclass(slots=True)
 class _Crawl:
     """A crawl's own state: its spec's bounds, the keys it has seen, what it skipped."""
@@ -201,12 +212,7 @@ class MemoryStore:
             created_at=job.now,
             updated_at=job.now,
             lease=job.now,
-            targets={
-                i: _TargetRow(t.url, t.options, depth=seed.depth if seed else 0)
-                for i, (t, seed) in enumerate(
-                    itertools.zip_longest(job.targets, job.seeds[: len(job.targets)])
-                )
-            },
+            targets=_target_rows(job),
             size=len(job.targets),
             seq=next(self._seq),
             workspace=job.workspace,
@@ -319,15 +325,15 @@ class MemoryStore:
         row.bytes += size
         row.updated_at = now
         self._bytes += size
-        found = 0 if row.crawl is None else self._admit_found(row, row.crawl, outcome)
         if row.crawl is not None:
-            terminal = self._crawl_ended(row, now)
-        elif row.status.live and row.done == len(row.targets):
+            found = self._admit_found(row, row.crawl, outcome)
+            return Stored(self._crawl_ended(row, now), self._evict(max_bytes), found=found)
+        if row.status.live and row.done == len(row.targets):
             terminal = terminal_status([t.status for t in row.targets.values()])
             self._end(row, terminal, now)
         else:
             terminal = None
-        return Stored(terminal, self._evict(max_bytes), found=found)
+        return Stored(terminal, self._evict(max_bytes))
 
     @staticmethod
     def _removed(row: _JobRow, crawl: _Crawl, idx: int, outcome: Outcome) -> bool:
