@@ -133,6 +133,13 @@ RELEASE = Statement(
 # that ended it: so a replay of a batch that had committed stores nothing twice and answers as
 # the first run did. Jobs given back to the fleet's rotation take their new turns in the order
 # their outcomes came (nt), not in the order of a join.
+#
+# Each stored item adds itself to its job's count of failed targets when it failed, and nothing
+# else: a target stored is never stored again (``tg.status NOT IN ('done', 'failed')``, rechecked
+# on the row's latest version) and no statement turns a failed target back, so the row it replaces
+# was never failed. (A join of each item's previous row, once needed for that, made the planner
+# scan the whole targets table for every group while its statistics were young.) The jobs are
+# locked by key (``= ANY``) for the same reason.
 FINISH_MANY = Statement(
     "finish_targets",
     f"""
@@ -147,16 +154,16 @@ FINISH_MANY = Statement(
         ORDER BY job_id, idx, ord
     ), o AS (
         SELECT id, status, targets_done, targets_failed, targets_total FROM jobs
-        WHERE id IN (SELECT job_id FROM v) FOR UPDATE
+        WHERE id = ANY(ARRAY(SELECT DISTINCT job_id FROM v)) FOR UPDATE
     ), t AS (
         UPDATE targets AS tg SET status = v.state, result = v.result, error = v.error,
             hint = v.hint, started_at = coalesce(v.start, tg.started_at), finished_at = %(now)s,
             claim = NULL, claim_until = NULL, busy_since = NULL
-        FROM v JOIN targets AS prev ON prev.job_id = v.job_id AND prev.idx = v.idx
+        FROM v
         WHERE tg.job_id = v.job_id AND tg.idx = v.idx AND tg.status NOT IN ('done', 'failed')
             AND (v.claim = '' OR tg.claim = v.claim)
         RETURNING v.ord, v.job_id, v.idx, v.state, v.size, v.claim <> '' AS claimed,
-            (v.state = 'failed')::int - (prev.status = 'failed')::int AS failed
+            (v.state = 'failed')::int AS failed
     ), r AS (
         SELECT t.*, row_number() OVER (PARTITION BY t.job_id ORDER BY t.ord) AS rank FROM t
     ), a AS (
