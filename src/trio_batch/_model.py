@@ -108,6 +108,8 @@ class Options:
 
     def to_json(self) -> dict[str, str | bool | int | dict[str, str] | list[str] | None]:
         """The options without their empty (default) fields, as stored and hashed."""
+        if self is _NO_OPTIONS:  # most targets carry the one default instance: nothing to test
+            return {}
         return {
             name: _json_value(value)
             for name, default in _OPTION_DEFAULTS
@@ -129,6 +131,8 @@ class Options:
 
 
 _OPTION_DEFAULTS = tuple((f.name, f.default) for f in dataclasses.fields(Options))
+_NO_OPTIONS = Options()
+"""Every target made without options holds this one instance (``Target.options``' default)."""
 
 
 def _json_value(
@@ -148,7 +152,7 @@ class Target:
     """One unit of work: a URL and its options."""
 
     url: str
-    options: Options = Options()
+    options: Options = _NO_OPTIONS
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url:

@@ -138,3 +138,18 @@ class TestHeaderMap:
         assert {"accept": "text/html"} == Options(headers={"accept": "text/html"}).to_json()[
             "headers"
         ]
+
+
+def test_a_target_without_options_serialises_and_hashes_as_one_with_default_options() -> None:
+    """Targets made without options share one default instance, which ``Options.to_json``
+    answers without testing its fields: the same (empty) JSON and the same idempotency key as
+    a target given ``Options()`` of its own, and one option set still shows."""
+    bare, explicit = Target("https://a.example/"), Target("https://a.example/", Options())
+    assert bare.options is Target("https://b.example/").options
+    assert explicit.options is not bare.options
+    assert bare.to_json() == explicit.to_json() == {"url": "https://a.example/", "options": {}}
+    caller = Caller("c")
+    assert idempotency_key(caller, [bare]) == idempotency_key(caller, [explicit])
+    assert Target("https://a.example/", Options(mode="text")).to_json()["options"] == {
+        "mode": "text"
+    }
