@@ -262,6 +262,29 @@ async def sleep_real(seconds: float, stop: threading.Event) -> None:
     await trio.lowlevel.wait_task_rescheduled(abort)
 
 
+WRITER_SETTINGS = (
+    "SET plan_cache_mode TO force_generic_plan",
+    "SET enable_seqscan TO off",
+    "SET enable_hashjoin TO off",
+    "SET enable_mergejoin TO off",
+    "SET jit TO off",
+)
+"""The writer connection's session settings.
+
+The writer's statements are prepared once and run thousands of times over arrays whose sizes
+vary: they are planned once (planning cost more than running), and by key: each touches a few
+rows by primary key, and a plan made while a table is young and small would otherwise scan it
+whole, batch after batch, as it grows. No sequential scan is not enough for that: a group of
+outcomes planned on a young ``targets`` table joined its items by hash to a scan of the whole
+primary-key index (W1 on PostgreSQL: 1.3 of the group's 1.6 ms over 4,000 targets, growing
+with the table); with no hash or merge join, each item is one index probe, whatever the
+table's size when the plan was made. The joins this leaves as nested loops between a
+statement's own intermediate results are bounded by the batch (at most 256 writes). A plan
+that must scan anyway then costs over ``jit_above_cost``: with JIT on, the server would spend
+0.2-0.4 s compiling each such statement (recover, evict).
+"""
+
+
 def connections(
     dsn: str, *, schema: str, pool_size: int, synchronous_commit: bool, connect_timeout: float
 ) -> tuple[ConnectionPool[Conn], Callable[[], Conn]]:
@@ -287,15 +310,8 @@ def connections(
             ) from None
         try:
             configure(conn)
-            # The writer's statements are prepared once and run thousands of times over
-            # arrays whose sizes vary: plan them once (planning cost more than running), and
-            # by key (each touches a few rows by primary key; a plan made while a table is
-            # young and small would otherwise scan it whole, batch after batch, as it grows).
-            # A plan that must scan anyway then costs over jit_above_cost: with JIT on, the
-            # server would spend 0.2-0.4 s compiling each such statement (recover, evict).
-            conn.execute("SET plan_cache_mode TO force_generic_plan")
-            conn.execute("SET enable_seqscan TO off")
-            conn.execute("SET jit TO off")
+            for setting in WRITER_SETTINGS:
+                conn.execute(setting)
         except BaseException:
             conn.close()
             raise
