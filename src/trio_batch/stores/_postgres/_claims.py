@@ -31,7 +31,7 @@ from psycopg import sql
 from .._protocol import Claim, HostRules
 from .._rules import LIVE_SQL, stored_target
 from ._schema import Conn
-from ._scopes import SCOPES_FREE_SQL, forget, unflushed
+from ._scopes import SCOPES_FREE_SQL, forget, unflushed, unflushed_transaction
 
 CLAIM_SQL = """
     SELECT * FROM claim_targets(%(space)s, %(instance)s, %(n)s, %(now)s, %(ttl)s, %(scoped)s,
@@ -137,8 +137,7 @@ def claim(
     if rules is None:
         rows = unflushed(conn, CLAIM_SQL, params)
         return claims_of(rows), None
-    with conn.pipeline(), conn.transaction():
-        conn.execute("SET LOCAL synchronous_commit TO off")
+    with unflushed_transaction(conn):
         claimed = conn.execute(CLAIM_SQL, params)
         free = conn.execute(SCOPES_FREE_SQL)
     return claims_of(claimed.fetchall()), free_in(free.fetchone())
