@@ -68,6 +68,19 @@ class CrawlSQL:
             return "json_array_elements_text(?::json) WITH ORDINALITY AS e (k, n)"
         return "(SELECT value AS k, key AS n FROM json_each(?)) AS e"
 
+    def seen_sql(self) -> str:
+        """Whether one of a page's keys (a JSON array of strings) is another target's.
+
+        By key, one index probe a key: on PostgreSQL the writer plans a statement once, maybe
+        while the crawl is young; a semi-join read every key of the crawl for every page (hash
+        or nested loop, 2.5-4.9 ms a page at 20,000 keys).
+        """
+        if self._pg:
+            keys = "key = ANY(ARRAY(SELECT json_array_elements_text(%s::json)))"
+        else:
+            keys = "key IN (SELECT value FROM json_each(?))"
+        return self._q(f"SELECT 1 FROM crawl_keys WHERE job_id = ? AND {keys} AND idx <> ?")
+
     def admit(
         self,
         conn: Any,
@@ -115,12 +128,7 @@ class CrawlSQL:
             return True
         if not keys:
             return False
-        found = self._run(
-            conn,
-            f"SELECT 1 FROM crawl_keys WHERE job_id = ? AND idx <> ? AND key IN "
-            f"(SELECT e.k FROM {self._json_keys()})",
-            (job_id, idx, json.dumps(list(keys))),
-        ).fetchone()
+        found = self._run(conn, self.seen_sql(), (job_id, json.dumps(list(keys)), idx)).fetchone()
         if found is None:
             for key in keys:
                 self._run(
