@@ -164,7 +164,14 @@ def unflushed_transaction(conn: Conn) -> Iterator[None]:
     """
     with conn.pipeline():
         conn.execute(_NO_FLUSH)
-        yield
+        try:
+            yield
+        except BaseException:
+            # The pipeline's end commits what was sent: an error raised here, not by the
+            # server, must leave nothing of the block committed (as a transaction block would).
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+            raise
 
 
 _NO_FLUSH = "SELECT set_config('synchronous_commit', 'off', true)"
