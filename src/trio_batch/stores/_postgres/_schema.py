@@ -27,7 +27,7 @@ from ._scopes import held, lock_key, room
 Conn = psycopg.Connection[TupleRow]
 Cursor = psycopg.Cursor[TupleRow]
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """What ``PostgresStore.open(schema=...)`` accepts: a plain, unquoted SQL identifier."""
@@ -602,6 +602,61 @@ MIGRATIONS.append(
     .replace(_ANSWER_JOIN, "FROM tk JOIN c ON c.id = tk.j LEFT JOIN")
     .replace(_HEAD, _HEAD_V13)
     .replace(_C_WHERE, "WHERE jb.id = ANY(chosen)")
+)
+
+
+# The live jobs counted as they change, migration 14: an admission read every live job to check
+# the caps (``jobs_per_caller``, ``jobs_total``), under the lock that serialises admissions
+# across the fleet: 3 ms of an admission's 3.5-4 ms at 10,000 live jobs. Now each job's moves in
+# and out of the live statuses (admitted, ended, cancelled, failed by a reap, deleted while live)
+# add to or take from a count per caller in ``live_jobs``, and an admission sums those counts.
+# Each connection (backend) counts in a shard of its own, as the result bytes are counted per
+# instance (``counters``): two writers ending jobs of one caller never wait on one row, nor
+# deadlock on two. Shards of connections gone, and counts at zero, are folded into shard ''
+# (``_sql.fold_shards``). The counts start from the live jobs of the schema.
+_CAPS_COUNT = f"""SELECT count(*) FILTER (WHERE caller = p_caller), count(*)
+        INTO caller_live, total_live
+        FROM jobs WHERE status IN {LIVE_SQL};"""
+_CAPS_COUNT_V14 = """SELECT coalesce(sum(n) FILTER (WHERE caller = p_caller), 0),
+            coalesce(sum(n), 0)
+        INTO caller_live, total_live
+        FROM live_jobs;"""
+assert _ADMIT_JOB_V4.count(_CAPS_COUNT) == 1
+MIGRATIONS.append(
+    f"""
+    CREATE TABLE live_jobs (
+        caller text NOT NULL,
+        shard text NOT NULL,
+        n bigint NOT NULL,
+        PRIMARY KEY (caller, shard)
+    );
+    INSERT INTO live_jobs (caller, shard, n)
+        SELECT caller, '', count(*) FROM jobs WHERE status IN {LIVE_SQL} GROUP BY caller;
+    CREATE FUNCTION live_jobs_moved() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
+    BEGIN
+        INSERT INTO live_jobs AS l (caller, shard, n)
+        VALUES (
+            CASE WHEN TG_OP = 'DELETE' THEN OLD.caller ELSE NEW.caller END,
+            pg_backend_pid()::text,
+            CASE WHEN TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND NEW.status IN {LIVE_SQL})
+                THEN 1 ELSE -1 END
+        )
+        ON CONFLICT ON CONSTRAINT live_jobs_pkey DO UPDATE SET n = l.n + excluded.n;
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER jobs_live_admitted AFTER INSERT ON jobs FOR EACH ROW
+        WHEN (NEW.status IN {LIVE_SQL}) EXECUTE FUNCTION live_jobs_moved();
+    CREATE TRIGGER jobs_live_moved AFTER UPDATE OF status ON jobs FOR EACH ROW
+        WHEN ((OLD.status IN {LIVE_SQL}) <> (NEW.status IN {LIVE_SQL}))
+        EXECUTE FUNCTION live_jobs_moved();
+    CREATE TRIGGER jobs_live_deleted AFTER DELETE ON jobs FOR EACH ROW
+        WHEN (OLD.status IN {LIVE_SQL}) EXECUTE FUNCTION live_jobs_moved();
+    """
+    + _ADMIT_JOB_V4.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").replace(
+        _CAPS_COUNT, _CAPS_COUNT_V14
+    )
 )
 
 

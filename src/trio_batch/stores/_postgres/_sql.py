@@ -360,7 +360,8 @@ def heartbeat(conn: Conn, instance: str) -> bool:
 
 
 def fold_shards(conn: Conn) -> None:
-    """Move the byte counts of instances that are gone into shard ''."""
+    """Move the byte counts of instances that are gone into shard '', and the live-job counts
+    of connections that are gone (or at zero) into theirs (``live_jobs``, migration 14)."""
     conn.execute(
         """
         WITH gone AS (
@@ -372,6 +373,23 @@ def fold_shards(conn: Conn) -> None:
         WHERE kind = 'results' AND shard = ''
         """
     )
+    conn.execute(FOLD_LIVE_JOBS)
+    conn.execute("DELETE FROM live_jobs WHERE shard = '' AND n = 0")
+
+
+# The live-job counts (``live_jobs``) of connections that are gone fold into shard '' (a
+# connection's shard is its backend's pid), and counts at zero go; callers in order, so two
+# instances folding at once take the rows of shard '' in one order.
+FOLD_LIVE_JOBS = """
+    WITH gone AS (
+        DELETE FROM live_jobs WHERE shard <> '' AND (n = 0
+            OR shard NOT IN (SELECT pid::text FROM pg_stat_activity WHERE pid IS NOT NULL))
+        RETURNING caller, n
+    )
+    INSERT INTO live_jobs AS l (caller, shard, n)
+    SELECT caller, '', sum(n) FROM gone GROUP BY caller HAVING sum(n) <> 0 ORDER BY caller
+    ON CONFLICT ON CONSTRAINT live_jobs_pkey DO UPDATE SET n = l.n + excluded.n
+"""
 
 
 def reap(conn: Conn, instance: str, now: float, *, own_jobs: bool) -> list[str]:
