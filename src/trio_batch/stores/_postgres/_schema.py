@@ -555,17 +555,9 @@ _C_COLUMNS_V13 = (
     "SELECT jb.id, jb.turn, jb.caller, jb.workspace, jb.created_at, jb.webhook <> '' AS hook,\n"
     "                jb.caller_class, jb.concurrency, least(jb.concurrency, cr.lim - cr.done) - ("
 )
-_TURNS = """), nt AS (
-            SELECT q.j, nextval('turns') AS turn FROM (
-                SELECT tk.j, max(tk.k) AS k, min(tk.turn) AS turn FROM tk GROUP BY tk.j
-                ORDER BY 2, 3
-            ) AS q
-        ), jj AS (
-            UPDATE jobs AS jb SET status = 'running', updated_at = p_now, turn = nt.turn
-            FROM nt WHERE jb.id = nt.j
-            RETURNING jb.id, jb.caller AS cl, jb.workspace AS ws, jb.created_at AS at,
-                jb.webhook <> '' AS hook, jb.caller_class AS cc, jb.concurrency AS conc
-        )"""
+_TURNS = _CLAIM_TARGETS[
+    _CLAIM_TARGETS.index("), nt AS (") : _CLAIM_TARGETS.index("AS conc\n        )") + 17
+]  # the new turns of the jobs claimed (nt) and the update that gives them (jj)
 _TURNS_V13 = """), took AS (
             SELECT tk.j, max(tk.k) AS k, min(tk.turn) AS turn, count(*) AS n FROM tk
             GROUP BY tk.j
