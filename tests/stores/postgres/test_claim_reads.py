@@ -25,7 +25,7 @@ DONE = Outcome(TargetState.DONE, result_json=Result("fine").to_json())
 
 def jobs_fetched_by_a_claim(instance: str, n: int) -> Callable[[Conn], tuple[int, int]]:
     """Claim ``n`` targets in one transaction; return the rows of ``jobs`` it fetched (by
-    any scan) and the claims."""
+    any scan) and how many targets it claimed."""
 
     def claim(conn: Conn) -> tuple[int, int]:
         stats = (

@@ -555,8 +555,9 @@ _C_COLUMNS_V13 = (
     "SELECT jb.id, jb.turn, jb.caller, jb.workspace, jb.created_at, jb.webhook <> '' AS hook,\n"
     "                jb.caller_class, jb.concurrency, least(jb.concurrency, cr.lim - cr.done) - ("
 )
+_TURNS_END = "AS conc\n        )"  # the end of jj, the update that gives the new turns
 _TURNS = _CLAIM_TARGETS[
-    _CLAIM_TARGETS.index("), nt AS (") : _CLAIM_TARGETS.index("AS conc\n        )") + 17
+    _CLAIM_TARGETS.index("), nt AS (") : _CLAIM_TARGETS.index(_TURNS_END) + len(_TURNS_END)
 ]  # the new turns of the jobs claimed (nt) and the update that gives them (jj)
 _TURNS_V13 = """), took AS (
             SELECT tk.j, max(tk.k) AS k, min(tk.turn) AS turn, count(*) AS n FROM tk
