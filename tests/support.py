@@ -132,6 +132,20 @@ class Recorder:
             await self._changed.wait()
 
 
+async def wait_any_until(recorders: list[Recorder], condition: Callable[[], bool]) -> None:
+    """Wait (on hook events of any of ``recorders``, not on time) until ``condition()``
+    holds: for a condition on several engines' hooks, as a fleet's."""
+
+    async def wake(event: trio.Event, scope: trio.CancelScope) -> None:
+        await event.wait()
+        scope.cancel()
+
+    while not condition():
+        async with trio.open_nursery() as nursery:
+            for rec in recorders:
+                nursery.start_soon(wake, rec._changed, nursery.cancel_scope)
+
+
 async def wait_ended(engine: BatchEngine, *job_ids: str) -> list[JobStatus]:
     """The jobs' statuses once each has ended (is no longer live), in order: woken by the
     engine's watch of each job, never by time, so it suits Trio's ``autojump_clock``.

@@ -56,7 +56,7 @@ from trio_batch import (
 from trio_batch.stores import Limits, MemoryStore, NewJob, PostgresStore
 from trio_batch.testing import ScriptedFetch
 
-from ...support import Recorder, targets
+from ...support import Recorder, targets, wait_any_until
 from ..support import wait_target
 from .support import PG_DSN, open_test_schema
 
@@ -499,10 +499,34 @@ class FleetMachine(RuleBasedStateMachine):
 
         # Each job's end is heard once; an engine killed or stopped right after the store took
         # a job's last outcome (a queued write commits) is gone before its hook runs.
-        heard = sum(rec.terminal() for rec in self.recorders)
-        assert heard == len(fleet) if not self.replaced else heard <= len(fleet)
+        heard = self.trio.call(self._heard_ends, len(fleet))
+        assert heard == len(fleet) if not self.replaced else heard <= len(fleet), (
+            heard,
+            len(fleet),
+            self.replaced,
+            [
+                [e for e in rec.jobs if e not in ("created", "reused", "retried")]
+                for rec in self.recorders
+            ],
+        )
         ends = Counter(url for _, url, event in list(self.fetch.log) if event == "end")
         assert all(n <= 2 for n in ends.values()), ends
+
+    async def _heard_ends(self, jobs: int) -> int:
+        """How many job ends the engines' hooks heard, once every one of ``jobs`` was heard
+        (bounded) if no engine was replaced.
+
+        A job reads as ended as soon as its last outcome (or its cancel) commits; the engine
+        that wrote it calls its hook when its thread's answer is back, which may come after a
+        read of the job by another task: counting at once raced that answer.
+        """
+
+        def heard() -> int:
+            return sum(rec.terminal() for rec in self.recorders)
+
+        with trio.move_on_after(SETTLE_SECONDS):
+            await wait_any_until(self.recorders, lambda: bool(self.replaced) or heard() >= jobs)
+        return heard()
 
     def _check_cancelled(self, snap: Snapshot, expected: Snapshot) -> None:
         """A cancelled job stopped at a target boundary: each target it stored is as the
