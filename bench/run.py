@@ -197,11 +197,18 @@ def run_w1_w2(
                 extra: dict[str, Any] = {}
                 if runs[0].commits:
                     extra["writes_per_commit"] = [r.writes / r.commits for r in runs]
+                # Where the wall goes: submits are one admission after another (each answered
+                # before the next), and the drain overlaps them only as far as it can.
+                extra["submit_share"] = [r.submit_seconds / r.seconds for r in runs]
                 values = [r.targets / r.seconds for r in runs]
                 figures.append(
                     Figure("W1", kind, name, "throughput", "targets/s", values, extra=extra)
                 )
-                log(f"W1 {kind:8} {name:10} {figures[-1].median:10.0f} targets/s")
+                share = statistics.median(extra["submit_share"])
+                log(
+                    f"W1 {kind:8} {name:10} {figures[-1].median:10.0f} targets/s "
+                    f"(submits {share:.0%} of the wall)"
+                )
         if "W2" in only:
             w2: dict[str, list[float]] = {name: [] for name, _ in systems}
             for _ in range(s.w2_repeats):

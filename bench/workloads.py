@@ -69,6 +69,8 @@ class DrainRun:
 
     seconds: float
     targets: int
+    submit_seconds: float = 0.0
+    """Of ``seconds``, those until the last job was submitted (its admission answered)."""
     commits: int = 0
     writes: int = 0
     reads: int = 0
@@ -93,12 +95,13 @@ async def measure_drain(
     last = ""
     for targets in jobs:
         last = await submit(targets)
+    submitted = trio.current_time() - t0
     await finished.wait()
     await check_readable(lambda: read(last), len(jobs[-1]))
     seconds = trio.current_time() - t0
     after = commit_statistics(store) or (0, 0)
     n_targets = sum(len(targets) for targets in jobs)
-    return DrainRun(seconds, n_targets, after[0] - before[0], after[1] - before[1])
+    return DrainRun(seconds, n_targets, submitted, after[0] - before[0], after[1] - before[1])
 
 
 async def engine_drain(
@@ -368,6 +371,7 @@ async def bare_drain(
                     db.write, insert_job, (last, len(targets)), limiter=one_thread
                 )
                 send.send_nowait(_BareJob(last, targets))
+            submitted = trio.current_time() - t0
             await all_done.wait()
             counted = await trio.to_thread.run_sync(db.count, last, limiter=one_thread)
             assert len(jobs[-1]) == counted
@@ -375,7 +379,7 @@ async def bare_drain(
             nursery.cancel_scope.cancel()
     finally:
         await trio.to_thread.run_sync(db.close)
-    return DrainRun(seconds, n_targets)
+    return DrainRun(seconds, n_targets, submitted)
 
 
 async def floor_drain(

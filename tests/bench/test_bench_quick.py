@@ -54,6 +54,18 @@ class TestBenchHarness:
             assert fig["min"] <= fig["median"] <= fig["max"], fig
             assert difference or count or fig["min"] > 0, fig
 
+    def test_w1_says_how_much_of_its_wall_went_to_submits(
+        self, tiny_report: dict[str, Any]
+    ) -> None:
+        """Each W1 run of every system carries the share of its wall spent until the last job
+        was submitted: a fraction, one per repeat (where a slow W1 on a store loses its time)."""
+        w1 = [f for f in tiny_report["figures"] if f["workload"] == "W1"]
+        assert w1
+        for fig in w1:
+            shares = fig["extra"]["submit_share"]
+            assert len(shares) == len(fig["values"]), fig
+            assert all(0 < share < 1 for share in shares), fig
+
     def test_followers_for_each_route(self, tiny_report: dict[str, Any]) -> None:
         """W6 reports memory, CPU and store reads per follower for NDJSON follow and SSE."""
         names = {f["name"] for f in tiny_report["figures"] if f["workload"] == "W6"}
