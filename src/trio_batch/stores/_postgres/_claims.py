@@ -118,23 +118,14 @@ def claim_params(
     }
 
 
-def claim(
-    conn: Conn,
-    instance: str,
-    n: int,
-    now: float,
-    ttl: float,
-    space: int,
-    rules: HostRules | None = None,
-    spaced: int | None = None,
-) -> tuple[list[Claim], float | None]:
-    """Claim up to ``n`` targets (one transaction); with ``rules``, within the fleet's budgets.
+def claim(conn: Conn, params: dict[str, object]) -> tuple[list[Claim], float | None]:
+    """Claim the targets ``params`` (:func:`claim_params`) ask for, in one transaction; with
+    rules, within the fleet's budgets.
 
-    Returns the claims and, with ``rules``, in how many seconds the first scope held back by
-    its spacing or backoff may start again (None: none is).
+    Returns the claims and, with rules, in how many seconds the first scope held back by its
+    spacing or backoff may start again (None: none is).
     """
-    params = claim_params(instance, n, now, ttl, space, rules, spaced)
-    if rules is None:
+    if not params["scoped"]:
         rows = unflushed(conn, CLAIM_SQL, params)
         return claims_of(rows), None
     with unflushed_transaction(conn):

@@ -753,13 +753,18 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
         self._check_open()
         await self._admissions.wait()
         self._wakeups.claiming()
-        claimed, free_in = await self._run(
-            lambda conn: _claims.claim(
-                conn, self._instance, n, now, self._claim_timeout, self._locks, rules, spaced
-            )
-        )
+        params = self._claim_params(n, now, rules, spaced)
+        claimed, free_in = await self._run(lambda conn: _claims.claim(conn, params))
         self._took(claimed, free_in)
         return claimed
+
+    def _claim_params(
+        self, n: int, now: float, rules: HostRules | None, spaced: int | None
+    ) -> dict[str, object]:
+        """A claim's parameters, the same for one on a pooled connection and one riding."""
+        return _claims.claim_params(
+            self._instance, n, now, self._claim_timeout, self._locks, rules, spaced
+        )
 
     def _took(self, claims: Sequence[Claim], free_in: float | None) -> None:
         """A claim ended (on a pooled connection, or riding with outcomes): renew what it took
@@ -856,10 +861,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
             if ask is None:
                 return None
             self._wakeups.claiming()
-            params = _claims.claim_params(
-                self._instance, ask.n, ask.now, self._claim_timeout, self._locks, ask.rules,
-                ask.spaced,
-            )  # fmt: skip
+            params = self._claim_params(ask.n, ask.now, ask.rules, ask.spaced)
             return _claims.Ride(params, scoped=ask.rules is not None)
 
         def rode(ride: _claims.Ride) -> None:
