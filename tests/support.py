@@ -128,8 +128,7 @@ class Recorder:
 
     async def wait_until(self, condition: Callable[[], bool]) -> None:
         """Wait (on hook events, not on time) until ``condition()`` holds."""
-        while not condition():
-            await self._changed.wait()
+        await wait_any_until([self], condition)
 
 
 async def wait_any_until(recorders: list[Recorder], condition: Callable[[], bool]) -> None:

@@ -145,11 +145,16 @@ class Ride:
     """
 
     params: dict[str, object]
-    scoped: bool
+    """As :func:`claim_params` builds them."""
     claims: list[Claim] | None = None
     """What the ride claimed, once its batch committed; None: it did not run."""
     free_in: float | None = None
     """As :func:`claim` returns it: when the first scope held back may start again."""
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the claim keeps the fleet's budgets (its parameters carry the rules)."""
+        return bool(self.params["scoped"])
 
 
 def claims_of(rows: Sequence[Sequence[object]]) -> list[Claim]:

@@ -862,7 +862,7 @@ class PostgresStore(PostgresCommon, metaclass=NoPublicConstructor):
                 return None
             self._wakeups.claiming()
             params = self._claim_params(ask.n, ask.now, ask.rules, ask.spaced)
-            return _claims.Ride(params, scoped=ask.rules is not None)
+            return _claims.Ride(params)
 
         def rode(ride: _claims.Ride) -> None:
             if ride.claims is not None:
